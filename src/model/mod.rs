@@ -1,0 +1,362 @@
+//! ONNX models opened metadata-only (cold path).
+//!
+//! [`Model::open`] decodes the `.onnx` protobuf, turns every initializer into
+//! a [`WeightDescriptor`] and validates every `external_data` entry against
+//! the file system, without reading a single external payload byte. Payloads
+//! are read later, one weight at a time, through a [`PayloadSource`].
+
+mod dtype;
+mod error;
+mod external;
+pub mod inspect;
+mod payload;
+mod weight;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use onnx_prepared_proto::tensor_proto::DataLocation;
+use onnx_prepared_proto::{GraphProto, Message, ModelProto, TensorProto};
+
+pub use dtype::{ElementType, onnx_type_name};
+pub use error::{ExternalDataError, ModelError, PayloadError};
+pub use payload::{
+    FaultInjectingSource, FileSource, MmapSource, PayloadSource, ReadCounters, ReadFault,
+    read_to_vec,
+};
+pub use weight::{
+    Checksum, ExternalFile, ExternalFileId, WeightDescriptor, WeightId, WeightSource,
+};
+
+/// The ONNX protobuf types.
+pub use onnx_prepared_proto as proto;
+
+use crate::Error;
+use crate::limits::MAX_MODEL_FILE_BYTES;
+use external::{ExternalFiles, Roots};
+
+/// A model whose graph is known and whose weights have not been read.
+///
+/// The graph keeps its nodes, inputs, outputs and value infos; its
+/// initializers are moved out into [`Model::weights`].
+#[derive(Debug)]
+pub struct Model {
+    path: PathBuf,
+    proto: ModelProto,
+    weights: Arc<[WeightDescriptor]>,
+    by_name: HashMap<String, WeightId>,
+    external_files: Vec<ExternalFile>,
+}
+
+impl Model {
+    /// Opens the model at `path`, reading only the `.onnx` file.
+    ///
+    /// Every initializer is described and every `external_data` entry is
+    /// validated (location inside the model's folder, keys, numbers, bounds,
+    /// length against type × dims) before anything sized by the model is
+    /// allocated. External payload files are only `stat`ed.
+    ///
+    /// ```no_run
+    /// let model = onnx_prepared::model::Model::open("target/fixtures/gemm-transb0.onnx")?;
+    /// for w in model.weights() {
+    ///     println!("{} {:?} {} bytes", w.name(), w.dims(), w.byte_len());
+    /// }
+    /// # Ok::<(), onnx_prepared::Error>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let path = path.as_ref().to_path_buf();
+        let buffer = read_model_file(&path)?;
+        let mut proto = ModelProto::decode(buffer).map_err(|source| ModelError::Decode {
+            path: path.clone(),
+            source,
+        })?;
+        let roots = roots(&path)?;
+        let graph = proto
+            .graph
+            .as_mut()
+            .ok_or_else(|| ModelError::MissingGraph { path: path.clone() })?;
+        if let Some(sparse) = graph.sparse_initializer.first() {
+            let tensor = sparse
+                .values
+                .as_ref()
+                .and_then(|v| v.name.clone())
+                .unwrap_or_default();
+            return Err(ModelError::UnsupportedStorage {
+                tensor,
+                feature: "sparse initializers",
+            }
+            .into());
+        }
+        let initializers = std::mem::take(&mut graph.initializer);
+        let mut files = ExternalFiles::default();
+        let mut weights = Vec::with_capacity(initializers.len());
+        let mut by_name = HashMap::with_capacity(initializers.len());
+        for (index, tensor) in initializers.into_iter().enumerate() {
+            let id = WeightId(index as u32);
+            let weight = describe(id, index, tensor, &roots, &mut files)?;
+            if by_name.insert(weight.name.clone(), id).is_some() {
+                return Err(ModelError::DuplicateInitializer {
+                    tensor: weight.name,
+                }
+                .into());
+            }
+            weights.push(weight);
+        }
+        Ok(Self {
+            path,
+            proto,
+            weights: weights.into(),
+            by_name,
+            external_files: files.files,
+        })
+    }
+
+    /// The path the model was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The decoded model, initializers removed.
+    pub fn proto(&self) -> &ModelProto {
+        &self.proto
+    }
+
+    /// The main graph, initializers removed.
+    pub fn graph(&self) -> &GraphProto {
+        self.proto.graph.as_ref().expect("checked at open")
+    }
+
+    /// `(domain, version)` of every opset import; the default domain is `""`.
+    pub fn opset_imports(&self) -> impl Iterator<Item = (&str, i64)> {
+        self.proto.opset_import.iter().map(|o| {
+            (
+                o.domain.as_deref().unwrap_or_default(),
+                o.version.unwrap_or_default(),
+            )
+        })
+    }
+
+    /// The imported version of `domain` (`""` or `"ai.onnx"` for the default).
+    pub fn opset_version(&self, domain: &str) -> Option<i64> {
+        let norm = |d: &str| if d == "ai.onnx" { "" } else { d }.to_owned();
+        let want = norm(domain);
+        self.opset_imports()
+            .find(|(d, _)| norm(d) == want)
+            .map(|(_, v)| v)
+    }
+
+    /// Every initializer, indexed by [`WeightId`].
+    pub fn weights(&self) -> &[WeightDescriptor] {
+        &self.weights
+    }
+
+    /// One weight.
+    pub fn weight(&self, id: WeightId) -> Option<&WeightDescriptor> {
+        self.weights.get(id.index())
+    }
+
+    /// The weight named `name`.
+    pub fn weight_by_name(&self, name: &str) -> Option<&WeightDescriptor> {
+        self.by_name.get(name).map(|id| &self.weights[id.index()])
+    }
+
+    /// The weight table, shared with payload sources.
+    pub(crate) fn shared_weights(&self) -> Arc<[WeightDescriptor]> {
+        Arc::clone(&self.weights)
+    }
+
+    /// Every external data file, indexed by [`ExternalFileId`].
+    pub fn external_files(&self) -> &[ExternalFile] {
+        &self.external_files
+    }
+}
+
+fn read_model_file(path: &Path) -> Result<Bytes, ModelError> {
+    let io = |source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    if size > MAX_MODEL_FILE_BYTES {
+        return Err(ModelError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+            limit: MAX_MODEL_FILE_BYTES,
+        });
+    }
+    let mut buffer = Vec::with_capacity(size as usize);
+    file.read_to_end(&mut buffer).map_err(io)?;
+    Ok(Bytes::from(buffer))
+}
+
+fn roots(path: &Path) -> Result<Roots, ModelError> {
+    let io = |source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let model_dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let dir = std::fs::canonicalize(&model_dir).map_err(io)?;
+    let real = std::fs::canonicalize(path).map_err(io)?;
+    let real_dir = real
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| dir.clone());
+    Ok(Roots {
+        model_dir,
+        allowed: [dir, real_dir],
+    })
+}
+
+/// Describes one initializer, validating its type, dims and storage.
+fn describe(
+    id: WeightId,
+    index: usize,
+    tensor: TensorProto,
+    roots: &Roots,
+    files: &mut ExternalFiles,
+) -> Result<WeightDescriptor, Error> {
+    let name = match tensor.name.as_deref() {
+        Some(n) if !n.is_empty() => n.to_owned(),
+        _ => return Err(ModelError::UnnamedInitializer { index }.into()),
+    };
+    let data_type = tensor.data_type.unwrap_or_default();
+    let element_type =
+        ElementType::from_onnx(data_type).ok_or_else(|| ModelError::UnsupportedElementType {
+            tensor: name.clone(),
+            element_type: onnx_type_name(data_type),
+        })?;
+    let mut dims = Vec::with_capacity(tensor.dims.len());
+    for &d in &tensor.dims {
+        let d = u64::try_from(d).map_err(|_| ModelError::NegativeDim {
+            tensor: name.clone(),
+            dim: d,
+            dims: tensor.dims.clone(),
+        })?;
+        dims.push(d);
+    }
+    let overflow = || ModelError::DimsOverflow {
+        tensor: name.clone(),
+        dims: tensor.dims.clone(),
+    };
+    let elements = dims
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(overflow)?;
+    let byte_len = element_type.byte_len(elements).ok_or_else(overflow)?;
+    if tensor.segment.is_some() {
+        return Err(ModelError::UnsupportedStorage {
+            tensor: name,
+            feature: "segmented tensors",
+        }
+        .into());
+    }
+
+    let external = tensor.data_location == Some(DataLocation::External as i32);
+    let (source, checksum) = if external {
+        if tensor.external_data.is_empty() {
+            return Err(ExternalDataError::MissingLocation { tensor: name }.into());
+        }
+        files.add(&name, &tensor.external_data, byte_len, roots)?
+    } else {
+        if !tensor.external_data.is_empty() {
+            return Err(ExternalDataError::DataLocationMismatch {
+                tensor: name,
+                data_location: "DEFAULT",
+                entries: tensor.external_data.len(),
+            }
+            .into());
+        }
+        let bytes = embedded_bytes(&name, element_type, elements, byte_len, tensor)?;
+        (WeightSource::Embedded { bytes }, None)
+    };
+    Ok(WeightDescriptor {
+        id,
+        name,
+        element_type,
+        dims,
+        byte_len,
+        source,
+        checksum,
+    })
+}
+
+/// The payload of an embedded tensor: `raw_data` sliced without copying, or
+/// the typed fields encoded little-endian after their count is checked.
+fn embedded_bytes(
+    name: &str,
+    element_type: ElementType,
+    elements: u64,
+    byte_len: u64,
+    tensor: TensorProto,
+) -> Result<Bytes, ModelError> {
+    let mismatch = |found: u64, expected: u64, unit| ModelError::EmbeddedSizeMismatch {
+        tensor: name.to_owned(),
+        expected,
+        found,
+        unit,
+    };
+    if let Some(raw) = tensor.raw_data {
+        if raw.len() as u64 != byte_len {
+            return Err(mismatch(raw.len() as u64, byte_len, "bytes"));
+        }
+        return Ok(raw);
+    }
+    use ElementType as T;
+    let values = match element_type {
+        T::I4 | T::U4 => elements.div_ceil(2),
+        _ => elements,
+    };
+    let found = match element_type {
+        T::F32 => tensor.float_data.len(),
+        T::F64 => tensor.double_data.len(),
+        T::I64 => tensor.int64_data.len(),
+        T::U32 | T::U64 => tensor.uint64_data.len(),
+        _ => tensor.int32_data.len(),
+    } as u64;
+    if found != values {
+        return Err(mismatch(found, values, "values"));
+    }
+    let mut out = Vec::with_capacity(byte_len as usize);
+    match element_type {
+        T::F32 => tensor
+            .float_data
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        T::F64 => tensor
+            .double_data
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        T::I64 => tensor
+            .int64_data
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        T::U64 => tensor
+            .uint64_data
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        T::U32 => tensor
+            .uint64_data
+            .iter()
+            .for_each(|&v| out.extend_from_slice(&(v as u32).to_le_bytes())),
+        T::I32 => tensor
+            .int32_data
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        T::I16 | T::U16 | T::F16 | T::BF16 => tensor
+            .int32_data
+            .iter()
+            .for_each(|&v| out.extend_from_slice(&(v as u16).to_le_bytes())),
+        T::I8 | T::U8 | T::Bool | T::I4 | T::U4 => {
+            tensor.int32_data.iter().for_each(|&v| out.push(v as u8))
+        }
+    }
+    debug_assert_eq!(out.len() as u64, byte_len);
+    Ok(Bytes::from(out))
+}

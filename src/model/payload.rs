@@ -1,0 +1,369 @@
+//! Payload sources (cold path): read one weight's bytes into a caller's
+//! buffer, counting bytes per weight.
+//!
+//! * [`FileSource`] — positioned reads on one shared handle per data file; the
+//!   default, because a file truncated under a read gives an error.
+//! * [`MmapSource`] — copies out of a memory mapping; faster for repeated
+//!   reads, but a file truncated under a mapping kills the process (SIGBUS).
+//! * [`FaultInjectingSource`] — wraps another source and delays, fails,
+//!   shortens or holds reads of chosen weights, for tests.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use memmap2::Mmap;
+
+use super::{Model, PayloadError, WeightDescriptor, WeightId, WeightSource};
+use crate::Error;
+use crate::sync::{AtomicU64, Latch, Ordering};
+
+/// Reads weight payloads.
+pub trait PayloadSource: Send + Sync + std::fmt::Debug {
+    /// The descriptor of weight `id`, if this source knows it.
+    fn descriptor(&self, id: WeightId) -> Option<&WeightDescriptor>;
+
+    /// Reads weight `id` into `buf`, whose length must equal the weight's
+    /// `byte_len`.
+    fn read(&self, id: WeightId, buf: &mut [u8]) -> Result<(), PayloadError>;
+
+    /// Bytes delivered so far, per weight.
+    fn counters(&self) -> &ReadCounters;
+}
+
+/// Reads weight `id` into a new `Vec`.
+pub fn read_to_vec(source: &dyn PayloadSource, id: WeightId) -> Result<Vec<u8>, PayloadError> {
+    let weight = source
+        .descriptor(id)
+        .ok_or(PayloadError::UnknownWeight { id: id.0 })?;
+    let mut buf = vec![0u8; weight.byte_len() as usize];
+    source.read(id, &mut buf)?;
+    Ok(buf)
+}
+
+/// Bytes read per weight.
+#[derive(Debug)]
+pub struct ReadCounters {
+    per_weight: Box<[AtomicU64]>,
+}
+
+impl ReadCounters {
+    /// Zeroed counters for `weights` weights.
+    pub fn new(weights: usize) -> Self {
+        Self {
+            per_weight: (0..weights).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Bytes delivered for weight `id`.
+    pub fn bytes_read(&self, id: WeightId) -> u64 {
+        self.per_weight
+            .get(id.index())
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// Bytes delivered for all weights.
+    pub fn total(&self) -> u64 {
+        self.per_weight
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    fn add(&self, id: WeightId, bytes: u64) {
+        if let Some(c) = self.per_weight.get(id.index()) {
+            c.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The descriptor of `id` checked against `buf`.
+fn checked<'a>(
+    weights: &'a [WeightDescriptor],
+    id: WeightId,
+    buf: &[u8],
+) -> Result<&'a WeightDescriptor, PayloadError> {
+    let weight = weights
+        .get(id.index())
+        .ok_or(PayloadError::UnknownWeight { id: id.0 })?;
+    if buf.len() as u64 != weight.byte_len() {
+        return Err(PayloadError::BufferSize {
+            tensor: weight.name().to_owned(),
+            expected: weight.byte_len(),
+            buffer: buf.len(),
+        });
+    }
+    Ok(weight)
+}
+
+/// Positioned reads (`pread`) on one shared handle per external data file.
+#[derive(Debug)]
+pub struct FileSource {
+    weights: Arc<[WeightDescriptor]>,
+    files: Vec<(File, PathBuf)>,
+    counters: ReadCounters,
+}
+
+impl FileSource {
+    /// Opens every external data file of `model` once.
+    pub fn open(model: &Model) -> Result<Self, Error> {
+        let files = model
+            .external_files()
+            .iter()
+            .map(|f| {
+                File::open(f.path())
+                    .map(|h| (h, f.path().to_path_buf()))
+                    .map_err(|source| PayloadError::Io {
+                        tensor: format!("(file {})", f.location()),
+                        path: f.path().to_path_buf(),
+                        source,
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        let weights = model.shared_weights();
+        Ok(Self {
+            counters: ReadCounters::new(weights.len()),
+            weights,
+            files,
+        })
+    }
+}
+
+impl PayloadSource for FileSource {
+    fn descriptor(&self, id: WeightId) -> Option<&WeightDescriptor> {
+        self.weights.get(id.index())
+    }
+
+    fn read(&self, id: WeightId, buf: &mut [u8]) -> Result<(), PayloadError> {
+        let weight = checked(&self.weights, id, buf)?;
+        let (file, offset) = match weight.source() {
+            WeightSource::Embedded { bytes } => {
+                buf.copy_from_slice(bytes);
+                self.counters.add(id, bytes.len() as u64);
+                return Ok(());
+            }
+            WeightSource::External { file, offset, .. } => (*file, *offset),
+        };
+        let (handle, path) = &self.files[file.index()];
+        let mut done = 0usize;
+        let result = loop {
+            if done == buf.len() {
+                break Ok(());
+            }
+            match handle.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => {
+                    break Err(PayloadError::ShortRead {
+                        tensor: weight.name().to_owned(),
+                        path: path.clone(),
+                        read: done as u64,
+                        expected: buf.len() as u64,
+                    });
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(source) => {
+                    break Err(PayloadError::Io {
+                        tensor: weight.name().to_owned(),
+                        path: path.clone(),
+                        source,
+                    });
+                }
+            }
+        };
+        self.counters.add(id, done as u64);
+        result
+    }
+
+    fn counters(&self) -> &ReadCounters {
+        &self.counters
+    }
+}
+
+/// Copies out of one read-only memory mapping per external data file.
+///
+/// Not the default: if another process truncates a data file while it is
+/// mapped, touching the lost pages raises SIGBUS and kills the process.
+#[derive(Debug)]
+pub struct MmapSource {
+    weights: Arc<[WeightDescriptor]>,
+    maps: Vec<(Option<Mmap>, PathBuf)>,
+    counters: ReadCounters,
+}
+
+impl MmapSource {
+    /// Maps every external data file of `model`.
+    pub fn open(model: &Model) -> Result<Self, Error> {
+        let mut maps = Vec::with_capacity(model.external_files().len());
+        for f in model.external_files() {
+            let io = |source| PayloadError::Io {
+                tensor: format!("(file {})", f.location()),
+                path: f.path().to_path_buf(),
+                source,
+            };
+            let file = File::open(f.path()).map_err(io)?;
+            let map = if file.metadata().map_err(io)?.len() == 0 {
+                None
+            } else {
+                // SAFETY: the mapping is read-only and only ever copied out of
+                // as plain bytes, so any content is a valid value. The
+                // remaining hazard, another process truncating the file while
+                // it is mapped (SIGBUS), is the documented reason this source
+                // is opt-in.
+                Some(unsafe { Mmap::map(&file) }.map_err(io)?)
+            };
+            maps.push((map, f.path().to_path_buf()));
+        }
+        let weights = model.shared_weights();
+        Ok(Self {
+            counters: ReadCounters::new(weights.len()),
+            weights,
+            maps,
+        })
+    }
+}
+
+impl PayloadSource for MmapSource {
+    fn descriptor(&self, id: WeightId) -> Option<&WeightDescriptor> {
+        self.weights.get(id.index())
+    }
+
+    fn read(&self, id: WeightId, buf: &mut [u8]) -> Result<(), PayloadError> {
+        let weight = checked(&self.weights, id, buf)?;
+        match weight.source() {
+            WeightSource::Embedded { bytes } => buf.copy_from_slice(bytes),
+            WeightSource::External {
+                file,
+                offset,
+                length,
+            } => {
+                let (map, path) = &self.maps[file.index()];
+                let bytes: &[u8] = map.as_deref().unwrap_or_default();
+                let start = usize::try_from(*offset).unwrap_or(usize::MAX);
+                let end = start.saturating_add(*length as usize);
+                let Some(src) = bytes.get(start..end) else {
+                    return Err(PayloadError::ShortRead {
+                        tensor: weight.name().to_owned(),
+                        path: path.clone(),
+                        read: 0,
+                        expected: *length,
+                    });
+                };
+                buf.copy_from_slice(src);
+            }
+        }
+        self.counters.add(id, buf.len() as u64);
+        Ok(())
+    }
+
+    fn counters(&self) -> &ReadCounters {
+        &self.counters
+    }
+}
+
+/// A fault to inject into reads of one weight. Several faults on one weight
+/// apply in the order gate, delay, then failure.
+#[derive(Debug, Clone)]
+pub enum ReadFault {
+    /// Sleep this long before reading.
+    Delay(Duration),
+    /// Block until the test opens the latch.
+    Gate(Arc<Latch>),
+    /// Fail with [`PayloadError::Injected`] without delivering bytes.
+    Fail,
+    /// Deliver only the first `bytes` bytes, then fail with
+    /// [`PayloadError::ShortRead`].
+    ShortRead {
+        /// Bytes delivered before the failure.
+        bytes: u64,
+    },
+}
+
+/// Wraps a source and injects faults into reads of chosen weights.
+#[derive(Debug)]
+pub struct FaultInjectingSource<S> {
+    inner: S,
+    faults: HashMap<WeightId, Vec<ReadFault>>,
+    started: ReadCounters,
+    counters: ReadCounters,
+}
+
+impl<S: PayloadSource> FaultInjectingSource<S> {
+    /// Wraps `inner` with no faults; `weights` is the model's weight count.
+    pub fn new(inner: S, weights: usize) -> Self {
+        Self {
+            inner,
+            faults: HashMap::new(),
+            started: ReadCounters::new(weights),
+            counters: ReadCounters::new(weights),
+        }
+    }
+
+    /// Adds a fault to every read of weight `id`.
+    pub fn with_fault(mut self, id: WeightId, fault: ReadFault) -> Self {
+        self.faults.entry(id).or_default().push(fault);
+        self
+    }
+
+    /// How many reads of `id` have started (including ones held at a gate).
+    pub fn reads_started(&self, id: WeightId) -> u64 {
+        self.started.bytes_read(id)
+    }
+
+    /// The wrapped source.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: PayloadSource> PayloadSource for FaultInjectingSource<S> {
+    fn descriptor(&self, id: WeightId) -> Option<&WeightDescriptor> {
+        self.inner.descriptor(id)
+    }
+
+    fn read(&self, id: WeightId, buf: &mut [u8]) -> Result<(), PayloadError> {
+        self.started.add(id, 1);
+        let faults = self.faults.get(&id).map(Vec::as_slice).unwrap_or_default();
+        for fault in faults {
+            if let ReadFault::Gate(latch) = fault {
+                latch.wait();
+            }
+        }
+        for fault in faults {
+            if let ReadFault::Delay(d) = fault {
+                crate::sync::thread::sleep(*d);
+            }
+        }
+        let name = || {
+            self.inner
+                .descriptor(id)
+                .map(|w| w.name().to_owned())
+                .unwrap_or_default()
+        };
+        if faults.iter().any(|f| matches!(f, ReadFault::Fail)) {
+            return Err(PayloadError::Injected { tensor: name() });
+        }
+        self.inner.read(id, buf)?;
+        if let Some(bytes) = faults.iter().find_map(|f| match f {
+            ReadFault::ShortRead { bytes } => Some((*bytes).min(buf.len() as u64)),
+            _ => None,
+        }) {
+            buf[bytes as usize..].fill(0);
+            self.counters.add(id, bytes);
+            return Err(PayloadError::ShortRead {
+                tensor: name(),
+                path: PathBuf::from("(fault injection)"),
+                read: bytes,
+                expected: buf.len() as u64,
+            });
+        }
+        self.counters.add(id, buf.len() as u64);
+        Ok(())
+    }
+
+    fn counters(&self) -> &ReadCounters {
+        &self.counters
+    }
+}

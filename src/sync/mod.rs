@@ -1,0 +1,110 @@
+//! The concurrency seam: the only module that names atomics, cells, locks and
+//! threads. It re-exports `std` normally and `loom` under `cfg(loom)`, so the
+//! `loom-tests` crate model-checks the same code the runtime runs.
+//!
+//! Depends on nothing else in the crate. `clippy.toml` forbids the `std` types
+//! everywhere but here.
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
+
+mod latch;
+
+pub use latch::Latch;
+
+#[cfg(not(loom))]
+pub use std::sync::Arc;
+#[cfg(not(loom))]
+use std::sync::atomic as imp;
+#[cfg(not(loom))]
+pub use std::sync::atomic::{Ordering, fence};
+#[cfg(not(loom))]
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+#[cfg(loom)]
+pub use loom::sync::Arc;
+#[cfg(loom)]
+use loom::sync::atomic as imp;
+#[cfg(loom)]
+pub use loom::sync::atomic::{Ordering, fence};
+#[cfg(loom)]
+use loom::sync::{Condvar, Mutex, MutexGuard};
+
+/// Declares a transparent wrapper over the `std` (or `loom`) atomic of the
+/// same name. The wrapper is what the rest of the crate names, so the
+/// `disallowed-types` lint can tell seam users from direct users; every
+/// method of the wrapped atomic is reached through `Deref`.
+macro_rules! atomic {
+    ($(#[$doc:meta])* $name:ident($int:ty)) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        #[repr(transparent)]
+        pub struct $name(imp::$name);
+
+        impl $name {
+            /// A new atomic holding `value`.
+            #[cfg(not(loom))]
+            pub const fn new(value: $int) -> Self {
+                Self(imp::$name::new(value))
+            }
+
+            /// A new atomic holding `value`.
+            #[cfg(loom)]
+            pub fn new(value: $int) -> Self {
+                Self(imp::$name::new(value))
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new(<$int>::default())
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = imp::$name;
+
+            fn deref(&self) -> &Self::Target {
+                &self.0
+            }
+        }
+    };
+}
+
+atomic!(
+    /// `AtomicBool` through the seam.
+    AtomicBool(bool)
+);
+atomic!(
+    /// `AtomicU32` through the seam.
+    AtomicU32(u32)
+);
+atomic!(
+    /// `AtomicU64` through the seam.
+    AtomicU64(u64)
+);
+atomic!(
+    /// `AtomicUsize` through the seam.
+    AtomicUsize(usize)
+);
+
+/// Threads, through the same seam.
+pub mod thread {
+    #[cfg(not(loom))]
+    pub use std::thread::{JoinHandle, current, sleep, spawn, yield_now};
+
+    #[cfg(loom)]
+    pub use loom::thread::{JoinHandle, current, spawn, yield_now};
+
+    /// Loom has no clock: under `cfg(loom)` a sleep is a yield.
+    #[cfg(loom)]
+    pub fn sleep(_: std::time::Duration) {
+        yield_now();
+    }
+}
+
+/// Locks `mutex`, ignoring poisoning: the seam's own primitives keep no
+/// invariant that a panicking holder could break halfway.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

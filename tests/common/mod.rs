@@ -1,0 +1,125 @@
+//! Small hand-built models for the model-loading tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use onnx_prepared::model::proto::tensor_proto::{DataLocation, DataType};
+use onnx_prepared::model::proto::{
+    GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto,
+};
+
+/// One initializer of a test model.
+#[derive(Clone, Debug)]
+pub struct Init {
+    pub name: String,
+    pub data_type: i32,
+    pub dims: Vec<i64>,
+    /// `Some(entries)`: external with these `external_data` entries.
+    pub external: Option<Vec<(String, String)>>,
+    pub raw: Option<Vec<u8>>,
+    pub data_location: Option<DataLocation>,
+}
+
+impl Init {
+    /// An f32 tensor stored externally with `entries`.
+    pub fn external(name: &str, dims: &[i64], entries: &[(&str, &str)]) -> Self {
+        Self {
+            name: name.into(),
+            data_type: DataType::Float as i32,
+            dims: dims.to_vec(),
+            external: Some(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            raw: None,
+            data_location: Some(DataLocation::External),
+        }
+    }
+
+    /// An f32 tensor with embedded raw bytes.
+    pub fn embedded(name: &str, dims: &[i64], raw: Vec<u8>) -> Self {
+        Self {
+            name: name.into(),
+            data_type: DataType::Float as i32,
+            dims: dims.to_vec(),
+            external: None,
+            raw: Some(raw),
+            data_location: None,
+        }
+    }
+
+    pub fn data_type(mut self, t: DataType) -> Self {
+        self.data_type = t as i32;
+        self
+    }
+
+    fn to_proto(&self) -> TensorProto {
+        TensorProto {
+            name: Some(self.name.clone()),
+            data_type: Some(self.data_type),
+            dims: self.dims.clone(),
+            raw_data: self.raw.clone().map(Into::into),
+            data_location: self.data_location.map(|d| d as i32),
+            external_data: self
+                .external
+                .iter()
+                .flatten()
+                .map(|(k, v)| StringStringEntryProto {
+                    key: Some(k.clone()),
+                    value: Some(v.clone()),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Encodes a model whose graph holds `inits` and one Identity node per init.
+pub fn model_bytes(inits: &[Init]) -> Vec<u8> {
+    let graph = GraphProto {
+        name: Some("test".into()),
+        initializer: inits.iter().map(Init::to_proto).collect(),
+        node: inits
+            .iter()
+            .map(|i| NodeProto {
+                op_type: Some("Identity".into()),
+                input: vec![i.name.clone()],
+                output: vec![format!("{}.out", i.name)],
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    ModelProto {
+        ir_version: Some(11),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(23),
+        }],
+        graph: Some(graph),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// Writes `model.onnx` with `inits` into `dir` and returns its path.
+pub fn write_model(dir: &Path, inits: &[Init]) -> PathBuf {
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, model_bytes(inits)).expect("write model");
+    path
+}
+
+/// Writes a data file of `len` bytes (byte i = i % 251) into `dir`.
+pub fn write_data(dir: &Path, name: &str, len: usize) -> PathBuf {
+    let path = dir.join(name);
+    let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&path, bytes).expect("write data");
+    path
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
