@@ -25,6 +25,7 @@ pub(crate) struct Roots {
 pub(crate) struct ExternalFiles {
     pub(crate) files: Vec<ExternalFile>,
     by_path: HashMap<PathBuf, ExternalFileId>,
+    by_location: HashMap<String, ExternalFileId>,
 }
 
 /// The parsed keys of one `external_data` list.
@@ -189,6 +190,10 @@ impl ExternalFiles {
         location: &str,
         roots: &Roots,
     ) -> Result<ExternalFileId, E> {
+        // Same spelling, same file: resolve each distinct location once.
+        if let Some(&id) = self.by_location.get(location) {
+            return Ok(id);
+        }
         let joined = roots.model_dir.join(location);
         let canonical = std::fs::canonicalize(&joined).map_err(|source| E::FileNotFound {
             tensor: tensor.to_owned(),
@@ -203,6 +208,7 @@ impl ExternalFiles {
             });
         }
         if let Some(&id) = self.by_path.get(&canonical) {
+            self.by_location.insert(location.to_owned(), id);
             return Ok(id);
         }
         let meta = std::fs::metadata(&canonical).map_err(|source| E::FileNotFound {
@@ -223,6 +229,7 @@ impl ExternalFiles {
             size: meta.len(),
         });
         self.by_path.insert(canonical, id);
+        self.by_location.insert(location.to_owned(), id);
         Ok(id)
     }
 }
