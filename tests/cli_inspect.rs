@@ -26,16 +26,28 @@ fn json_report_matches_the_model_without_reading_payloads() {
     std::fs::write(&data, vec![0u8; size as usize]).unwrap();
 
     let out = inspect(&[path.to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
 
     let cfg = TinyLlmConfig::default();
-    assert_eq!(report["ops"]["com.microsoft::MatMulNBits"], 4 * cfg.blocks + 1);
+    assert_eq!(
+        report["ops"]["com.microsoft::MatMulNBits"],
+        4 * cfg.blocks + 1
+    );
     assert_eq!(report["ops"]["RMSNormalization"], 2 * cfg.blocks + 1);
     assert_eq!(report["opsets"][0], serde_json::json!(["ai.onnx", 23]));
     let weights = report["weights"].as_array().unwrap();
     assert_eq!(weights.len(), model.weights().len());
-    let external: u64 = model.weights().iter().filter(|w| w.is_external()).map(|w| w.byte_len()).sum();
+    let external: u64 = model
+        .weights()
+        .iter()
+        .filter(|w| w.is_external())
+        .map(|w| w.byte_len())
+        .sum();
     assert_eq!(report["totals"]["external_bytes"], external);
     assert_eq!(report["totals"]["external_files"], 1);
     assert_eq!(

@@ -24,7 +24,12 @@ fn two_weights() -> (tempfile::TempDir, Model) {
     (dir, model)
 }
 
-fn ids(model: &Model) -> (onnx_prepared::model::WeightId, onnx_prepared::model::WeightId) {
+fn ids(
+    model: &Model,
+) -> (
+    onnx_prepared::model::WeightId,
+    onnx_prepared::model::WeightId,
+) {
     (
         model.weight_by_name("a").unwrap().id(),
         model.weight_by_name("b").unwrap().id(),
@@ -35,23 +40,41 @@ fn ids(model: &Model) -> (onnx_prepared::model::WeightId, onnx_prepared::model::
 fn fail_and_short_read_hit_only_their_weight() {
     let (_dir, model) = two_weights();
     let (a, b) = ids(&model);
-    let source = FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
-        .with_fault(a, ReadFault::Fail);
+    let source =
+        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
+            .with_fault(a, ReadFault::Fail);
     assert!(matches!(
         read_to_vec(&source, a),
         Err(PayloadError::Injected { tensor }) if tensor == "a"
     ));
-    assert_eq!(read_to_vec(&source, b).unwrap(), (32..64).collect::<Vec<u8>>());
+    assert_eq!(
+        read_to_vec(&source, b).unwrap(),
+        (32..64).collect::<Vec<u8>>()
+    );
     assert_eq!(source.counters().bytes_read(a), 0);
     assert_eq!(source.counters().bytes_read(b), 32);
 
-    let source = FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
-        .with_fault(b, ReadFault::ShortRead { bytes: 5 });
+    let source =
+        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
+            .with_fault(b, ReadFault::ShortRead { bytes: 5 });
     let mut buf = [0xffu8; 32];
     let err = source.read(b, &mut buf).unwrap_err();
-    assert!(matches!(err, PayloadError::ShortRead { read: 5, expected: 32, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            PayloadError::ShortRead {
+                read: 5,
+                expected: 32,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(&buf[..5], &[32, 33, 34, 35, 36]);
-    assert!(buf[5..].iter().all(|&x| x == 0), "nothing past the short read");
+    assert!(
+        buf[5..].iter().all(|&x| x == 0),
+        "nothing past the short read"
+    );
     assert_eq!(source.counters().bytes_read(b), 5);
 }
 
@@ -60,8 +83,9 @@ fn delay_holds_the_read_at_least_that_long() {
     let (_dir, model) = two_weights();
     let (a, _) = ids(&model);
     let delay = Duration::from_millis(30);
-    let source = FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
-        .with_fault(a, ReadFault::Delay(delay));
+    let source =
+        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
+            .with_fault(a, ReadFault::Delay(delay));
     let start = Instant::now();
     read_to_vec(&source, a).unwrap();
     assert!(start.elapsed() >= delay);
@@ -96,7 +120,10 @@ fn gate_holds_the_read_until_the_test_opens_it() {
     );
     assert_eq!(source.counters().bytes_read(a), 0);
     gate.open();
-    assert_eq!(reader.join().unwrap().unwrap(), (0..32).collect::<Vec<u8>>());
+    assert_eq!(
+        reader.join().unwrap().unwrap(),
+        (0..32).collect::<Vec<u8>>()
+    );
     assert_eq!(source.counters().bytes_read(a), 32);
     assert_eq!(source.inner().counters().bytes_read(a), 32);
 }

@@ -171,7 +171,10 @@ fn file_truncated_after_open_is_a_short_read_not_a_crash() {
     let first = model.weight_by_name("embed.weight").unwrap();
     let mut buf = vec![0u8; first.byte_len() as usize];
     let err = source.read(first.id(), &mut buf).unwrap_err();
-    assert!(matches!(err, PayloadError::ShortRead { read: 1048576, .. }), "{err:?}");
+    assert!(
+        matches!(err, PayloadError::ShortRead { read: 1048576, .. }),
+        "{err:?}"
+    );
 
     // Reopening the model sees the short file at open.
     let err = Model::open(dir.path().join("tiny-llm.onnx")).unwrap_err();
@@ -187,7 +190,11 @@ fn buffer_size_and_unknown_ids_are_errors() {
     let mut small = vec![0u8; 10];
     assert!(matches!(
         source.read(w.id(), &mut small),
-        Err(PayloadError::BufferSize { expected: 2048, buffer: 10, .. })
+        Err(PayloadError::BufferSize {
+            expected: 2048,
+            buffer: 10,
+            ..
+        })
     ));
     let bogus = onnx_prepared::model::WeightId(10_000);
     assert!(matches!(
