@@ -89,15 +89,32 @@ atomic!(
 /// Threads, through the same seam.
 pub mod thread {
     #[cfg(not(loom))]
-    pub use std::thread::{JoinHandle, current, sleep, spawn, yield_now};
+    use std::thread as imp;
 
     #[cfg(loom)]
-    pub use loom::thread::{JoinHandle, current, spawn, yield_now};
+    use loom::thread as imp;
 
-    /// Loom has no clock: under `cfg(loom)` a sleep is a yield.
-    #[cfg(loom)]
-    pub fn sleep(_: std::time::Duration) {
-        yield_now();
+    pub use imp::{JoinHandle, yield_now};
+
+    /// Spawns a thread (`std::thread::spawn`, or loom's under `cfg(loom)`).
+    pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        imp::spawn(f)
+    }
+
+    /// Sleeps the current thread. Loom has no clock: under `cfg(loom)` a
+    /// sleep is a yield.
+    pub fn sleep(duration: std::time::Duration) {
+        #[cfg(not(loom))]
+        imp::sleep(duration);
+        #[cfg(loom)]
+        {
+            let _ = duration;
+            imp::yield_now();
+        }
     }
 }
 
