@@ -1,6 +1,25 @@
 //! CPU kernels and the packed layouts they consume (hot path).
 //!
 //! A kernel exposes `prepare(source bytes) -> packed bytes` for a named layout
-//! and `execute(packed, inputs, outputs, scratch)`; it knows nothing about
-//! tasks, scheduling or ONNX files. The runtime's `plan` module glues kernels
-//! to the graph.
+//! ([`Prepack`]) and `execute(packed, inputs, outputs, parallel)`
+//! ([`Operator`]); it knows nothing about tasks, scheduling or ONNX files.
+//! The runtime's `plan` module glues kernels to the graph.
+//!
+//! Modules: [`tensor`] (element types, dense tensors), [`op`] (the operator
+//! interface), [`par`] (the `ParallelFor` executor interface), [`registry`]
+//! (lookup by op type), `ops` (the operators, each with a scalar reference
+//! implementation that is the test oracle for its fast kernels).
+
+mod error;
+pub mod op;
+pub mod ops;
+pub mod par;
+pub mod registry;
+pub mod tensor;
+
+pub use error::KernelError;
+pub use op::{
+    Attributes, CpuFeatures, InputInfo, NodeSpec, Operator, OutputInfo, PackedWeight, Prepack,
+};
+pub use par::{ParallelFor, Sequential};
+pub use tensor::{ElementType, Tensor, TensorData, element_count};

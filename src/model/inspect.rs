@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::proto::ValueInfoProto;
 use super::proto::tensor_shape_proto::dimension::Value as DimValue;
 use super::proto::type_proto::Value as TypeValue;
-use super::{Checksum, ElementType, Model, WeightSource, onnx_type_name};
+use super::{Checksum, Model, WeightSource, onnx_type_name};
 
 /// What `onnx-prepared inspect` prints.
 #[derive(Debug, Clone, Serialize)]
@@ -50,8 +50,8 @@ pub struct ValueReport {
 pub struct WeightReport {
     /// Its name.
     pub name: String,
-    /// Element type.
-    pub element_type: ElementType,
+    /// Element type (`f32`, `u8`, ...).
+    pub element_type: &'static str,
     /// Dimensions.
     pub dims: Vec<u64>,
     /// Payload bytes.
@@ -160,7 +160,7 @@ impl InspectReport {
                 }
                 WeightReport {
                     name: w.name().to_owned(),
-                    element_type: w.element_type(),
+                    element_type: w.element_type().name(),
                     dims: w.dims().to_vec(),
                     bytes: w.byte_len(),
                     storage,
@@ -240,7 +240,7 @@ impl InspectReport {
                 s,
                 "  {:<28} {:<5} {:<18} {:>10}  {:<9} {:<8} {}",
                 w.name,
-                w.element_type.name(),
+                w.element_type,
                 dims,
                 w.bytes,
                 w.storage,

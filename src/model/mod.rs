@@ -21,7 +21,7 @@ use bytes::Bytes;
 use onnx_prepared_proto::tensor_proto::DataLocation;
 use onnx_prepared_proto::{GraphProto, Message, ModelProto, TensorProto};
 
-pub use dtype::{ElementType, onnx_type_name};
+pub use dtype::{ElementType, element_type_from_onnx, element_type_to_onnx, onnx_type_name};
 pub use error::{ExternalDataError, ModelError, PayloadError};
 pub use payload::{
     FaultInjectingSource, FileSource, MmapSource, PayloadSource, ReadCounters, ReadFault,
@@ -228,7 +228,7 @@ fn describe(
     };
     let data_type = tensor.data_type.unwrap_or_default();
     let element_type =
-        ElementType::from_onnx(data_type).ok_or_else(|| ModelError::UnsupportedElementType {
+        element_type_from_onnx(data_type).ok_or_else(|| ModelError::UnsupportedElementType {
             tensor: name.clone(),
             element_type: onnx_type_name(data_type),
         })?;

@@ -1,0 +1,56 @@
+//! Kernel errors (cold path: raised at resolution or on bad runtime shapes).
+
+use crate::ElementType;
+
+/// What a kernel or operator constructor reports.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KernelError {
+    /// The operator is not implemented.
+    #[error("operator {domain}::{op_type} (opset {opset}) is not supported")]
+    UnsupportedOp {
+        /// Operator domain (`""` for the default).
+        domain: String,
+        /// Operator type.
+        op_type: String,
+        /// Imported opset version of the domain.
+        opset: i64,
+    },
+    /// An attribute value (or combination) is not supported or is invalid.
+    #[error("{op}: attribute `{name}`: {detail}")]
+    Attribute {
+        /// Operator type.
+        op: &'static str,
+        /// Attribute name.
+        name: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// An input or output has an element type the operator does not handle.
+    #[error("{op}: element type {dtype} is not supported")]
+    UnsupportedType {
+        /// Operator type.
+        op: &'static str,
+        /// The type.
+        dtype: ElementType,
+    },
+    /// Input count, shapes or values are inconsistent.
+    #[error("shape error: {0}")]
+    Shape(String),
+    /// An input whose value decides output shapes is not known at resolution.
+    #[error("{op}: input {input} must be a constant (an initializer or Constant node)")]
+    NeedsConstant {
+        /// Operator type.
+        op: &'static str,
+        /// Input position.
+        input: usize,
+    },
+    /// Anything else a kernel rejects at run time (an index out of range...).
+    #[error("{op}: {detail}")]
+    Invalid {
+        /// Operator type.
+        op: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+}

@@ -1,0 +1,186 @@
+//! The operator interface between the runtime and the kernels (cold path for
+//! construction and inference of shapes, hot path for `execute`).
+//!
+//! The runtime turns each ONNX node into a [`NodeSpec`], asks the
+//! [`crate::registry`] for an [`Operator`], infers output types and shapes
+//! once per input shape set, optionally prepacks constant weights through the
+//! operator's [`Prepack`], and then calls `execute` with preallocated outputs.
+
+use std::fmt::Debug;
+
+use crate::{ElementType, KernelError, ParallelFor, Tensor, TensorData};
+
+/// Attribute access for one node, independent of the protobuf types.
+pub trait Attributes {
+    /// Names of every attribute present (to reject unknown ones).
+    fn names(&self) -> Vec<String>;
+    /// An `INT` attribute.
+    fn int(&self, name: &str) -> Option<i64>;
+    /// A `FLOAT` attribute.
+    fn float(&self, name: &str) -> Option<f32>;
+    /// An `INTS` attribute.
+    fn ints(&self, name: &str) -> Option<Vec<i64>>;
+    /// A `FLOATS` attribute.
+    fn floats(&self, name: &str) -> Option<Vec<f32>>;
+    /// A `STRING` attribute.
+    fn string(&self, name: &str) -> Option<String>;
+    /// A `TENSOR` attribute, decoded (`Err` when it cannot be decoded).
+    fn tensor(&self, name: &str) -> Option<Result<Tensor, KernelError>>;
+}
+
+/// One node as the registry sees it.
+#[derive(Clone, Copy)]
+pub struct NodeSpec<'a> {
+    /// Domain (`""` for ai.onnx).
+    pub domain: &'a str,
+    /// Operator type.
+    pub op_type: &'a str,
+    /// Imported opset version of `domain`.
+    pub opset: i64,
+    /// The node's attributes.
+    pub attributes: &'a dyn Attributes,
+    /// Number of inputs, counting empty (omitted optional) ones.
+    pub inputs: usize,
+    /// Number of outputs, counting empty ones.
+    pub outputs: usize,
+}
+
+impl Debug for NodeSpec<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeSpec")
+            .field("domain", &self.domain)
+            .field("op_type", &self.op_type)
+            .field("opset", &self.opset)
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .finish()
+    }
+}
+
+/// What resolution knows about one input: type, shape and, for constants
+/// (initializers, Constant nodes, values known from earlier folding), the value.
+#[derive(Debug, Clone, Copy)]
+pub struct InputInfo<'a> {
+    /// Element type.
+    pub dtype: ElementType,
+    /// Dimensions.
+    pub shape: &'a [usize],
+    /// The value, when it is a constant.
+    pub value: Option<&'a Tensor>,
+}
+
+/// Type and shape of one output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputInfo {
+    /// Element type.
+    pub dtype: ElementType,
+    /// Dimensions.
+    pub shape: Vec<usize>,
+}
+
+/// CPU features that select kernels and packed layouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct CpuFeatures {
+    /// AVX2 and FMA.
+    pub avx2: bool,
+    /// AVX-512 F, BW, DQ and VL.
+    pub avx512: bool,
+    /// AVX-512 VNNI.
+    pub avx512vnni: bool,
+}
+
+impl CpuFeatures {
+    /// The features of the running CPU.
+    pub fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+            let avx512 = avx2
+                && std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512dq")
+                && std::is_x86_feature_detected!("avx512vl");
+            let avx512vnni = avx512 && std::is_x86_feature_detected!("avx512vnni");
+            Self { avx2, avx512, avx512vnni }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Self::default()
+        }
+    }
+
+    /// No SIMD: the portable layouts and scalar kernels.
+    pub fn portable() -> Self {
+        Self::default()
+    }
+}
+
+/// A prepacked weight: the parts a fast kernel consumes, under the layout
+/// key that names every parameter that changed the bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PackedWeight {
+    /// The layout key, e.g. `matmul-nbits-q4-b32-avx2`.
+    pub layout: String,
+    /// The packed parts (typed, so kernels read them without casts).
+    pub parts: Vec<TensorData>,
+}
+
+impl PackedWeight {
+    /// Bytes held.
+    pub fn byte_len(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| {
+                p.dtype()
+                    .byte_len(p.len() as u64)
+                    .unwrap_or(u64::MAX) as usize
+            })
+            .sum()
+    }
+}
+
+/// How an operator packs its constant weights.
+pub trait Prepack: Send + Sync + Debug {
+    /// The layout key (see [`PackedWeight::layout`]).
+    fn layout(&self) -> &str;
+    /// Input positions the packed object replaces; `execute` receives `None`
+    /// at these positions and the packed object instead.
+    fn consumes(&self) -> &[usize];
+    /// Packs `sources` (the consumed inputs, in `consumes` order). The same
+    /// sources always give the same bytes: padding is zeroed.
+    fn prepare(&self, sources: &[&Tensor]) -> Result<PackedWeight, KernelError>;
+}
+
+/// A resolved operator: attributes parsed and checked, ready to infer shapes
+/// and execute.
+pub trait Operator: Send + Sync + Debug {
+    /// The operator type (for errors and dumps).
+    fn name(&self) -> &'static str;
+
+    /// Output types and shapes for these inputs (`None` = omitted optional
+    /// input). Errors on inconsistent inputs or on a shape operand that is
+    /// not a constant.
+    fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError>;
+
+    /// The packing this operator offers for these inputs on this CPU, when
+    /// its weight inputs are constants. `None`: it takes every input as is.
+    fn prepack(
+        &self,
+        inputs: &[Option<InputInfo<'_>>],
+        cpu: CpuFeatures,
+    ) -> Option<Box<dyn Prepack>> {
+        let _ = (inputs, cpu);
+        None
+    }
+
+    /// Computes `outputs` (preallocated with the inferred types and shapes)
+    /// from `inputs`. `packed` is the object [`Operator::prepack`] described,
+    /// when the runtime packed; the consumed inputs are then `None`.
+    fn execute(
+        &self,
+        inputs: &[Option<&Tensor>],
+        packed: Option<&PackedWeight>,
+        outputs: &mut [Tensor],
+        par: &dyn ParallelFor,
+    ) -> Result<(), KernelError>;
+}

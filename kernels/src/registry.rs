@@ -1,0 +1,27 @@
+//! Operator lookup by (domain, op type, opset) (cold path).
+
+use crate::{KernelError, NodeSpec, Operator, ops};
+
+/// The operator for `spec`, with its attributes parsed and checked.
+///
+/// Unknown operators are [`KernelError::UnsupportedOp`]; known operators
+/// with an unsupported attribute or input combination return the operator's
+/// own error.
+pub fn operator(spec: &NodeSpec<'_>) -> Result<Box<dyn Operator>, KernelError> {
+    let domain = match spec.domain {
+        "ai.onnx" => "",
+        d => d,
+    };
+    let spec = NodeSpec { domain, ..*spec };
+    if let Some(op) = ops::basic::lookup(&spec) {
+        return op;
+    }
+    if let Some(op) = ops::linalg::lookup(&spec) {
+        return op;
+    }
+    Err(KernelError::UnsupportedOp {
+        domain: if domain.is_empty() { "ai.onnx".into() } else { domain.into() },
+        op_type: spec.op_type.into(),
+        opset: spec.opset,
+    })
+}
