@@ -1,6 +1,8 @@
 //! The public error type (cold path): one enum over the module errors, with a
 //! coarse [`ErrorKind`] for callers that only branch on the category.
 
+use onnx_prepared_kernels::{ElementType, KernelError};
+
 use crate::model::{ExternalDataError, ModelError, PayloadError};
 
 /// Every error the runtime returns.
@@ -17,6 +19,145 @@ pub enum Error {
     /// Reading a weight's payload failed.
     #[error(transparent)]
     Payload(#[from] PayloadError),
+    /// The graph cannot be resolved to kernels.
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    /// A run was given bad inputs, or a kernel failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+/// The graph cannot be resolved: a node has no kernel, a value is undefined,
+/// shapes do not agree.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResolveError {
+    /// The kernel registry rejected the node, or shape inference failed.
+    #[error("node `{node}`: {source}")]
+    Kernel {
+        /// The node.
+        node: String,
+        /// What the kernel reported.
+        source: KernelError,
+    },
+    /// A node reads a value nothing defines before it (or the graph is not
+    /// topologically sorted).
+    #[error(
+        "node `{node}` reads `{value}`, which no graph input, initializer or earlier node defines"
+    )]
+    UndefinedValue {
+        /// The node (or `graph output`).
+        node: String,
+        /// The value.
+        value: String,
+    },
+    /// A value is defined twice.
+    #[error("node `{node}` defines `{value}`, which is already defined")]
+    Redefined {
+        /// The node.
+        node: String,
+        /// The value.
+        value: String,
+    },
+    /// A node's domain has no opset import.
+    #[error("node `{node}` uses domain `{domain}`, which the model does not import")]
+    MissingOpset {
+        /// The node.
+        node: String,
+        /// The domain.
+        domain: String,
+    },
+    /// A node has more operands than the hot path supports.
+    #[error("node `{node}` has more than {limit} inputs or outputs")]
+    TooManyOperands {
+        /// The node.
+        node: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// A graph input is not a tensor.
+    #[error("graph input `{input}` is not a tensor")]
+    InputNotTensor {
+        /// The input.
+        input: String,
+    },
+    /// A graph input has an element type the runtime cannot compute with.
+    #[error("graph input `{input}` has element type {dtype}, which onnx-prepared does not support")]
+    InputType {
+        /// The input.
+        input: String,
+        /// Its ONNX type name.
+        dtype: String,
+    },
+    /// A weight's element type has no compute representation (4-bit types
+    /// are only read by kernels that consume them packed).
+    #[error("weight `{weight}` has element type {dtype}, which no kernel reads directly")]
+    WeightType {
+        /// The weight.
+        weight: String,
+        /// Its type.
+        dtype: ElementType,
+    },
+}
+
+/// A run was given bad inputs, or a kernel failed while running.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A graph input was not provided.
+    #[error("input `{input}` is missing")]
+    MissingInput {
+        /// The input.
+        input: String,
+    },
+    /// A provided input is not a graph input.
+    #[error("`{input}` is not an input of this model")]
+    UnknownInput {
+        /// The name provided.
+        input: String,
+    },
+    /// An input was provided twice.
+    #[error("input `{input}` is provided twice")]
+    DuplicateInput {
+        /// The input.
+        input: String,
+    },
+    /// An input has the wrong element type.
+    #[error("input `{input}` must be {expected}, not {found}")]
+    InputType {
+        /// The input.
+        input: String,
+        /// Declared type.
+        expected: ElementType,
+        /// Provided type.
+        found: ElementType,
+    },
+    /// An input's shape contradicts the declared dims.
+    #[error("input `{input}` has shape {found:?} but the model declares [{}]", expected.join(", "))]
+    InputShape {
+        /// The input.
+        input: String,
+        /// Declared dims (`?` for symbolic).
+        expected: Vec<String>,
+        /// Provided shape.
+        found: Vec<usize>,
+    },
+    /// A kernel returned an error.
+    #[error("node `{node}` failed: {source}")]
+    Kernel {
+        /// The node.
+        node: String,
+        /// What the kernel reported.
+        source: KernelError,
+    },
+    /// A kernel panicked; the panic was caught at the node boundary.
+    #[error("node `{node}` panicked: {detail}")]
+    KernelPanic {
+        /// The node.
+        node: String,
+        /// The panic message.
+        detail: String,
+    },
 }
 
 /// The category of an [`Error`].
@@ -29,6 +170,12 @@ pub enum ErrorKind {
     ExternalData,
     /// See [`Error::Payload`].
     Payload,
+    /// See [`Error::Resolve`].
+    Resolve,
+    /// Bad inputs to a run.
+    Input,
+    /// A kernel failed while running.
+    Kernel,
 }
 
 impl Error {
@@ -38,6 +185,9 @@ impl Error {
             Error::Model(_) => ErrorKind::Model,
             Error::ExternalData(_) => ErrorKind::ExternalData,
             Error::Payload(_) => ErrorKind::Payload,
+            Error::Resolve(_) => ErrorKind::Resolve,
+            Error::Run(RunError::Kernel { .. } | RunError::KernelPanic { .. }) => ErrorKind::Kernel,
+            Error::Run(_) => ErrorKind::Input,
         }
     }
 }

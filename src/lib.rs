@@ -28,6 +28,8 @@
 pub mod error;
 pub mod limits;
 pub mod model;
+pub mod npz;
+pub mod state;
 pub mod sync;
 
 pub use error::{Error, ErrorKind};

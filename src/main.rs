@@ -5,8 +5,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use onnx_prepared::model::Model;
 use onnx_prepared::model::inspect::InspectReport;
+use onnx_prepared::model::{FileSource, Model};
+use onnx_prepared::npz;
+use onnx_prepared::state::{Dim, DirectReplay, DirectReplayOptions};
+use onnx_prepared_kernels::{CpuFeatures, Tensor, TensorData};
 
 #[derive(Parser)]
 #[command(
@@ -29,6 +32,29 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a model once (or repeatedly, for timing) on inputs from an .npz.
+    Run {
+        /// The `.onnx` file.
+        model: PathBuf,
+        /// Inputs as a NumPy .npz of named arrays; random inputs of the declared types when omitted.
+        #[arg(long)]
+        inputs: Option<PathBuf>,
+        /// Where to write the outputs (.npz, named by the graph's outputs).
+        #[arg(long)]
+        outputs: Option<PathBuf>,
+        /// Threads for the kernels.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Size of a symbolic input dim for random inputs, e.g. `--dim T=128` (others default to 1).
+        #[arg(long = "dim", value_parser = parse_dim)]
+        dims: Vec<(String, usize)>,
+        /// After the first run, run this many more times and print timing as JSON.
+        #[arg(long, default_value_t = 0)]
+        repeat: usize,
+        /// Use the portable layouts and scalar kernels instead of the CPU's SIMD ones.
+        #[arg(long)]
+        portable: bool,
+    },
     /// Generate the fixture models if missing and show what the demo runs on them.
     Demo {
         /// Where the fixtures live (default: target/fixtures).
@@ -42,6 +68,23 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect { model, json } => inspect(model, json),
         Command::Demo { fixtures } => demo(fixtures),
+        Command::Run {
+            model,
+            inputs,
+            outputs,
+            threads,
+            dims,
+            repeat,
+            portable,
+        } => run(RunArgs {
+            model,
+            inputs,
+            outputs,
+            threads,
+            dims,
+            repeat,
+            portable,
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -50,6 +93,127 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn parse_dim(s: &str) -> Result<(String, usize), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not NAME=SIZE"))?;
+    let value = value
+        .parse()
+        .map_err(|_| format!("`{value}` is not a size"))?;
+    Ok((name.to_owned(), value))
+}
+
+struct RunArgs {
+    model: PathBuf,
+    inputs: Option<PathBuf>,
+    outputs: Option<PathBuf>,
+    threads: usize,
+    dims: Vec<(String, usize)>,
+    repeat: usize,
+    portable: bool,
+}
+
+/// Deterministic random inputs of the declared types: floats in [-1, 1),
+/// integers in [0, 10), booleans alternating.
+fn random_inputs(
+    replay: &DirectReplay,
+    dims: &[(String, usize)],
+) -> Result<Vec<(String, Tensor)>, Box<dyn std::error::Error>> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut out = Vec::new();
+    for input in replay.inputs() {
+        let shape: Vec<usize> = input
+            .dims
+            .iter()
+            .flatten()
+            .map(|d| match d {
+                Dim::Fixed(n) => *n,
+                Dim::Symbolic(p) => dims.iter().find(|(n, _)| n == p).map_or(1, |(_, v)| *v),
+                Dim::Unknown => 1,
+            })
+            .collect();
+        let mut t = Tensor::zeros(input.dtype, shape)?;
+        match t.data_mut() {
+            TensorData::F32(v) => v
+                .iter_mut()
+                .for_each(|x| *x = (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0),
+            TensorData::F64(v) => v
+                .iter_mut()
+                .for_each(|x| *x = (next() >> 11) as f64 / (1u64 << 52) as f64 - 1.0),
+            TensorData::I64(v) => v.iter_mut().for_each(|x| *x = (next() % 10) as i64),
+            TensorData::I32(v) => v.iter_mut().for_each(|x| *x = (next() % 10) as i32),
+            TensorData::Bool(v) => v.iter_mut().enumerate().for_each(|(i, x)| *x = i % 2 == 0),
+            _ => {}
+        }
+        out.push((input.name.clone(), t));
+    }
+    Ok(out)
+}
+
+fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let model = Model::open(&args.model)?;
+    let source = FileSource::open(&model)?;
+    let cpu = if args.portable {
+        CpuFeatures::portable()
+    } else {
+        CpuFeatures::detect()
+    };
+    let mut replay = DirectReplay::new(
+        &model,
+        &source,
+        DirectReplayOptions {
+            threads: args.threads.max(1),
+            cpu,
+        },
+    )?;
+    let load = start.elapsed();
+    let inputs = match &args.inputs {
+        Some(path) => npz::read_npz(path)?,
+        None => random_inputs(&replay, &args.dims)?,
+    };
+    let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let first = Instant::now();
+    let outputs = replay.run(&named)?;
+    let first = first.elapsed();
+    let mut times = Vec::with_capacity(args.repeat);
+    for _ in 0..args.repeat {
+        let t = Instant::now();
+        std::hint::black_box(replay.run(&named)?);
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    if let Some(path) = &args.outputs {
+        npz::write_npz(path, &outputs)?;
+    }
+    if args.repeat > 0 {
+        times.sort_by(f64::total_cmp);
+        println!(
+            "{}",
+            serde_json::json!({
+                "load_ms": load.as_secs_f64() * 1e3,
+                "first_run_ms": first.as_secs_f64() * 1e3,
+                "median_ms": times[times.len() / 2],
+                "min_ms": times[0],
+                "runs": times.len(),
+                "threads": args.threads,
+            })
+        );
+    } else {
+        for (name, t) in &outputs {
+            println!("{name:<24} {:<5} {:?}", t.dtype().name(), t.shape());
+        }
+        eprintln!("loaded and prepacked in {load:.2?}, first run {first:.2?}");
+    }
+    Ok(())
 }
 
 fn inspect(path: PathBuf, json: bool) -> Result<(), Box<dyn std::error::Error>> {

@@ -94,14 +94,19 @@ impl CpuFeatures {
     pub fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
-            let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+            let avx2 =
+                std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
             let avx512 = avx2
                 && std::is_x86_feature_detected!("avx512f")
                 && std::is_x86_feature_detected!("avx512bw")
                 && std::is_x86_feature_detected!("avx512dq")
                 && std::is_x86_feature_detected!("avx512vl");
             let avx512vnni = avx512 && std::is_x86_feature_detected!("avx512vnni");
-            Self { avx2, avx512, avx512vnni }
+            Self {
+                avx2,
+                avx512,
+                avx512vnni,
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -130,11 +135,7 @@ impl PackedWeight {
     pub fn byte_len(&self) -> usize {
         self.parts
             .iter()
-            .map(|p| {
-                p.dtype()
-                    .byte_len(p.len() as u64)
-                    .unwrap_or(u64::MAX) as usize
-            })
+            .map(|p| p.dtype().byte_len(p.len() as u64).unwrap_or(u64::MAX) as usize)
             .sum()
     }
 }

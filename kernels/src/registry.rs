@@ -20,7 +20,11 @@ pub fn operator(spec: &NodeSpec<'_>) -> Result<Box<dyn Operator>, KernelError> {
         return op;
     }
     Err(KernelError::UnsupportedOp {
-        domain: if domain.is_empty() { "ai.onnx".into() } else { domain.into() },
+        domain: if domain.is_empty() {
+            "ai.onnx".into()
+        } else {
+            domain.into()
+        },
         op_type: spec.op_type.into(),
         opset: spec.opset,
     })

@@ -179,7 +179,7 @@ impl TensorData {
     /// number of elements or the type is storage-only.
     pub fn from_le_bytes(dtype: ElementType, bytes: &[u8]) -> Option<Self> {
         fn decode<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Option<Vec<T>> {
-            if bytes.len() % N != 0 {
+            if !bytes.len().is_multiple_of(N) {
                 return None;
             }
             Some(
@@ -209,7 +209,8 @@ impl TensorData {
     }
 }
 
-/// A dense row-major tensor.
+/// A dense row-major tensor. The default is an empty f32 vector (a
+/// placeholder that holds no allocation).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tensor {
     shape: Vec<usize>,
@@ -219,6 +220,15 @@ pub struct Tensor {
 /// Number of elements of `shape` (1 for a scalar), or `None` on overflow.
 pub fn element_count(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+impl Default for Tensor {
+    fn default() -> Self {
+        Self {
+            shape: Vec::new(),
+            data: TensorData::F32(Vec::new()),
+        }
+    }
 }
 
 macro_rules! accessors {
@@ -334,6 +344,47 @@ impl Tensor {
             )));
         }
         self.shape = shape;
+        Ok(())
+    }
+
+    /// Sets the shape to `shape` in place (reusing the shape's capacity); the
+    /// element count must stay.
+    pub fn set_shape_from(&mut self, shape: &[usize]) -> Result<(), KernelError> {
+        if element_count(shape) != Some(self.len()) {
+            return Err(KernelError::Shape(format!(
+                "cannot view {} elements as {shape:?}",
+                self.len()
+            )));
+        }
+        self.shape.clear();
+        self.shape.extend_from_slice(shape);
+        Ok(())
+    }
+
+    /// Copies `other`'s elements into this tensor (same type and count);
+    /// the shape becomes `other`'s. Allocation-free.
+    pub fn copy_from(&mut self, other: &Tensor) -> Result<(), KernelError> {
+        macro_rules! copy {
+            ($($v:ident),*) => {
+                match (&mut self.data, &other.data) {
+                    $((TensorData::$v(d), TensorData::$v(s)) if d.len() == s.len() => d.copy_from_slice(s),)*
+                    _ => {
+                        return Err(KernelError::Shape(format!(
+                            "cannot copy {} {:?} into {} {:?}",
+                            other.dtype(),
+                            other.shape,
+                            self.dtype(),
+                            self.shape
+                        )))
+                    }
+                }
+            };
+        }
+        copy!(
+            F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, Bool
+        );
+        self.shape.clear();
+        self.shape.extend_from_slice(&other.shape);
         Ok(())
     }
 

@@ -9,46 +9,46 @@ pub use onnx_prepared_kernels::ElementType;
 /// when the runtime cannot store it (strings, complex numbers, 8-bit
 /// floats, 2-bit integers, unknown values).
 pub fn element_type_from_onnx(data_type: i32) -> Option<ElementType> {
-        Some(match DataType::try_from(data_type).ok()? {
-            DataType::Float => ElementType::F32,
-            DataType::Double => ElementType::F64,
-            DataType::Float16 => ElementType::F16,
-            DataType::Bfloat16 => ElementType::BF16,
-            DataType::Int8 => ElementType::I8,
-            DataType::Int16 => ElementType::I16,
-            DataType::Int32 => ElementType::I32,
-            DataType::Int64 => ElementType::I64,
-            DataType::Uint8 => ElementType::U8,
-            DataType::Uint16 => ElementType::U16,
-            DataType::Uint32 => ElementType::U32,
-            DataType::Uint64 => ElementType::U64,
-            DataType::Bool => ElementType::Bool,
-            DataType::Int4 => ElementType::I4,
-            DataType::Uint4 => ElementType::U4,
-            _ => return None,
-        })
-    }
+    Some(match DataType::try_from(data_type).ok()? {
+        DataType::Float => ElementType::F32,
+        DataType::Double => ElementType::F64,
+        DataType::Float16 => ElementType::F16,
+        DataType::Bfloat16 => ElementType::BF16,
+        DataType::Int8 => ElementType::I8,
+        DataType::Int16 => ElementType::I16,
+        DataType::Int32 => ElementType::I32,
+        DataType::Int64 => ElementType::I64,
+        DataType::Uint8 => ElementType::U8,
+        DataType::Uint16 => ElementType::U16,
+        DataType::Uint32 => ElementType::U32,
+        DataType::Uint64 => ElementType::U64,
+        DataType::Bool => ElementType::Bool,
+        DataType::Int4 => ElementType::I4,
+        DataType::Uint4 => ElementType::U4,
+        _ => return None,
+    })
+}
 
 /// The ONNX `TensorProto.data_type` value of `t`.
 pub fn element_type_to_onnx(t: ElementType) -> i32 {
     (match t {
-            ElementType::F32 => DataType::Float,
-            ElementType::F64 => DataType::Double,
-            ElementType::F16 => DataType::Float16,
-            ElementType::BF16 => DataType::Bfloat16,
-            ElementType::I8 => DataType::Int8,
-            ElementType::I16 => DataType::Int16,
-            ElementType::I32 => DataType::Int32,
-            ElementType::I64 => DataType::Int64,
-            ElementType::U8 => DataType::Uint8,
-            ElementType::U16 => DataType::Uint16,
-            ElementType::U32 => DataType::Uint32,
-            ElementType::U64 => DataType::Uint64,
-            ElementType::Bool => DataType::Bool,
-            ElementType::I4 => DataType::Int4,
-            ElementType::U4 => DataType::Uint4,
-        }) as i32
-    }
+        ElementType::F32 => DataType::Float,
+        ElementType::F64 => DataType::Double,
+        ElementType::F16 => DataType::Float16,
+        ElementType::BF16 => DataType::Bfloat16,
+        ElementType::I8 => DataType::Int8,
+        ElementType::I16 => DataType::Int16,
+        ElementType::I32 => DataType::Int32,
+        ElementType::I64 => DataType::Int64,
+        ElementType::U8 => DataType::Uint8,
+        ElementType::U16 => DataType::Uint16,
+        ElementType::U32 => DataType::Uint32,
+        ElementType::U64 => DataType::Uint64,
+        ElementType::Bool => DataType::Bool,
+        ElementType::I4 => DataType::Int4,
+        ElementType::U4 => DataType::Uint4,
+    }) as i32
+}
 
 /// The ONNX name of a `TensorProto.data_type` value, for error messages
 /// (`STRING`, `COMPLEX64`, or the number when it is not a known type).

@@ -5,6 +5,7 @@
 //! the file system, without reading a single external payload byte. Payloads
 //! are read later, one weight at a time, through a [`PayloadSource`].
 
+mod attrs;
 mod dtype;
 mod error;
 mod external;
@@ -21,6 +22,7 @@ use bytes::Bytes;
 use onnx_prepared_proto::tensor_proto::DataLocation;
 use onnx_prepared_proto::{GraphProto, Message, ModelProto, TensorProto};
 
+pub use attrs::NodeAttributes;
 pub use dtype::{ElementType, element_type_from_onnx, element_type_to_onnx, onnx_type_name};
 pub use error::{ExternalDataError, ModelError, PayloadError};
 pub use payload::{
@@ -359,4 +361,42 @@ fn embedded_bytes(
     }
     debug_assert_eq!(out.len() as u64, byte_len);
     Ok(Bytes::from(out))
+}
+
+/// Decodes an embedded tensor (a `Constant` node's or attribute's value) into
+/// a compute tensor. External data and 4-bit types are rejected.
+pub(crate) fn decode_embedded_tensor(
+    name: &str,
+    tensor: &TensorProto,
+) -> Result<onnx_prepared_kernels::Tensor, ModelError> {
+    let data_type = tensor.data_type.unwrap_or_default();
+    let unsupported = || ModelError::UnsupportedElementType {
+        tensor: name.to_owned(),
+        element_type: onnx_type_name(data_type),
+    };
+    let element_type = element_type_from_onnx(data_type).ok_or_else(unsupported)?;
+    if tensor.data_location == Some(DataLocation::External as i32) {
+        return Err(ModelError::UnsupportedStorage {
+            tensor: name.to_owned(),
+            feature: "external data in a node attribute",
+        });
+    }
+    let mut dims = Vec::with_capacity(tensor.dims.len());
+    for &d in &tensor.dims {
+        dims.push(usize::try_from(d).map_err(|_| ModelError::NegativeDim {
+            tensor: name.to_owned(),
+            dim: d,
+            dims: tensor.dims.clone(),
+        })?);
+    }
+    let overflow = || ModelError::DimsOverflow {
+        tensor: name.to_owned(),
+        dims: tensor.dims.clone(),
+    };
+    let elements = onnx_prepared_kernels::element_count(&dims).ok_or_else(overflow)? as u64;
+    let byte_len = element_type.byte_len(elements).ok_or_else(overflow)?;
+    let bytes = embedded_bytes(name, element_type, elements, byte_len, tensor.clone())?;
+    let data = onnx_prepared_kernels::TensorData::from_le_bytes(element_type, &bytes)
+        .ok_or_else(unsupported)?;
+    onnx_prepared_kernels::Tensor::new(dims, data).map_err(|_| overflow())
 }

@@ -6,8 +6,10 @@
 //! everywhere but here.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+mod fork_join;
 mod latch;
 
+pub use fork_join::{ForkJoinPool, MAX_TASKS};
 pub use latch::Latch;
 
 #[cfg(not(loom))]

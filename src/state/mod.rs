@@ -1,0 +1,8 @@
+//! Mutable execution state. Today: [`DirectReplay`], the eager baseline
+//! (load and prepack everything, then replay a compact action list).
+
+mod direct;
+mod parallel;
+
+pub use direct::{Dim, DirectReplay, DirectReplayOptions, GraphInput};
+pub use parallel::ThreadPool;
