@@ -1,10 +1,75 @@
 //! Elementwise, normalization, and shape/data-movement operators.
+//!
+//! Lookup and attribute parsing are cold path; each operator's `execute` is
+//! hot path (no allocation: strides live in fixed arrays of
+//! [`MAX_RANK`](common::MAX_RANK) entries).
+//!
+//! Files: `elementwise` (Add, Sub, Mul, Div, Pow, Sigmoid, Neg, Sqrt,
+//! Reciprocal) over `broadcast`; `softmax`; `norm` (LayerNormalization,
+//! RMSNormalization, SimplifiedLayerNormalization); `gather`; `transpose`;
+//! `slice`; `concat` (Concat, Split); `shape` (Reshape, Squeeze, Unsqueeze,
+//! Identity); `cast`; `constant`. `common` holds attribute access and typed
+//! tensor access, `real` the f32/f64 arithmetic trait.
+
+#[macro_use]
+mod macros;
+mod broadcast;
+mod cast;
+mod common;
+mod concat;
+mod constant;
+mod elementwise;
+mod gather;
+mod norm;
+mod real;
+mod shape;
+mod slice;
+mod softmax;
+mod transpose;
+
+use elementwise::{BinaryKind, UnaryKind};
+use norm::NormKind;
+use shape::AxesKind;
 
 use crate::{KernelError, NodeSpec, Operator};
 
+fn boxed<O: Operator + 'static>(
+    op: Result<O, KernelError>,
+) -> Result<Box<dyn Operator>, KernelError> {
+    op.map(|o| Box::new(o) as Box<dyn Operator>)
+}
+
 /// The operator for `spec` if this family implements its op type (the
-/// domain is `""` for ai.onnx).
+/// domain is `""` for ai.onnx; SimplifiedLayerNormalization is also
+/// accepted in `com.microsoft`).
 pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelError>> {
-    let _ = spec;
-    None
+    Some(match (spec.domain, spec.op_type) {
+        ("", "Add") => boxed(elementwise::Binary::new(spec, BinaryKind::Add)),
+        ("", "Sub") => boxed(elementwise::Binary::new(spec, BinaryKind::Sub)),
+        ("", "Mul") => boxed(elementwise::Binary::new(spec, BinaryKind::Mul)),
+        ("", "Div") => boxed(elementwise::Binary::new(spec, BinaryKind::Div)),
+        ("", "Pow") => boxed(elementwise::Pow::new(spec)),
+        ("", "Sigmoid") => boxed(elementwise::Unary::new(spec, UnaryKind::Sigmoid)),
+        ("", "Neg") => boxed(elementwise::Unary::new(spec, UnaryKind::Neg)),
+        ("", "Sqrt") => boxed(elementwise::Unary::new(spec, UnaryKind::Sqrt)),
+        ("", "Reciprocal") => boxed(elementwise::Unary::new(spec, UnaryKind::Reciprocal)),
+        ("", "Softmax") => boxed(softmax::Softmax::new(spec)),
+        ("", "LayerNormalization") => boxed(norm::Norm::new(spec, NormKind::Layer)),
+        ("", "RMSNormalization") => boxed(norm::Norm::new(spec, NormKind::Rms)),
+        ("" | "com.microsoft", "SimplifiedLayerNormalization") => {
+            boxed(norm::Norm::new(spec, NormKind::SimplifiedLayer))
+        }
+        ("", "Gather") => boxed(gather::Gather::new(spec)),
+        ("", "Transpose") => boxed(transpose::Transpose::new(spec)),
+        ("", "Reshape") => boxed(shape::Reshape::new(spec)),
+        ("", "Squeeze") => boxed(shape::Axes::new(spec, AxesKind::Squeeze)),
+        ("", "Unsqueeze") => boxed(shape::Axes::new(spec, AxesKind::Unsqueeze)),
+        ("", "Identity") => boxed(shape::Identity::new(spec)),
+        ("", "Split") => boxed(concat::Split::new(spec)),
+        ("", "Concat") => boxed(concat::Concat::new(spec)),
+        ("", "Slice") => boxed(slice::Slice::new(spec)),
+        ("", "Cast") => boxed(cast::Cast::new(spec)),
+        ("", "Constant") => boxed(constant::Constant::new(spec)),
+        _ => return None,
+    })
 }

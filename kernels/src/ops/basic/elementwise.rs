@@ -1,0 +1,580 @@
+//! Elementwise operators: Add, Sub, Mul, Div and Pow with NumPy
+//! broadcasting; Sigmoid, Neg, Sqrt, Reciprocal (hot path kernels, cold path
+//! construction and inference).
+
+use half::{bf16, f16};
+
+use super::broadcast::{Plan, broadcast_shape};
+use super::common::{
+    Attrs, Elem, check_inputs, check_len, input, output, required, typed, typed_mut,
+};
+use super::real::Real;
+use crate::{
+    ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
+    Tensor,
+};
+
+/// Which arithmetic a [`Binary`] performs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BinaryKind {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl BinaryKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Add => "Add",
+            Self::Sub => "Sub",
+            Self::Mul => "Mul",
+            Self::Div => "Div",
+        }
+    }
+}
+
+/// Checks the legacy (opset < 7) broadcasting attributes: only the default
+/// "no broadcast" form is accepted (NumPy broadcasting is a superset of it).
+fn legacy_broadcast(spec: &NodeSpec<'_>, op: &'static str) -> Result<(), KernelError> {
+    let allowed: &[&'static str] = match spec.opset {
+        ..6 => &["broadcast", "axis", "consumed_inputs"],
+        6 => &["broadcast", "axis"],
+        _ => &[],
+    };
+    let attrs = Attrs::new(spec, op, allowed)?;
+    match attrs.int("broadcast")? {
+        None | Some(0) => Ok(()),
+        Some(v) => Err(attrs.error(
+            "broadcast",
+            format!("legacy (opset < 7) broadcasting with broadcast={v} is not supported"),
+        )),
+    }
+}
+
+/// Add, Sub, Mul or Div.
+#[derive(Debug)]
+pub(crate) struct Binary {
+    kind: BinaryKind,
+}
+
+impl Binary {
+    pub(crate) fn new(spec: &NodeSpec<'_>, kind: BinaryKind) -> Result<Self, KernelError> {
+        legacy_broadcast(spec, kind.name())?;
+        Ok(Self { kind })
+    }
+}
+
+/// Arithmetic with the ONNX semantics of each element type: floats follow
+/// IEEE, integers wrap on overflow and divide truncating toward zero.
+trait Arith: Elem {
+    const INTEGER: bool;
+    fn add(a: Self, b: Self) -> Self;
+    fn sub(a: Self, b: Self) -> Self;
+    fn mul(a: Self, b: Self) -> Self;
+    fn div(a: Self, b: Self) -> Self;
+    fn is_zero(self) -> bool;
+}
+
+macro_rules! impl_arith_float {
+    ($($t:ty),*) => {
+        $(
+            impl Arith for $t {
+                const INTEGER: bool = false;
+                #[inline(always)]
+                fn add(a: Self, b: Self) -> Self { a + b }
+                #[inline(always)]
+                fn sub(a: Self, b: Self) -> Self { a - b }
+                #[inline(always)]
+                fn mul(a: Self, b: Self) -> Self { a * b }
+                #[inline(always)]
+                fn div(a: Self, b: Self) -> Self { a / b }
+                #[inline(always)]
+                fn is_zero(self) -> bool { false }
+            }
+        )*
+    };
+}
+
+macro_rules! impl_arith_int {
+    ($($t:ty),*) => {
+        $(
+            impl Arith for $t {
+                const INTEGER: bool = true;
+                #[inline(always)]
+                fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
+                #[inline(always)]
+                fn sub(a: Self, b: Self) -> Self { a.wrapping_sub(b) }
+                #[inline(always)]
+                fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
+                #[inline(always)]
+                fn div(a: Self, b: Self) -> Self {
+                    // Divisors are checked for zero before the loop.
+                    if b == 0 { 0 } else { a.wrapping_div(b) }
+                }
+                #[inline(always)]
+                fn is_zero(self) -> bool { self == 0 }
+            }
+        )*
+    };
+}
+
+impl_arith_float!(f32, f64, f16, bf16);
+impl_arith_int!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+fn binary_typed<T: Arith>(
+    kind: BinaryKind,
+    plan: &Plan,
+    a: &Tensor,
+    b: &Tensor,
+    out: &mut Tensor,
+) -> Result<(), KernelError> {
+    let op = kind.name();
+    let (a, b, out) = (
+        typed::<T>(op, a)?,
+        typed::<T>(op, b)?,
+        typed_mut::<T>(op, out)?,
+    );
+    match kind {
+        BinaryKind::Add => plan.run(op, a, b, out, T::add),
+        BinaryKind::Sub => plan.run(op, a, b, out, T::sub),
+        BinaryKind::Mul => plan.run(op, a, b, out, T::mul),
+        BinaryKind::Div => {
+            if T::INTEGER && plan.out_len() > 0 && b.iter().any(|v| v.is_zero()) {
+                return Err(KernelError::Invalid {
+                    op,
+                    detail: "integer division by zero".into(),
+                });
+            }
+            plan.run(op, a, b, out, T::div)
+        }
+    }
+}
+
+fn arith_supported(dtype: ElementType) -> bool {
+    use ElementType as E;
+    matches!(
+        dtype,
+        E::F32
+            | E::F64
+            | E::F16
+            | E::BF16
+            | E::I8
+            | E::I16
+            | E::I32
+            | E::I64
+            | E::U8
+            | E::U16
+            | E::U32
+            | E::U64
+    )
+}
+
+impl Operator for Binary {
+    fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
+        let op = self.name();
+        let inputs = check_inputs(op, inputs, 2, 2)?;
+        let (a, b) = (required(op, inputs, 0)?, required(op, inputs, 1)?);
+        if a.dtype != b.dtype {
+            return Err(KernelError::Shape(format!(
+                "{op}: operand types differ ({} and {})",
+                a.dtype, b.dtype
+            )));
+        }
+        if !arith_supported(a.dtype) {
+            return Err(KernelError::UnsupportedType { op, dtype: a.dtype });
+        }
+        let shape = broadcast_shape(op, a.shape, b.shape)?;
+        Plan::new(op, a.shape, b.shape)?;
+        Ok(vec![OutputInfo {
+            dtype: a.dtype,
+            shape,
+        }])
+    }
+
+    fn execute(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _packed: Option<&PackedWeight>,
+        outputs: &mut [Tensor],
+        _par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        let op = self.name();
+        let (a, b) = (input(op, inputs, 0)?, input(op, inputs, 1)?);
+        let out = output(op, outputs, 0)?;
+        let plan = Plan::new(op, a.shape(), b.shape())?;
+        let k = self.kind;
+        use ElementType as E;
+        match a.dtype() {
+            E::F32 => binary_typed::<f32>(k, &plan, a, b, out),
+            E::F64 => binary_typed::<f64>(k, &plan, a, b, out),
+            E::F16 => binary_typed::<f16>(k, &plan, a, b, out),
+            E::BF16 => binary_typed::<bf16>(k, &plan, a, b, out),
+            E::I8 => binary_typed::<i8>(k, &plan, a, b, out),
+            E::I16 => binary_typed::<i16>(k, &plan, a, b, out),
+            E::I32 => binary_typed::<i32>(k, &plan, a, b, out),
+            E::I64 => binary_typed::<i64>(k, &plan, a, b, out),
+            E::U8 => binary_typed::<u8>(k, &plan, a, b, out),
+            E::U16 => binary_typed::<u16>(k, &plan, a, b, out),
+            E::U32 => binary_typed::<u32>(k, &plan, a, b, out),
+            E::U64 => binary_typed::<u64>(k, &plan, a, b, out),
+            dtype => Err(KernelError::UnsupportedType { op, dtype }),
+        }
+    }
+}
+
+/// An exponent element type of Pow.
+trait PowExp: Elem {
+    /// The value as f64.
+    fn as_f64(self) -> f64;
+    /// The value as an integer, for integer types (saturating u64).
+    fn as_int(self) -> Option<i64>;
+}
+
+macro_rules! impl_pow_exp {
+    (float: $($f:ty),*; int: $($i:ty),*) => {
+        $(
+            impl PowExp for $f {
+                #[inline(always)]
+                fn as_f64(self) -> f64 { self as f64 }
+                #[inline(always)]
+                fn as_int(self) -> Option<i64> { None }
+            }
+        )*
+        $(
+            impl PowExp for $i {
+                #[inline(always)]
+                fn as_f64(self) -> f64 { self as f64 }
+                #[inline(always)]
+                fn as_int(self) -> Option<i64> { Some(i64::try_from(self).unwrap_or(i64::MAX)) }
+            }
+        )*
+    };
+}
+
+impl_pow_exp!(float: f32, f64; int: i8, i16, i32, i64, u8, u16, u32, u64);
+
+/// Integer power with wrapping; negative exponents give the truncated
+/// reciprocal (1 for base 1, ±1 for base -1, else 0, including base 0).
+#[inline]
+fn int_pow(mut base: i64, exp: i64) -> i64 {
+    if exp < 0 {
+        return match base {
+            1 => 1,
+            -1 => {
+                if exp % 2 == 0 {
+                    1
+                } else {
+                    -1
+                }
+            }
+            _ => 0,
+        };
+    }
+    let mut e = exp as u64;
+    let mut acc: i64 = 1;
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        e >>= 1;
+    }
+    acc
+}
+
+/// A base element type of Pow.
+trait PowBase: Elem {
+    fn pow<E: PowExp>(self, e: E) -> Self;
+}
+
+impl PowBase for f32 {
+    #[inline(always)]
+    fn pow<E: PowExp>(self, e: E) -> Self {
+        if E::DTYPE == ElementType::F32 {
+            self.powf(e.as_f64() as f32)
+        } else {
+            (self as f64).powf(e.as_f64()) as f32
+        }
+    }
+}
+
+impl PowBase for f64 {
+    #[inline(always)]
+    fn pow<E: PowExp>(self, e: E) -> Self {
+        self.powf(e.as_f64())
+    }
+}
+
+macro_rules! impl_pow_base_int {
+    ($($t:ty),*) => {
+        $(
+            impl PowBase for $t {
+                #[inline(always)]
+                fn pow<E: PowExp>(self, e: E) -> Self {
+                    match e.as_int() {
+                        Some(k) => int_pow(self as i64, k) as $t,
+                        // Float exponent: computed in f64, truncated toward zero.
+                        None => (self as f64).powf(e.as_f64()) as $t,
+                    }
+                }
+            }
+        )*
+    };
+}
+
+impl_pow_base_int!(i32, i64);
+
+/// Pow (base types f32, f64, i32, i64; exponent any integer or f32/f64).
+#[derive(Debug)]
+pub(crate) struct Pow;
+
+impl Pow {
+    pub(crate) fn new(spec: &NodeSpec<'_>) -> Result<Self, KernelError> {
+        legacy_broadcast(spec, "Pow")?;
+        Ok(Self)
+    }
+}
+
+fn pow_typed<B: PowBase, E: PowExp>(
+    plan: &Plan,
+    a: &Tensor,
+    b: &Tensor,
+    out: &mut Tensor,
+) -> Result<(), KernelError> {
+    let (a, b, out) = (
+        typed::<B>("Pow", a)?,
+        typed::<E>("Pow", b)?,
+        typed_mut::<B>("Pow", out)?,
+    );
+    plan.run("Pow", a, b, out, |x, y| x.pow(y))
+}
+
+fn pow_exp<B: PowBase>(
+    plan: &Plan,
+    a: &Tensor,
+    b: &Tensor,
+    out: &mut Tensor,
+) -> Result<(), KernelError> {
+    use ElementType as E;
+    match b.dtype() {
+        E::F32 => pow_typed::<B, f32>(plan, a, b, out),
+        E::F64 => pow_typed::<B, f64>(plan, a, b, out),
+        E::I8 => pow_typed::<B, i8>(plan, a, b, out),
+        E::I16 => pow_typed::<B, i16>(plan, a, b, out),
+        E::I32 => pow_typed::<B, i32>(plan, a, b, out),
+        E::I64 => pow_typed::<B, i64>(plan, a, b, out),
+        E::U8 => pow_typed::<B, u8>(plan, a, b, out),
+        E::U16 => pow_typed::<B, u16>(plan, a, b, out),
+        E::U32 => pow_typed::<B, u32>(plan, a, b, out),
+        E::U64 => pow_typed::<B, u64>(plan, a, b, out),
+        dtype => Err(KernelError::UnsupportedType { op: "Pow", dtype }),
+    }
+}
+
+impl Operator for Pow {
+    fn name(&self) -> &'static str {
+        "Pow"
+    }
+
+    fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
+        use ElementType as E;
+        let inputs = check_inputs("Pow", inputs, 2, 2)?;
+        let (a, b) = (required("Pow", inputs, 0)?, required("Pow", inputs, 1)?);
+        if !matches!(a.dtype, E::F32 | E::F64 | E::I32 | E::I64) {
+            return Err(KernelError::UnsupportedType {
+                op: "Pow",
+                dtype: a.dtype,
+            });
+        }
+        if !matches!(
+            b.dtype,
+            E::F32 | E::F64 | E::I8 | E::I16 | E::I32 | E::I64 | E::U8 | E::U16 | E::U32 | E::U64
+        ) {
+            return Err(KernelError::UnsupportedType {
+                op: "Pow",
+                dtype: b.dtype,
+            });
+        }
+        let shape = broadcast_shape("Pow", a.shape, b.shape)?;
+        Plan::new("Pow", a.shape, b.shape)?;
+        Ok(vec![OutputInfo {
+            dtype: a.dtype,
+            shape,
+        }])
+    }
+
+    fn execute(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _packed: Option<&PackedWeight>,
+        outputs: &mut [Tensor],
+        _par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        use ElementType as E;
+        let (a, b) = (input("Pow", inputs, 0)?, input("Pow", inputs, 1)?);
+        let out = output("Pow", outputs, 0)?;
+        let plan = Plan::new("Pow", a.shape(), b.shape())?;
+        // Squaring (decomposed RMS/LayerNorm) is exact as a product.
+        if let (Some(x), Some(&[y])) = (a.as_f32(), b.as_f32())
+            && y == 2.0
+        {
+            let out = typed_mut::<f32>("Pow", out)?;
+            return plan.run("Pow", x, &[y], out, |x, _| x * x);
+        }
+        match a.dtype() {
+            E::F32 => pow_exp::<f32>(&plan, a, b, out),
+            E::F64 => pow_exp::<f64>(&plan, a, b, out),
+            E::I32 => pow_exp::<i32>(&plan, a, b, out),
+            E::I64 => pow_exp::<i64>(&plan, a, b, out),
+            dtype => Err(KernelError::UnsupportedType { op: "Pow", dtype }),
+        }
+    }
+}
+
+/// Which function a [`Unary`] applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UnaryKind {
+    Sigmoid,
+    Neg,
+    Sqrt,
+    Reciprocal,
+}
+
+impl UnaryKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Sigmoid => "Sigmoid",
+            Self::Neg => "Neg",
+            Self::Sqrt => "Sqrt",
+            Self::Reciprocal => "Reciprocal",
+        }
+    }
+}
+
+/// Sigmoid, Neg, Sqrt or Reciprocal.
+#[derive(Debug)]
+pub(crate) struct Unary {
+    kind: UnaryKind,
+}
+
+impl Unary {
+    pub(crate) fn new(spec: &NodeSpec<'_>, kind: UnaryKind) -> Result<Self, KernelError> {
+        // `consumed_inputs` (opset < 6) was an in-place hint without meaning
+        // for the result.
+        let allowed: &[&'static str] = if spec.opset < 6 {
+            &["consumed_inputs"]
+        } else {
+            &[]
+        };
+        Attrs::new(spec, kind.name(), allowed)?;
+        Ok(Self { kind })
+    }
+
+    fn supports(&self, dtype: ElementType) -> bool {
+        use ElementType as E;
+        match self.kind {
+            UnaryKind::Neg => {
+                matches!(
+                    dtype,
+                    E::F32 | E::F64 | E::F16 | E::BF16 | E::I8 | E::I16 | E::I32 | E::I64
+                )
+            }
+            _ => matches!(dtype, E::F32 | E::F64 | E::F16 | E::BF16),
+        }
+    }
+}
+
+#[inline]
+fn map<A: Elem, B: Elem>(
+    op: &'static str,
+    x: &Tensor,
+    y: &mut Tensor,
+    f: impl Fn(A) -> B,
+) -> Result<(), KernelError> {
+    let (x, y) = (typed::<A>(op, x)?, typed_mut::<B>(op, y)?);
+    check_len(op, "output", y.len(), x.len())?;
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = f(v);
+    }
+    Ok(())
+}
+
+#[inline]
+fn sigmoid<T: Real>(x: T) -> T {
+    T::ONE / (T::ONE + (-x).exp())
+}
+
+fn unary_real<T: Real>(kind: UnaryKind, x: &Tensor, y: &mut Tensor) -> Result<(), KernelError> {
+    let op = kind.name();
+    match kind {
+        UnaryKind::Sigmoid => map::<T, T>(op, x, y, sigmoid),
+        UnaryKind::Neg => map::<T, T>(op, x, y, |v| -v),
+        UnaryKind::Sqrt => map::<T, T>(op, x, y, T::sqrt),
+        UnaryKind::Reciprocal => map::<T, T>(op, x, y, |v| T::ONE / v),
+    }
+}
+
+macro_rules! unary_half {
+    ($t:ty, $kind:expr, $x:expr, $y:expr) => {{
+        let op = $kind.name();
+        match $kind {
+            UnaryKind::Sigmoid => {
+                map::<$t, $t>(op, $x, $y, |v| <$t>::from_f32(sigmoid(v.to_f32())))
+            }
+            UnaryKind::Neg => map::<$t, $t>(op, $x, $y, |v| -v),
+            UnaryKind::Sqrt => map::<$t, $t>(op, $x, $y, |v| <$t>::from_f32(v.to_f32().sqrt())),
+            UnaryKind::Reciprocal => {
+                map::<$t, $t>(op, $x, $y, |v| <$t>::from_f32(1.0 / v.to_f32()))
+            }
+        }
+    }};
+}
+
+impl Operator for Unary {
+    fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
+        let op = self.name();
+        let inputs = check_inputs(op, inputs, 1, 1)?;
+        let x = required(op, inputs, 0)?;
+        if !self.supports(x.dtype) {
+            return Err(KernelError::UnsupportedType { op, dtype: x.dtype });
+        }
+        Ok(vec![OutputInfo {
+            dtype: x.dtype,
+            shape: x.shape.to_vec(),
+        }])
+    }
+
+    fn execute(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _packed: Option<&PackedWeight>,
+        outputs: &mut [Tensor],
+        _par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        use ElementType as E;
+        let op = self.name();
+        let x = input(op, inputs, 0)?;
+        let y = output(op, outputs, 0)?;
+        let kind = self.kind;
+        match (kind, x.dtype()) {
+            (_, E::F32) => unary_real::<f32>(kind, x, y),
+            (_, E::F64) => unary_real::<f64>(kind, x, y),
+            (_, E::F16) => unary_half!(f16, kind, x, y),
+            (_, E::BF16) => unary_half!(bf16, kind, x, y),
+            (UnaryKind::Neg, E::I8) => map::<i8, i8>(op, x, y, i8::wrapping_neg),
+            (UnaryKind::Neg, E::I16) => map::<i16, i16>(op, x, y, i16::wrapping_neg),
+            (UnaryKind::Neg, E::I32) => map::<i32, i32>(op, x, y, i32::wrapping_neg),
+            (UnaryKind::Neg, E::I64) => map::<i64, i64>(op, x, y, i64::wrapping_neg),
+            (_, dtype) => Err(KernelError::UnsupportedType { op, dtype }),
+        }
+    }
+}
