@@ -42,9 +42,9 @@ enum Command {
         /// Where to write the outputs (.npz, named by the graph's outputs).
         #[arg(long)]
         outputs: Option<PathBuf>,
-        /// Threads for the kernels.
-        #[arg(long, default_value_t = 1)]
-        threads: usize,
+        /// Threads for the kernels (at least 1).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        threads: u16,
         /// Size of a symbolic input dim for random inputs, e.g. `--dim T=128` (others default to 1).
         #[arg(long = "dim", value_parser = parse_dim)]
         dims: Vec<(String, usize)>,
@@ -80,7 +80,7 @@ fn main() -> ExitCode {
             model,
             inputs,
             outputs,
-            threads,
+            threads: threads.into(),
             dims,
             repeat,
             portable,
@@ -172,7 +172,7 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         &model,
         &source,
         DirectReplayOptions {
-            threads: args.threads.max(1),
+            threads: args.threads,
             cpu,
         },
     )?;

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Steady-state speed of tiny-llm in ONNX Runtime and in onnx-prepared.
+
+    python tests/conformance/compare_speed.py --bin PATH --fixtures DIR
+        [--threads 1,2] [--repeat 20] [--warmup 3] [--json PATH]
+
+Cases: prefill (T=128, P=0) and one decode step (T=1, P=128, the cache being
+ORT's prefill presents; the values do not change the work).
+  * ORT: one InferenceSession per thread count (CPUExecutionProvider,
+    intra_op_num_threads=N, inter_op_num_threads=1, default graph
+    optimizations), --warmup untimed runs, then the median of --repeat timed
+    session.run calls.
+  * onnx-prepared: `run MODEL --inputs X.npz --repeat R --threads N`; its
+    JSON line's median_ms (the first run, which prepares shapes and buffers,
+    is excluded from the median and reported separately).
+Prints a table (case, threads, ORT ms, ours ms, ours/ORT) and writes it as
+JSON to --json PATH if given. It reports; it does not judge: exit 0 unless a
+run fails. Timings on a shared or busy machine are noisy: compare ratios from
+the same run, not across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.dont_write_bytecode = True  # keep tests/conformance free of __pycache__
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RunFailed, binary_exists, parse_timing, run_cli, write_npz  # noqa: E402
+from parity import PREFILL_T, presents_as_past, tiny_llm_feeds  # noqa: E402
+
+
+def ort_session(model: Path, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+
+
+def time_ort(sess, feeds: dict, warmup: int, repeat: int) -> tuple[float, float]:
+    names = [o.name for o in sess.get_outputs()]
+    for _ in range(warmup):
+        sess.run(names, feeds)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        sess.run(names, feeds)
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times), min(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bin", required=True, help="the onnx-prepared binary")
+    parser.add_argument("--fixtures", required=True, type=Path, help="the make-fixtures output dir")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs per case (default 20)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed ORT runs first (default 3)")
+    parser.add_argument("--json", type=Path, help="also write the table as JSON here")
+    args = parser.parse_args()
+
+    if not binary_exists(args.bin):
+        print(f"error: {args.bin} not found", file=sys.stderr)
+        return 2
+    model = args.fixtures / "tiny-llm.onnx"
+    if not model.exists():
+        print(f"error: {model} not found", file=sys.stderr)
+        return 2
+    threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    repeat = max(1, args.repeat)
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="speed-") as tmp:
+        tmp = Path(tmp)
+        sess = ort_session(model, 1)
+        prefill = tiny_llm_feeds(sess, PREFILL_T, 0, seed=11, past=None)
+        names = [o.name for o in sess.get_outputs()]
+        past = presents_as_past(dict(zip(names, sess.run(names, prefill))))
+        decode = tiny_llm_feeds(sess, 1, PREFILL_T, seed=12, past=past)
+        del sess
+        cases = [(f"prefill T={PREFILL_T} P=0", prefill), (f"decode T=1 P={PREFILL_T}", decode)]
+        for i, (_, feeds) in enumerate(cases):
+            write_npz(tmp / f"case{i}.npz", feeds)
+
+        for n in threads:
+            sess = ort_session(model, n)
+            for i, (label, feeds) in enumerate(cases):
+                ort_median, ort_min = time_ort(sess, feeds, args.warmup, repeat)
+                try:
+                    stdout = run_cli(args.bin, model, tmp / f"case{i}.npz", threads=n, repeat=repeat)
+                    ours = parse_timing(stdout)
+                except (RunFailed, ValueError) as e:
+                    print(f"error: {label}, threads={n}: {e}", file=sys.stderr)
+                    return 1
+                rows.append({
+                    "case": label,
+                    "threads": n,
+                    "ort_ms": ort_median,
+                    "ort_min_ms": ort_min,
+                    "ours_ms": ours["median_ms"],
+                    "ours_min_ms": ours["min_ms"],
+                    "ours_first_run_ms": ours["first_run_ms"],
+                    "ours_load_ms": ours["load_ms"],
+                    "ratio": ours["median_ms"] / ort_median,
+                    "runs": repeat,
+                })
+            del sess
+
+    print(f"{'case':<20} {'threads':>7} {'ORT ms':>10} {'ours ms':>10} {'ours/ORT':>9}")
+    for r in rows:
+        print(f"{r['case']:<20} {r['threads']:>7} {r['ort_ms']:>10.3f} {r['ours_ms']:>10.3f} {r['ratio']:>9.2f}")
+    print(f"(median of {repeat} timed runs each; ours excludes its first run; "
+          f"--json adds min, our load and first-run times)")
+    if args.json:
+        args.json.write_text(json.dumps({"model": str(model), "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
