@@ -25,6 +25,9 @@ pub enum Error {
     /// A run was given bad inputs, or a kernel failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// The plan cannot be built.
+    #[error(transparent)]
+    Plan(#[from] crate::plan::PlanError),
 }
 
 /// The graph cannot be resolved: a node has no kernel, a value is undefined,
@@ -185,7 +188,7 @@ impl Error {
             Error::Model(_) => ErrorKind::Model,
             Error::ExternalData(_) => ErrorKind::ExternalData,
             Error::Payload(_) => ErrorKind::Payload,
-            Error::Resolve(_) => ErrorKind::Resolve,
+            Error::Resolve(_) | Error::Plan(_) => ErrorKind::Resolve,
             Error::Run(RunError::Kernel { .. } | RunError::KernelPanic { .. }) => ErrorKind::Kernel,
             Error::Run(_) => ErrorKind::Input,
         }

@@ -25,11 +25,14 @@
 //! # Ok::<(), onnx_prepared::Error>(())
 //! ```
 
+pub mod arena;
 pub mod error;
 pub mod limits;
 pub mod model;
 pub mod npz;
+pub mod plan;
 pub mod state;
+pub mod store;
 pub mod sync;
 
 pub use error::{Error, ErrorKind};

@@ -7,3 +7,8 @@ pub const MAX_MODEL_FILE_BYTES: u64 = (1 << 31) - 1;
 /// Alignment of each tensor in an external data file written by this project
 /// (fixtures and, later, the prepared cache).
 pub const EXTERNAL_DATA_ALIGNMENT: u64 = 64;
+
+/// Embedded initializers up to this size are decoded at resolution and used
+/// as inline constants; larger ones become prepared requirements like
+/// external weights.
+pub const MAX_INLINE_CONSTANT_BYTES: u64 = 64 * 1024;

@@ -7,7 +7,9 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 use onnx_prepared::model::inspect::InspectReport;
 use onnx_prepared::model::{FileSource, Model, PayloadSource};
+use onnx_prepared::model::{ResolveOptions, ResolvedModel};
 use onnx_prepared::npz;
+use onnx_prepared::plan::{PlanDump, PreparedExecutionPlan};
 use onnx_prepared::state::{Dim, DirectReplay, DirectReplayOptions};
 use onnx_prepared_kernels::{CpuFeatures, ElementType, Tensor, TensorData};
 
@@ -31,6 +33,17 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Resolve a model and print its scoped plan: tasks, requirements, steps.
+    Plan {
+        /// The `.onnx` file.
+        model: PathBuf,
+        /// Print JSON (a stable interface for scripts) instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Use the portable layouts instead of the CPU's SIMD ones.
+        #[arg(long)]
+        portable: bool,
     },
     /// Run a model once (or repeatedly, for timing) on inputs from an .npz.
     Run {
@@ -68,6 +81,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect { model, json } => inspect(model, json),
         Command::Demo { fixtures } => demo(fixtures),
+        Command::Plan {
+            model,
+            json,
+            portable,
+        } => plan(model, json, portable),
         Command::Run {
             model,
             inputs,
@@ -212,6 +230,30 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
             println!("{name:<24} {:<5} {:?}", t.dtype().name(), t.shape());
         }
         eprintln!("loaded and prepacked in {load:.2?}, first run {first:.2?}");
+    }
+    Ok(())
+}
+
+fn plan(path: PathBuf, json: bool, portable: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let model = Model::open(&path)?;
+    let cpu = if portable {
+        CpuFeatures::portable()
+    } else {
+        CpuFeatures::detect()
+    };
+    let resolved = ResolvedModel::resolve(
+        model,
+        &ResolveOptions {
+            cpu,
+            ..ResolveOptions::default()
+        },
+    )?;
+    let plan = PreparedExecutionPlan::build(resolved)?;
+    let dump = PlanDump::new(&plan);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&dump)?);
+    } else {
+        print!("{}", dump.to_text());
     }
     Ok(())
 }

@@ -57,16 +57,52 @@ impl Debug for NodeSpec<'_> {
     }
 }
 
-/// What resolution knows about one input: type, shape and, for constants
-/// (initializers, Constant nodes, values known from earlier folding), the value.
+/// What resolution knows about one input: type, shape, whether it is a
+/// constant (an initializer, a Constant node, a folded value) and, when the
+/// constant is already in memory, its value. Resolution sees external
+/// weights as `constant` with no value: their bytes are read later.
 #[derive(Debug, Clone, Copy)]
 pub struct InputInfo<'a> {
     /// Element type.
     pub dtype: ElementType,
     /// Dimensions.
     pub shape: &'a [usize],
-    /// The value, when it is a constant.
+    /// The value, when it is a constant already in memory.
     pub value: Option<&'a Tensor>,
+    /// Whether the input is a constant (same value on every run).
+    pub constant: bool,
+}
+
+impl<'a> InputInfo<'a> {
+    /// A run-time value of this type and shape.
+    pub fn dynamic(dtype: ElementType, shape: &'a [usize]) -> Self {
+        Self {
+            dtype,
+            shape,
+            value: None,
+            constant: false,
+        }
+    }
+
+    /// A constant whose value is in memory.
+    pub fn known(value: &'a Tensor) -> Self {
+        Self {
+            dtype: value.dtype(),
+            shape: value.shape(),
+            value: Some(value),
+            constant: true,
+        }
+    }
+
+    /// A constant whose bytes are not loaded yet (an external weight).
+    pub fn unloaded(dtype: ElementType, shape: &'a [usize]) -> Self {
+        Self {
+            dtype,
+            shape,
+            value: None,
+            constant: true,
+        }
+    }
 }
 
 /// Type and shape of one output.

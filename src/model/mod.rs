@@ -11,6 +11,7 @@ mod error;
 mod external;
 pub mod inspect;
 mod payload;
+mod resolve;
 mod weight;
 
 use std::collections::HashMap;
@@ -28,6 +29,10 @@ pub use error::{ExternalDataError, ModelError, PayloadError};
 pub use payload::{
     FaultInjectingSource, FileSource, MmapSource, PayloadSource, ReadCounters, ReadFault,
     read_to_vec,
+};
+pub use resolve::{
+    InlineId, Operand, PayloadManifest, PreparedKey, Requirement, RequirementIndex, ResolveOptions,
+    ResolvedModel, ResolvedNode, SOURCE_LAYOUT, ValueId, scope_of,
 };
 pub use weight::{
     Checksum, ExternalFile, ExternalFileId, WeightDescriptor, WeightId, WeightSource,

@@ -161,6 +161,24 @@ fn tensor_type(v: &onnx_prepared_proto::ValueInfoProto) -> Option<(i32, Option<V
     }
 }
 
+/// A graph input's declared name, type and dims.
+pub(crate) fn graph_input(v: &onnx_prepared_proto::ValueInfoProto) -> Result<GraphInput, Error> {
+    let name = v.name.clone().unwrap_or_default();
+    let (elem, dims) = tensor_type(v).ok_or_else(|| ResolveError::InputNotTensor {
+        input: name.clone(),
+    })?;
+    let dtype = element_type_from_onnx(elem).ok_or_else(|| ResolveError::InputType {
+        input: name.clone(),
+        dtype: crate::model::onnx_type_name(elem),
+    })?;
+    Ok(GraphInput {
+        name,
+        dtype,
+        dims,
+        value: 0,
+    })
+}
+
 impl DirectReplay {
     /// Reads every weight of `model` through `source`, checks every node has
     /// a kernel, and prepares the executor.
@@ -202,13 +220,7 @@ impl DirectReplay {
             if model.weight_by_name(&name).is_some() {
                 continue;
             }
-            let (elem, dims) = tensor_type(v).ok_or_else(|| ResolveError::InputNotTensor {
-                input: name.clone(),
-            })?;
-            let dtype = element_type_from_onnx(elem).ok_or_else(|| ResolveError::InputType {
-                input: name.clone(),
-                dtype: crate::model::onnx_type_name(elem),
-            })?;
+            let GraphInput { dtype, dims, .. } = graph_input(v)?;
             let value = id_of(&name, &mut ids);
             inputs.push(GraphInput {
                 name,
@@ -540,11 +552,13 @@ impl DirectReplay {
                             dtype: t.dtype(),
                             shape: t.shape(),
                             value: Some(t),
+                            constant: true,
                         }),
                         Known::Dynamic(d, s) => Some(InputInfo {
                             dtype: *d,
                             shape: s,
                             value: None,
+                            constant: false,
                         }),
                         Known::Unknown => None,
                     })

@@ -4,5 +4,6 @@
 mod direct;
 mod parallel;
 
+pub(crate) use direct::graph_input;
 pub use direct::{Dim, DirectReplay, DirectReplayOptions, GraphInput};
 pub use parallel::ThreadPool;

@@ -8,9 +8,11 @@
 
 mod fork_join;
 mod latch;
+mod pool;
 
 pub use fork_join::{ForkJoinPool, MAX_TASKS};
 pub use latch::Latch;
+pub use pool::Pool;
 
 #[cfg(not(loom))]
 pub use std::sync::Arc;

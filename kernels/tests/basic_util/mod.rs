@@ -175,11 +175,13 @@ pub fn run_op(op: &dyn Operator, inputs: &[In]) -> Result<Vec<Tensor>, KernelErr
                 dtype: t.dtype(),
                 shape: t.shape(),
                 value: None,
+                constant: false,
             }),
             In::Const(t) => Some(InputInfo {
                 dtype: t.dtype(),
                 shape: t.shape(),
                 value: Some(t),
+                constant: true,
             }),
             In::Absent => None,
         })

@@ -1,0 +1,1 @@
+//! Allocation domains and their budgets.

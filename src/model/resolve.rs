@@ -1,0 +1,679 @@
+//! Resolution (cold path): from a metadata-only [`Model`] to a frozen
+//! [`ResolvedModel`] — a kernel per node, the prepared requirements each node
+//! needs, dead nodes and unused initializers dropped, constant subgraphs of
+//! embedded values folded, and the payload manifest (exactly the external
+//! entries some eligible recipe may read) frozen. No payload byte is read.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use onnx_prepared_kernels::{
+    CpuFeatures, ElementType, InputInfo, NodeSpec, Operator, OutputInfo, Prepack, Sequential,
+    Tensor, registry,
+};
+use sha2::{Digest, Sha256};
+
+use super::{Model, NodeAttributes, WeightId, WeightSource};
+use crate::Error;
+use crate::error::ResolveError;
+use crate::state::{Dim, GraphInput};
+
+/// Index of a value (graph input or node output) of a [`ResolvedModel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ValueId(pub u32);
+
+/// Index of an inline constant (embedded initializer or folded value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct InlineId(pub u32);
+
+/// Index of a prepared requirement of a [`ResolvedModel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequirementIndex(pub u32);
+
+/// What a node input reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operand {
+    /// A graph input or another node's output.
+    Value(ValueId),
+    /// A constant already in memory (embedded initializer, folded value).
+    Inline(InlineId),
+    /// The prepared object of a requirement: a packed weight, or an external
+    /// weight's source tensor as is.
+    Prepared(RequirementIndex),
+}
+
+/// Identity of a prepared object: the ordered lineage of its sources, the
+/// packed layout, and the device. Two kernels asking for the same key share
+/// one object.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PreparedKey {
+    /// SHA-256 over the ordered sources: name, type, dims and content identity.
+    pub lineage: [u8; 32],
+    /// The layout key (`source` for a weight used as is).
+    pub layout: String,
+    /// Device index (0 = CPU).
+    pub device: u16,
+}
+
+impl std::fmt::Display for PreparedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let short: String = self.lineage[..6]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        write!(f, "{short}/{}/dev{}", self.layout, self.device)
+    }
+}
+
+/// The layout name of a requirement that publishes a source tensor unchanged.
+pub const SOURCE_LAYOUT: &str = "source";
+
+/// One prepared object the model needs.
+#[derive(Debug, Clone)]
+pub struct Requirement {
+    /// Its identity.
+    pub key: PreparedKey,
+    /// The source weights, in the order the layout consumes them.
+    pub sources: Vec<WeightId>,
+    /// How to pack the sources; `None` publishes the single source as is.
+    pub prepack: Option<Arc<dyn Prepack>>,
+    /// Bytes of the sources.
+    pub source_bytes: u64,
+    /// A readable name (`layer0.attn.qkv:matmul-nbits-…` or the weight's name).
+    pub name: String,
+}
+
+/// A node with its kernel and operands.
+#[derive(Debug)]
+pub struct ResolvedNode {
+    /// The node's name (or `#index op_type` when unnamed).
+    pub name: String,
+    /// Its name scope: consecutive nodes of one scope form one invocation step.
+    pub scope: String,
+    /// The kernel.
+    pub op: Box<dyn Operator>,
+    /// Operands; `None` for omitted optional inputs and inputs consumed by
+    /// the packed requirement.
+    pub inputs: Vec<Option<Operand>>,
+    /// Output values.
+    pub outputs: Vec<ValueId>,
+    /// The packed requirement that replaces some inputs, if any.
+    pub packed: Option<RequirementIndex>,
+    /// Types of inputs and outputs as inferred with probe shapes (dumps only).
+    pub probe_outputs: Vec<OutputInfo>,
+}
+
+impl ResolvedNode {
+    /// Every requirement this node reads (packed and as-is).
+    pub fn requirements(&self) -> impl Iterator<Item = RequirementIndex> + '_ {
+        self.packed
+            .into_iter()
+            .chain(self.inputs.iter().filter_map(|i| match i {
+                Some(Operand::Prepared(r)) => Some(*r),
+                _ => None,
+            }))
+    }
+}
+
+/// Options of [`ResolvedModel::resolve`].
+#[derive(Debug, Clone)]
+pub struct ResolveOptions {
+    /// CPU features that pick kernels and layouts.
+    pub cpu: CpuFeatures,
+    /// Sizes for symbolic input dims while probing types (others are 1).
+    pub probe_dims: HashMap<String, usize>,
+}
+
+impl Default for ResolveOptions {
+    fn default() -> Self {
+        Self {
+            cpu: CpuFeatures::detect(),
+            probe_dims: HashMap::new(),
+        }
+    }
+}
+
+/// The external entries recipes may read: nothing else is ever read.
+#[derive(Debug, Clone, Default)]
+pub struct PayloadManifest {
+    weights: BTreeSet<WeightId>,
+}
+
+impl PayloadManifest {
+    /// Whether `weight` may be read.
+    pub fn contains(&self, weight: WeightId) -> bool {
+        self.weights.contains(&weight)
+    }
+
+    /// The weights, ascending.
+    pub fn weights(&self) -> impl Iterator<Item = WeightId> + '_ {
+        self.weights.iter().copied()
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// Whether nothing may be read.
+    pub fn is_empty(&self) -> bool {
+        self.weights.is_empty()
+    }
+}
+
+/// A model with kernels chosen and requirements known; immutable.
+#[derive(Debug)]
+pub struct ResolvedModel {
+    model: Model,
+    nodes: Vec<ResolvedNode>,
+    inputs: Vec<GraphInput>,
+    outputs: Vec<(String, Operand)>,
+    value_names: Vec<String>,
+    inline: Vec<Arc<Tensor>>,
+    requirements: Vec<Requirement>,
+    manifest: PayloadManifest,
+    cpu: CpuFeatures,
+}
+
+/// Content identity of one source for its lineage digest.
+fn hash_source(h: &mut Sha256, model: &Model, w: WeightId) {
+    let d = &model.weights()[w.index()];
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(d.name().as_bytes());
+    field(d.element_type().name().as_bytes());
+    let dims: Vec<u8> = d.dims().iter().flat_map(|x| x.to_le_bytes()).collect();
+    field(&dims);
+    match (d.checksum().and_then(|c| c.tensor_sha256()), d.source()) {
+        (Some(digest), _) => field(digest),
+        (None, WeightSource::Embedded { bytes }) => field(&Sha256::digest(bytes)),
+        (
+            None,
+            WeightSource::External {
+                file,
+                offset,
+                length,
+            },
+        ) => {
+            // No digest: identify by location, range and file size.
+            let f = &model.external_files()[file.index()];
+            field(f.location().as_bytes());
+            field(
+                &[
+                    offset.to_le_bytes(),
+                    length.to_le_bytes(),
+                    f.size().to_le_bytes(),
+                ]
+                .concat(),
+            );
+        }
+    }
+}
+
+impl ResolvedModel {
+    /// Resolves `model` (consumed: the resolved model owns it).
+    pub fn resolve(model: Model, options: &ResolveOptions) -> Result<Self, Error> {
+        let graph = model.graph();
+        let mut ids: HashMap<String, ValueId> = HashMap::new();
+        let mut value_names: Vec<String> = Vec::new();
+        let new_value = |name: String, names: &mut Vec<String>| {
+            names.push(name);
+            ValueId((names.len() - 1) as u32)
+        };
+
+        /// What resolution knows about a name.
+        #[derive(Clone)]
+        enum Known {
+            Value(ValueId, ElementType, Vec<usize>),
+            Inline(InlineId),
+            Weight(WeightId),
+        }
+        let mut known: HashMap<String, Known> = HashMap::new();
+        let weight_dims: Vec<Vec<usize>> = model
+            .weights()
+            .iter()
+            .map(|w| w.dims().iter().map(|&d| d as usize).collect())
+            .collect();
+        let mut inline: Vec<Arc<Tensor>> = Vec::new();
+        for w in model.weights() {
+            match w.source() {
+                WeightSource::Embedded { .. }
+                    if w.byte_len() <= crate::limits::MAX_INLINE_CONSTANT_BYTES =>
+                {
+                    let proto_free = embedded_tensor(&model, w.id())?;
+                    inline.push(Arc::new(proto_free));
+                    known.insert(
+                        w.name().to_owned(),
+                        Known::Inline(InlineId((inline.len() - 1) as u32)),
+                    );
+                }
+                _ => {
+                    known.insert(w.name().to_owned(), Known::Weight(w.id()));
+                }
+            }
+        }
+
+        let mut inputs = Vec::new();
+        for v in &graph.input {
+            let name = v.name.clone().unwrap_or_default();
+            if model.weight_by_name(&name).is_some() {
+                continue;
+            }
+            let input = crate::state::graph_input(v)?;
+            let shape: Vec<usize> = input
+                .dims
+                .iter()
+                .flatten()
+                .map(|d| match d {
+                    Dim::Fixed(n) => *n,
+                    Dim::Symbolic(p) => options.probe_dims.get(p).copied().unwrap_or(1),
+                    Dim::Unknown => 1,
+                })
+                .collect();
+            let id = new_value(name.clone(), &mut value_names);
+            ids.insert(name.clone(), id);
+            known.insert(name, Known::Value(id, input.dtype, shape));
+            inputs.push(input);
+        }
+
+        // Kernels, probe types, folding.
+        struct Pending {
+            name: String,
+            scope: String,
+            op: Box<dyn Operator>,
+            inputs: Vec<Option<Known>>,
+            outputs: Vec<ValueId>,
+            probe_outputs: Vec<OutputInfo>,
+        }
+        let mut pending: Vec<Pending> = Vec::new();
+        for (index, node) in graph.node.iter().enumerate() {
+            let op_type = node.op_type.as_deref().unwrap_or_default();
+            let name = node
+                .name
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| format!("#{index} {op_type}"));
+            let domain = node.domain.as_deref().unwrap_or_default();
+            let opset = model
+                .opset_version(domain)
+                .ok_or_else(|| ResolveError::MissingOpset {
+                    node: name.clone(),
+                    domain: domain.to_owned(),
+                })?;
+            let attributes = NodeAttributes::new(node);
+            let spec = NodeSpec {
+                domain,
+                op_type,
+                opset,
+                attributes: &attributes,
+                inputs: node.input.len(),
+                outputs: node.output.len(),
+            };
+            let op = registry::operator(&spec).map_err(|source| ResolveError::Kernel {
+                node: name.clone(),
+                source,
+            })?;
+            let mut node_inputs = Vec::with_capacity(node.input.len());
+            for input in &node.input {
+                if input.is_empty() {
+                    node_inputs.push(None);
+                    continue;
+                }
+                let k = known
+                    .get(input)
+                    .cloned()
+                    .ok_or_else(|| ResolveError::UndefinedValue {
+                        node: name.clone(),
+                        value: input.clone(),
+                    })?;
+                node_inputs.push(Some(k));
+            }
+            let descriptors = model.weights();
+            let infos: Vec<Option<InputInfo<'_>>> = node_inputs
+                .iter()
+                .map(|k| {
+                    k.as_ref().map(|k| match k {
+                        Known::Value(_, dtype, shape) => InputInfo::dynamic(*dtype, shape),
+                        Known::Inline(i) => InputInfo::known(&inline[i.0 as usize]),
+                        Known::Weight(w) => InputInfo::unloaded(
+                            descriptors[w.index()].element_type(),
+                            &weight_dims[w.index()],
+                        ),
+                    })
+                })
+                .collect();
+            let outs = op.infer(&infos).map_err(|source| ResolveError::Kernel {
+                node: name.clone(),
+                source,
+            })?;
+            let foldable = node_inputs
+                .iter()
+                .flatten()
+                .all(|k| matches!(k, Known::Inline(_)));
+            if foldable {
+                let ins: Vec<Option<&Tensor>> = node_inputs
+                    .iter()
+                    .map(|k| match k {
+                        Some(Known::Inline(i)) => Some(&*inline[i.0 as usize]),
+                        _ => None,
+                    })
+                    .collect();
+                let mut tensors = Vec::with_capacity(outs.len());
+                for o in &outs {
+                    tensors.push(Tensor::zeros(o.dtype, o.shape.clone()).map_err(|source| {
+                        ResolveError::Kernel {
+                            node: name.clone(),
+                            source,
+                        }
+                    })?);
+                }
+                op.execute(&ins, None, &mut tensors, &Sequential)
+                    .map_err(|source| ResolveError::Kernel {
+                        node: name.clone(),
+                        source,
+                    })?;
+                for (out, t) in node.output.iter().zip(tensors) {
+                    inline.push(Arc::new(t));
+                    known.insert(
+                        out.clone(),
+                        Known::Inline(InlineId((inline.len() - 1) as u32)),
+                    );
+                }
+                continue;
+            }
+            let mut outputs = Vec::with_capacity(node.output.len());
+            for (i, (out, info)) in node.output.iter().zip(&outs).enumerate() {
+                let label = if out.is_empty() {
+                    format!("{name}:unused{i}")
+                } else {
+                    out.clone()
+                };
+                if known.contains_key(&label) {
+                    return Err(ResolveError::Redefined {
+                        node: name,
+                        value: label,
+                    }
+                    .into());
+                }
+                let id = new_value(label.clone(), &mut value_names);
+                ids.insert(label.clone(), id);
+                known.insert(label, Known::Value(id, info.dtype, info.shape.clone()));
+                outputs.push(id);
+            }
+            pending.push(Pending {
+                scope: scope_of(&name),
+                name,
+                op,
+                inputs: node_inputs,
+                outputs,
+                probe_outputs: outs,
+            });
+        }
+
+        // Graph outputs and liveness.
+        let mut graph_outputs = Vec::with_capacity(graph.output.len());
+        for v in &graph.output {
+            let name = v.name.clone().unwrap_or_default();
+            let k = known
+                .get(&name)
+                .cloned()
+                .ok_or_else(|| ResolveError::UndefinedValue {
+                    node: "graph output".into(),
+                    value: name.clone(),
+                })?;
+            graph_outputs.push((name, k));
+        }
+        let mut needed: HashSet<ValueId> = graph_outputs
+            .iter()
+            .filter_map(|(_, k)| match k {
+                Known::Value(id, ..) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        let mut live = vec![false; pending.len()];
+        for (i, p) in pending.iter().enumerate().rev() {
+            if p.outputs.iter().any(|o| needed.contains(o)) {
+                live[i] = true;
+                needed.extend(p.inputs.iter().flatten().filter_map(|k| match k {
+                    Known::Value(id, ..) => Some(*id),
+                    _ => None,
+                }));
+            }
+        }
+
+        // Requirements of live nodes, deduplicated by key.
+        let mut requirements: Vec<Requirement> = Vec::new();
+        let mut by_key: HashMap<PreparedKey, RequirementIndex> = HashMap::new();
+        let mut require =
+            |key: PreparedKey, req: Requirement, requirements: &mut Vec<Requirement>| {
+                *by_key.entry(key).or_insert_with(|| {
+                    requirements.push(req);
+                    RequirementIndex((requirements.len() - 1) as u32)
+                })
+            };
+        let lineage = |sources: &[WeightId]| {
+            let mut h = Sha256::new();
+            for &w in sources {
+                hash_source(&mut h, &model, w);
+            }
+            let mut out = [0u8; 32];
+            out.copy_from_slice(&h.finalize());
+            out
+        };
+        let mut nodes = Vec::new();
+        for (p, live) in pending.into_iter().zip(live) {
+            if !live {
+                continue;
+            }
+            let descriptors = model.weights();
+            let infos: Vec<Option<InputInfo<'_>>> = p
+                .inputs
+                .iter()
+                .map(|k| {
+                    k.as_ref().map(|k| match k {
+                        Known::Value(_, dtype, shape) => InputInfo::dynamic(*dtype, shape),
+                        Known::Inline(i) => InputInfo::known(&inline[i.0 as usize]),
+                        Known::Weight(w) => InputInfo::unloaded(
+                            descriptors[w.index()].element_type(),
+                            &weight_dims[w.index()],
+                        ),
+                    })
+                })
+                .collect();
+            let mut consumed: Vec<usize> = Vec::new();
+            let mut packed = None;
+            if let Some(prepack) = p.op.prepack(&infos, options.cpu) {
+                let sources: Option<Vec<WeightId>> = prepack
+                    .consumes()
+                    .iter()
+                    .map(|&i| match p.inputs.get(i) {
+                        Some(Some(Known::Weight(w))) => Some(*w),
+                        _ => None,
+                    })
+                    .collect();
+                // Packing applies to external (or large embedded) weights; a
+                // layout over inline constants would be prepared every run.
+                if let Some(sources) = sources {
+                    let key = PreparedKey {
+                        lineage: lineage(&sources),
+                        layout: prepack.layout().to_owned(),
+                        device: 0,
+                    };
+                    let source_bytes = sources
+                        .iter()
+                        .map(|w| descriptors[w.index()].byte_len())
+                        .sum();
+                    let name = format!("{}:{}", p.name, prepack.layout());
+                    consumed = prepack.consumes().to_vec();
+                    let req = Requirement {
+                        key: key.clone(),
+                        sources,
+                        prepack: Some(Arc::from(prepack)),
+                        source_bytes,
+                        name,
+                    };
+                    packed = Some(require(key, req, &mut requirements));
+                }
+            }
+            let mut operands = Vec::with_capacity(p.inputs.len());
+            for (i, k) in p.inputs.iter().enumerate() {
+                let op = match k {
+                    None => None,
+                    Some(_) if consumed.contains(&i) => None,
+                    Some(Known::Value(id, ..)) => Some(Operand::Value(*id)),
+                    Some(Known::Inline(c)) => Some(Operand::Inline(*c)),
+                    Some(Known::Weight(w)) => {
+                        let d = &descriptors[w.index()];
+                        let key = PreparedKey {
+                            lineage: lineage(&[*w]),
+                            layout: SOURCE_LAYOUT.into(),
+                            device: 0,
+                        };
+                        let req = Requirement {
+                            key: key.clone(),
+                            sources: vec![*w],
+                            prepack: None,
+                            source_bytes: d.byte_len(),
+                            name: d.name().to_owned(),
+                        };
+                        Some(Operand::Prepared(require(key, req, &mut requirements)))
+                    }
+                };
+                operands.push(op);
+            }
+            nodes.push(ResolvedNode {
+                name: p.name,
+                scope: p.scope,
+                op: p.op,
+                inputs: operands,
+                outputs: p.outputs,
+                packed,
+                probe_outputs: p.probe_outputs,
+            });
+        }
+        let manifest = PayloadManifest {
+            weights: requirements
+                .iter()
+                .flat_map(|r| r.sources.iter().copied())
+                .filter(|w| model.weights()[w.index()].is_external())
+                .collect(),
+        };
+        let outputs = graph_outputs
+            .into_iter()
+            .map(|(name, k)| {
+                let op = match k {
+                    Known::Value(id, ..) => Operand::Value(id),
+                    Known::Inline(i) => Operand::Inline(i),
+                    Known::Weight(w) => {
+                        let d = &model.weights()[w.index()];
+                        let key = PreparedKey {
+                            lineage: lineage(&[w]),
+                            layout: SOURCE_LAYOUT.into(),
+                            device: 0,
+                        };
+                        let req = Requirement {
+                            key: key.clone(),
+                            sources: vec![w],
+                            prepack: None,
+                            source_bytes: d.byte_len(),
+                            name: d.name().to_owned(),
+                        };
+                        Operand::Prepared(require(key, req, &mut requirements))
+                    }
+                };
+                (name, op)
+            })
+            .collect();
+        Ok(Self {
+            model,
+            nodes,
+            inputs,
+            outputs,
+            value_names,
+            inline,
+            requirements,
+            manifest,
+            cpu: options.cpu,
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Live nodes in execution order.
+    pub fn nodes(&self) -> &[ResolvedNode] {
+        &self.nodes
+    }
+
+    /// Graph inputs the caller provides.
+    pub fn inputs(&self) -> &[GraphInput] {
+        &self.inputs
+    }
+
+    /// Graph outputs and where each comes from.
+    pub fn outputs(&self) -> &[(String, Operand)] {
+        &self.outputs
+    }
+
+    /// Name of a value.
+    pub fn value_name(&self, id: ValueId) -> &str {
+        &self.value_names[id.0 as usize]
+    }
+
+    /// Number of values.
+    pub fn value_count(&self) -> usize {
+        self.value_names.len()
+    }
+
+    /// An inline constant.
+    pub fn inline(&self, id: InlineId) -> &Arc<Tensor> {
+        &self.inline[id.0 as usize]
+    }
+
+    /// Every prepared requirement.
+    pub fn requirements(&self) -> &[Requirement] {
+        &self.requirements
+    }
+
+    /// The frozen payload manifest.
+    pub fn manifest(&self) -> &PayloadManifest {
+        &self.manifest
+    }
+
+    /// The CPU features kernels and layouts were chosen for.
+    pub fn cpu(&self) -> CpuFeatures {
+        self.cpu
+    }
+}
+
+/// The scope of a node name: the name without its last `.`/`/` component.
+/// A node whose name has no separator is its own scope.
+pub fn scope_of(name: &str) -> String {
+    match name.rfind(['.', '/']) {
+        Some(i) if i > 0 => name[..i].to_owned(),
+        _ => name.to_owned(),
+    }
+}
+
+fn embedded_tensor(model: &Model, id: WeightId) -> Result<Tensor, Error> {
+    let d = &model.weights()[id.index()];
+    let WeightSource::Embedded { bytes } = d.source() else {
+        unreachable!("embedded checked by caller")
+    };
+    let data = onnx_prepared_kernels::TensorData::from_le_bytes(d.element_type(), bytes)
+        .ok_or_else(|| ResolveError::WeightType {
+            weight: d.name().to_owned(),
+            dtype: d.element_type(),
+        })?;
+    let dims = d.dims().iter().map(|&x| x as usize).collect();
+    Ok(
+        Tensor::new(dims, data).map_err(|_| ResolveError::WeightType {
+            weight: d.name().to_owned(),
+            dtype: d.element_type(),
+        })?,
+    )
+}

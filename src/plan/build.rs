@@ -1,0 +1,428 @@
+//! `PreparedExecutionPlan::build` (cold path): tasks, requirements and
+//! steps from a resolved model, validated before anything runs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bitvec::vec::BitVec;
+
+use super::{
+    Csr, PreparedExecutionPlan, Priority, Recipe, RequirementId, RequirementTable, ResourceClass,
+    Step, TaskId, TaskKind, TaskScope, TaskTable,
+};
+use crate::model::{PreparedKey, ResolvedModel, WeightId};
+
+/// The plan cannot be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// No recipe can materialize a requirement.
+    #[error("requirement `{requirement}` has no eligible recipe")]
+    NoRecipe {
+        /// The requirement's name.
+        requirement: String,
+    },
+    /// A recipe would read an external entry outside the payload manifest.
+    #[error(
+        "requirement `{requirement}` would read `{weight}`, which is not in the payload manifest"
+    )]
+    ReadOutsideManifest {
+        /// The requirement's name.
+        requirement: String,
+        /// The weight.
+        weight: String,
+    },
+    /// The tables are inconsistent (a bug in the builder).
+    #[error("invalid plan: {0}")]
+    Invalid(String),
+}
+
+/// Packed entries available from a prepared cache, by key.
+pub trait PackedEntries {
+    /// Bytes of a compatible packed entry for `key`, if one exists.
+    fn packed_bytes(&self, key: &PreparedKey) -> Option<u64>;
+}
+
+/// No prepared cache.
+impl PackedEntries for () {
+    fn packed_bytes(&self, _: &PreparedKey) -> Option<u64> {
+        None
+    }
+}
+
+/// An in-memory cache: key → packed bytes.
+impl PackedEntries for HashMap<PreparedKey, Vec<u8>> {
+    fn packed_bytes(&self, key: &PreparedKey) -> Option<u64> {
+        self.get(key).map(|b| b.len() as u64)
+    }
+}
+
+/// Columns being filled.
+#[derive(Default)]
+struct Builder {
+    name: Vec<String>,
+    scope: Vec<TaskScope>,
+    kind: Vec<TaskKind>,
+    resource: Vec<ResourceClass>,
+    priority: Vec<Priority>,
+    deps: Vec<Vec<TaskId>>,
+    requirements: Vec<Vec<RequirementId>>,
+    publishes: Vec<Option<RequirementId>>,
+    reads: Vec<Option<WeightId>>,
+    input_bytes: Vec<u64>,
+    output_bytes: Vec<u64>,
+    temp_bytes: Vec<u64>,
+    actions: Vec<Option<std::ops::Range<u32>>>,
+}
+
+/// One task's fields.
+struct TaskSpec {
+    name: String,
+    scope: TaskScope,
+    kind: TaskKind,
+    resource: ResourceClass,
+    priority: Priority,
+    deps: Vec<TaskId>,
+    requirements: Vec<RequirementId>,
+    publishes: Option<RequirementId>,
+    reads: Option<WeightId>,
+    bytes: (u64, u64, u64),
+    actions: Option<std::ops::Range<u32>>,
+}
+
+impl Builder {
+    fn push(&mut self, t: TaskSpec) -> TaskId {
+        self.name.push(t.name);
+        self.scope.push(t.scope);
+        self.kind.push(t.kind);
+        self.resource.push(t.resource);
+        self.priority.push(t.priority);
+        self.deps.push(t.deps);
+        self.requirements.push(t.requirements);
+        self.publishes.push(t.publishes);
+        self.reads.push(t.reads);
+        self.input_bytes.push(t.bytes.0);
+        self.output_bytes.push(t.bytes.1);
+        self.temp_bytes.push(t.bytes.2);
+        self.actions.push(t.actions);
+        TaskId((self.name.len() - 1) as u32)
+    }
+
+    fn finish(self) -> Result<TaskTable, PlanError> {
+        let n = self.name.len();
+        let lens = [
+            self.scope.len(),
+            self.kind.len(),
+            self.resource.len(),
+            self.priority.len(),
+            self.deps.len(),
+            self.requirements.len(),
+            self.publishes.len(),
+            self.reads.len(),
+            self.input_bytes.len(),
+            self.output_bytes.len(),
+            self.temp_bytes.len(),
+            self.actions.len(),
+        ];
+        if lens.iter().any(|&l| l != n) {
+            return Err(PlanError::Invalid(format!(
+                "column lengths {lens:?} differ from {n} tasks"
+            )));
+        }
+        let mut dependents = vec![Vec::new(); n];
+        for (t, deps) in self.deps.iter().enumerate() {
+            for d in deps {
+                // Ids are assigned in a topological order: a dependency always
+                // has a smaller id, which also proves the graph acyclic.
+                if d.0 as usize >= t {
+                    return Err(PlanError::Invalid(format!(
+                        "task {} `{}` depends on task {} which is not earlier",
+                        t, self.name[t], d.0
+                    )));
+                }
+                dependents[d.0 as usize].push(TaskId(t as u32));
+            }
+        }
+        Ok(TaskTable {
+            name: self.name,
+            scope: self.scope,
+            kind: self.kind,
+            resource: self.resource,
+            priority: self.priority,
+            deps: Csr::from_rows(&self.deps),
+            dependents: Csr::from_rows(&dependents),
+            requirements: Csr::from_rows(&self.requirements),
+            publishes: self.publishes,
+            reads: self.reads,
+            estimated_input_bytes: self.input_bytes,
+            estimated_output_bytes: self.output_bytes,
+            peak_temporary_bytes: self.temp_bytes,
+            actions: self.actions,
+        })
+    }
+}
+
+/// Consecutive nodes of one scope form a step; a step whose scope is a
+/// parent of the next step's scope (`layer0` before `layer0.attn`) joins it.
+fn group_steps(resolved: &ResolvedModel) -> Vec<(String, std::ops::Range<u32>)> {
+    let mut groups: Vec<(String, std::ops::Range<u32>)> = Vec::new();
+    for (i, node) in resolved.nodes().iter().enumerate() {
+        let i = i as u32;
+        match groups.last_mut() {
+            Some((scope, range)) if *scope == node.scope => range.end = i + 1,
+            _ => groups.push((node.scope.clone(), i..i + 1)),
+        }
+    }
+    let mut merged: Vec<(String, std::ops::Range<u32>)> = Vec::with_capacity(groups.len());
+    let mut carry: Option<u32> = None;
+    for (k, (scope, range)) in groups.iter().enumerate() {
+        let start = carry.take().unwrap_or(range.start);
+        let parent_of_next = groups.get(k + 1).is_some_and(|(next, _)| {
+            next.len() > scope.len()
+                && next.starts_with(scope.as_str())
+                && next[scope.len()..].starts_with(['.', '/'])
+        });
+        if parent_of_next {
+            carry = Some(start);
+        } else {
+            merged.push((scope.clone(), start..range.end));
+        }
+    }
+    merged
+}
+
+impl PreparedExecutionPlan {
+    /// Builds the plan with no prepared cache.
+    pub fn build(resolved: ResolvedModel) -> Result<Self, crate::Error> {
+        Self::build_with(resolved, &())
+    }
+
+    /// Builds the plan; `cache` makes `ReadPackedPayload` eligible for the
+    /// keys it holds.
+    pub fn build_with(
+        resolved: ResolvedModel,
+        cache: &dyn PackedEntries,
+    ) -> Result<Self, crate::Error> {
+        let resolved = Arc::new(resolved);
+        let weights = resolved.model().weights();
+        let manifest = resolved.manifest();
+        let reqs = resolved.requirements();
+
+        // Recipes, cheapest first.
+        let mut recipes = Vec::with_capacity(reqs.len());
+        for r in reqs {
+            for &w in &r.sources {
+                let d = &weights[w.index()];
+                if d.is_external() && !manifest.contains(w) {
+                    return Err(PlanError::ReadOutsideManifest {
+                        requirement: r.name.clone(),
+                        weight: d.name().to_owned(),
+                    }
+                    .into());
+                }
+            }
+            let mut list = Vec::new();
+            if r.prepack.is_some()
+                && let Some(bytes) = cache.packed_bytes(&r.key)
+            {
+                list.push(Recipe::ReadPackedPayload { bytes });
+            }
+            if !r.sources.is_empty() {
+                list.push(Recipe::ReadSourceAndPrepack);
+            }
+            if list.is_empty() {
+                return Err(PlanError::NoRecipe {
+                    requirement: r.name.clone(),
+                }
+                .into());
+            }
+            recipes.push(list);
+        }
+
+        // Steps and the order requirements are first needed in.
+        let groups = group_steps(&resolved);
+        let mut first_use = vec![u32::MAX; reqs.len()];
+        let mut last_use = vec![0u32; reqs.len()];
+        let mut step_needs = Vec::with_capacity(groups.len());
+        for (s, (_, range)) in groups.iter().enumerate() {
+            let mut needs = BitVec::repeat(false, reqs.len());
+            for node in &resolved.nodes()[range.start as usize..range.end as usize] {
+                for r in node.requirements() {
+                    needs.set(r.0 as usize, true);
+                    first_use[r.0 as usize] = first_use[r.0 as usize].min(s as u32);
+                    last_use[r.0 as usize] = s as u32;
+                }
+            }
+            step_needs.push(needs);
+        }
+        let mut order: Vec<usize> = (0..reqs.len()).collect();
+        order.sort_by_key(|&r| (first_use[r], r));
+
+        // Session tasks, in order of first use.
+        let mut b = Builder::default();
+        let mut read_task: HashMap<WeightId, TaskId> = HashMap::new();
+        let mut publisher: Vec<Option<TaskId>> = vec![None; reqs.len()];
+        for r in order {
+            let req = &reqs[r];
+            let id = RequirementId(r as u32);
+            let priority = if first_use[r] == 0 {
+                Priority::Critical
+            } else {
+                Priority::Prefetch
+            };
+            match &recipes[r][0] {
+                Recipe::ReadPackedPayload { bytes } => {
+                    publisher[r] = Some(b.push(TaskSpec {
+                        name: format!("S.{}.read_packed", req.name),
+                        scope: TaskScope::Session,
+                        kind: TaskKind::ReadPacked,
+                        resource: ResourceClass::Io,
+                        priority,
+                        deps: vec![],
+                        requirements: vec![],
+                        publishes: Some(id),
+                        reads: None,
+                        bytes: (*bytes, *bytes, 0),
+                        actions: None,
+                    }));
+                }
+                Recipe::ReadSourceAndPrepack => {
+                    let mut reads = Vec::with_capacity(req.sources.len());
+                    for &w in &req.sources {
+                        let bytes = weights[w.index()].byte_len();
+                        let plain = req.prepack.is_none();
+                        let t = match read_task.get(&w) {
+                            Some(&t) => {
+                                if plain {
+                                    b.publishes[t.0 as usize] = Some(id);
+                                }
+                                t
+                            }
+                            None => {
+                                let t = b.push(TaskSpec {
+                                    name: format!("S.{}.read_source", weights[w.index()].name()),
+                                    scope: TaskScope::Session,
+                                    kind: TaskKind::ReadSource,
+                                    resource: ResourceClass::Io,
+                                    priority,
+                                    deps: vec![],
+                                    requirements: vec![],
+                                    publishes: plain.then_some(id),
+                                    reads: Some(w),
+                                    bytes: (bytes, bytes, 0),
+                                    actions: None,
+                                });
+                                read_task.insert(w, t);
+                                t
+                            }
+                        };
+                        reads.push(t);
+                    }
+                    publisher[r] = Some(match &req.prepack {
+                        None => reads[0],
+                        Some(_) => b.push(TaskSpec {
+                            name: format!("S.{}.prepack", req.name),
+                            scope: TaskScope::Session,
+                            kind: TaskKind::Prepack,
+                            resource: ResourceClass::Cpu,
+                            priority,
+                            deps: reads,
+                            requirements: vec![],
+                            publishes: Some(id),
+                            reads: None,
+                            bytes: (req.source_bytes, req.source_bytes, req.source_bytes),
+                            actions: None,
+                        }),
+                    });
+                }
+            }
+        }
+
+        // Invocation tasks: one per step, chained.
+        let mut steps = Vec::with_capacity(groups.len());
+        let mut previous: Option<TaskId> = None;
+        for ((scope, range), needs) in groups.into_iter().zip(step_needs) {
+            let needed: Vec<RequirementId> =
+                needs.iter_ones().map(|r| RequirementId(r as u32)).collect();
+            let mut deps: Vec<TaskId> = previous.into_iter().collect();
+            for r in &needed {
+                let p = publisher[r.0 as usize].ok_or_else(|| {
+                    PlanError::Invalid(format!("requirement {} has no publisher", r.0))
+                })?;
+                if !deps.contains(&p) {
+                    deps.push(p);
+                }
+            }
+            let task = b.push(TaskSpec {
+                name: format!("I.{scope}"),
+                scope: TaskScope::Invocation,
+                kind: TaskKind::Execute,
+                resource: ResourceClass::Cpu,
+                priority: Priority::Critical,
+                deps,
+                requirements: needed,
+                publishes: None,
+                reads: None,
+                bytes: (0, 0, 0),
+                actions: Some(range.clone()),
+            });
+            previous = Some(task);
+            steps.push(Step {
+                task,
+                scope,
+                nodes: range,
+                needs,
+            });
+        }
+
+        let tasks = b.finish()?;
+        let requirements = RequirementTable {
+            key: reqs.iter().map(|r| r.key.clone()).collect(),
+            bit: (0..reqs.len() as u32).collect(),
+            recipes,
+            source_bytes: reqs.iter().map(|r| r.source_bytes).collect(),
+            prefetch_distance: first_use
+                .iter()
+                .map(|&f| if f == u32::MAX { 0 } else { f })
+                .collect(),
+            last_use_step: last_use,
+        };
+        let plan = Self {
+            resolved,
+            tasks,
+            requirements,
+            steps,
+        };
+        plan.validate()?;
+        Ok(plan)
+    }
+
+    /// Checks ids are in range and every requirement has exactly one publisher.
+    fn validate(&self) -> Result<(), PlanError> {
+        let n = self.tasks.len() as u32;
+        let r = self.requirements.len() as u32;
+        for t in 0..self.tasks.len() {
+            if self.tasks.deps.row(t).iter().any(|d| d.0 >= n) {
+                return Err(PlanError::Invalid(format!(
+                    "task {t} has a dependency out of range"
+                )));
+            }
+            if self.tasks.requirements.row(t).iter().any(|q| q.0 >= r) {
+                return Err(PlanError::Invalid(format!(
+                    "task {t} needs a requirement out of range"
+                )));
+            }
+        }
+        let mut publishers = vec![0u32; r as usize];
+        for p in self.tasks.publishes.iter().flatten() {
+            publishers[p.0 as usize] += 1;
+        }
+        if let Some(q) = publishers.iter().position(|&c| c != 1) {
+            return Err(PlanError::Invalid(format!(
+                "requirement {q} has {} publishers",
+                publishers[q]
+            )));
+        }
+        Ok(())
+    }
+}

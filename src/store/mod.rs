@@ -1,0 +1,1 @@
+//! Prepared-object residency (see the module docs once implemented).
