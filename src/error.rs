@@ -153,6 +153,14 @@ pub enum RunError {
         /// What the kernel reported.
         source: KernelError,
     },
+    /// A node's prepared object is not resident when the node runs.
+    #[error("node `{node}` needs `{requirement}`, which is not resident")]
+    NotResident {
+        /// The node.
+        node: String,
+        /// The requirement.
+        requirement: String,
+    },
     /// A kernel panicked; the panic was caught at the node boundary.
     #[error("node `{node}` panicked: {detail}")]
     KernelPanic {

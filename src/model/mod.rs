@@ -49,7 +49,7 @@ use external::{ExternalFiles, Roots};
 ///
 /// The graph keeps its nodes, inputs, outputs and value infos; its
 /// initializers are moved out into [`Model::weights`].
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Model {
     path: PathBuf,
     proto: ModelProto,

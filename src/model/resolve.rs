@@ -40,6 +40,9 @@ pub enum Operand {
     /// The prepared object of a requirement: a packed weight, or an external
     /// weight's source tensor as is.
     Prepared(RequirementIndex),
+    /// A weight consumed by the node's packed requirement: known to shape
+    /// inference (type and dims), never read by the kernel itself.
+    Consumed(WeightId),
 }
 
 /// Identity of a prepared object: the ordered lineage of its sources, the
@@ -92,8 +95,7 @@ pub struct ResolvedNode {
     pub scope: String,
     /// The kernel.
     pub op: Box<dyn Operator>,
-    /// Operands; `None` for omitted optional inputs and inputs consumed by
-    /// the packed requirement.
+    /// Operands; `None` for omitted optional inputs.
     pub inputs: Vec<Option<Operand>>,
     /// Output values.
     pub outputs: Vec<ValueId>,
@@ -231,6 +233,8 @@ impl ResolvedModel {
             Weight(WeightId),
         }
         let mut known: HashMap<String, Known> = HashMap::new();
+        // Values whose type and shape the probe could not infer.
+        let mut unprobed: HashSet<ValueId> = HashSet::new();
         let weight_dims: Vec<Vec<usize>> = model
             .weights()
             .iter()
@@ -272,6 +276,7 @@ impl ResolvedModel {
                     Dim::Unknown => 1,
                 })
                 .collect();
+            // Graph inputs are values 0..inputs.len(), in order.
             let id = new_value(name.clone(), &mut value_names);
             ids.insert(name.clone(), id);
             known.insert(name, Known::Value(id, input.dtype, shape));
@@ -344,15 +349,27 @@ impl ResolvedModel {
                     })
                 })
                 .collect();
-            let outs = op.infer(&infos).map_err(|source| ResolveError::Kernel {
-                node: name.clone(),
-                source,
-            })?;
             let foldable = node_inputs
                 .iter()
                 .flatten()
                 .all(|k| matches!(k, Known::Inline(_)));
+            // Probing types with placeholder dims is best effort: shapes that
+            // depend on input values, or on real sizes, are inferred when the
+            // graph is lowered for actual inputs. Only constant folding must
+            // succeed here.
+            let probed = node_inputs
+                .iter()
+                .flatten()
+                .all(|k| !matches!(k, Known::Value(id, ..) if unprobed.contains(id)));
+            let outs = match probed.then(|| op.infer(&infos)) {
+                Some(Ok(outs)) => Some(outs),
+                Some(Err(source)) if foldable => {
+                    return Err(ResolveError::Kernel { node: name, source }.into());
+                }
+                _ => None,
+            };
             if foldable {
+                let outs = outs.expect("foldable nodes are probed");
                 let ins: Vec<Option<&Tensor>> = node_inputs
                     .iter()
                     .map(|k| match k {
@@ -384,7 +401,8 @@ impl ResolvedModel {
                 continue;
             }
             let mut outputs = Vec::with_capacity(node.output.len());
-            for (i, (out, info)) in node.output.iter().zip(&outs).enumerate() {
+            for (i, out) in node.output.iter().enumerate() {
+                let info = outs.as_ref().and_then(|o| o.get(i));
                 let label = if out.is_empty() {
                     format!("{name}:unused{i}")
                 } else {
@@ -399,7 +417,14 @@ impl ResolvedModel {
                 }
                 let id = new_value(label.clone(), &mut value_names);
                 ids.insert(label.clone(), id);
-                known.insert(label, Known::Value(id, info.dtype, info.shape.clone()));
+                let (dtype, shape) = match info {
+                    Some(info) => (info.dtype, info.shape.clone()),
+                    None => {
+                        unprobed.insert(id);
+                        (ElementType::F32, Vec::new())
+                    }
+                };
+                known.insert(label, Known::Value(id, dtype, shape));
                 outputs.push(id);
             }
             pending.push(Pending {
@@ -408,7 +433,7 @@ impl ResolvedModel {
                 op,
                 inputs: node_inputs,
                 outputs,
-                probe_outputs: outs,
+                probe_outputs: outs.unwrap_or_default(),
             });
         }
 
@@ -472,13 +497,14 @@ impl ResolvedModel {
                 .inputs
                 .iter()
                 .map(|k| {
-                    k.as_ref().map(|k| match k {
-                        Known::Value(_, dtype, shape) => InputInfo::dynamic(*dtype, shape),
-                        Known::Inline(i) => InputInfo::known(&inline[i.0 as usize]),
-                        Known::Weight(w) => InputInfo::unloaded(
+                    k.as_ref().and_then(|k| match k {
+                        Known::Value(id, ..) if unprobed.contains(id) => None,
+                        Known::Value(_, dtype, shape) => Some(InputInfo::dynamic(*dtype, shape)),
+                        Known::Inline(i) => Some(InputInfo::known(&inline[i.0 as usize])),
+                        Known::Weight(w) => Some(InputInfo::unloaded(
                             descriptors[w.index()].element_type(),
                             &weight_dims[w.index()],
-                        ),
+                        )),
                     })
                 })
                 .collect();
@@ -521,6 +547,7 @@ impl ResolvedModel {
             for (i, k) in p.inputs.iter().enumerate() {
                 let op = match k {
                     None => None,
+                    Some(Known::Weight(w)) if consumed.contains(&i) => Some(Operand::Consumed(*w)),
                     Some(_) if consumed.contains(&i) => None,
                     Some(Known::Value(id, ..)) => Some(Operand::Value(*id)),
                     Some(Known::Inline(c)) => Some(Operand::Inline(*c)),

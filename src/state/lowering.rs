@@ -1,0 +1,624 @@
+//! Lowering and replay, shared by every executor (cold path to lower, hot
+//! path to replay).
+//!
+//! Lowering takes a [`ResolvedModel`] and one set of input shapes, infers
+//! every shape, folds nodes whose inputs are all known constants, and
+//! assigns buffers by liveness (a buffer is released to later values at its
+//! value's last use). The result, [`Lowered`], is a compact action list.
+//! Replay runs a range of actions with no map lookup and no allocation.
+
+use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use onnx_prepared_kernels::{
+    ElementType, InputInfo, KernelError, Operator, PackedWeight, ParallelFor, Sequential, Tensor,
+    element_count,
+};
+
+use super::{Dim, GraphInput, PreparedObject};
+use crate::Error;
+use crate::error::{ResolveError, RunError};
+use crate::model::{Operand as Source, ResolvedModel};
+
+/// Most inputs or outputs one node may have on the hot path.
+pub(crate) const MAX_OPERANDS: usize = 32;
+
+/// Where an action operand lives at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Operand {
+    /// Omitted optional input, or consumed by the packed weight.
+    None,
+    /// `Lowered::constants[i]`.
+    Const(u32),
+    /// `Lowered::buffers[i]`.
+    Buffer(u32),
+    /// The source tensor published for requirement `i`.
+    Object(u32),
+}
+
+/// One step of the hot path.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Action {
+    node: u32,
+    inputs: (u32, u32),
+    outputs: (u32, u32),
+    /// Requirement whose packed weight the kernel consumes.
+    packed: Option<u32>,
+}
+
+/// Prepared objects by requirement index, as an executor holds them.
+pub(crate) trait Objects {
+    /// The object of requirement `r`; present for every requirement the
+    /// replayed actions use.
+    fn object(&self, r: u32) -> Option<&PreparedObject>;
+}
+
+impl Objects for [PreparedObject] {
+    fn object(&self, r: u32) -> Option<&PreparedObject> {
+        self.get(r as usize)
+    }
+}
+
+/// The graph lowered for one input-shape set.
+#[derive(Debug)]
+pub(crate) struct Lowered {
+    /// Input shapes (and values of shape-operand inputs) this is for.
+    key: Vec<Tensor>,
+    constants: Vec<Arc<Tensor>>,
+    buffers: Vec<Tensor>,
+    /// Shape of each output operand, indexed like `operands`.
+    out_shapes: Vec<Vec<usize>>,
+    operands: Vec<Operand>,
+    actions: Vec<Action>,
+    /// `node_action[n]`: index of the first action of node `n` or later
+    /// (folded nodes have none); one past the end closes the last node.
+    node_action: Vec<u32>,
+    input_buffers: Vec<u32>,
+    output_operands: Vec<Operand>,
+    scratch: Vec<Tensor>,
+}
+
+/// Lowering must restart with graph input `0` treated as a known value.
+pub(crate) struct NeedsValue(pub(crate) usize);
+
+/// Checks `inputs` (by name) against the declared graph inputs and orders them.
+pub(crate) fn order_inputs<'t>(
+    declared: &[GraphInput],
+    inputs: &[(&str, &'t Tensor)],
+) -> Result<Vec<&'t Tensor>, Error> {
+    for (name, _) in inputs {
+        if !declared.iter().any(|i| i.name == *name) {
+            return Err(RunError::UnknownInput {
+                input: (*name).to_owned(),
+            }
+            .into());
+        }
+    }
+    let mut ordered = Vec::with_capacity(declared.len());
+    for decl in declared {
+        let mut found = inputs.iter().filter(|(n, _)| *n == decl.name);
+        let (_, t) = found.next().ok_or_else(|| RunError::MissingInput {
+            input: decl.name.clone(),
+        })?;
+        if found.next().is_some() {
+            return Err(RunError::DuplicateInput {
+                input: decl.name.clone(),
+            }
+            .into());
+        }
+        if t.dtype() != decl.dtype {
+            return Err(RunError::InputType {
+                input: decl.name.clone(),
+                expected: decl.dtype,
+                found: t.dtype(),
+            }
+            .into());
+        }
+        if let Some(dims) = &decl.dims {
+            let ok = dims.len() == t.shape().len()
+                && dims
+                    .iter()
+                    .zip(t.shape())
+                    .all(|(d, &s)| !matches!(d, Dim::Fixed(f) if *f != s));
+            if !ok {
+                return Err(RunError::InputShape {
+                    input: decl.name.clone(),
+                    expected: dims
+                        .iter()
+                        .map(|d| match d {
+                            Dim::Fixed(n) => n.to_string(),
+                            Dim::Symbolic(p) => p.clone(),
+                            Dim::Unknown => "?".into(),
+                        })
+                        .collect(),
+                    found: t.shape().to_vec(),
+                }
+                .into());
+            }
+        }
+        ordered.push(*t);
+    }
+    Ok(ordered)
+}
+
+impl Lowered {
+    /// Whether this lowering serves `inputs` (same shapes, same values of
+    /// shape-operand inputs).
+    pub(crate) fn matches(&self, inputs: &[&Tensor], value_inputs: &HashSet<usize>) -> bool {
+        self.key.len() == inputs.len()
+            && self.key.iter().zip(inputs).enumerate().all(|(i, (k, t))| {
+                k.shape() == t.shape() && (!value_inputs.contains(&i) || k == *t)
+            })
+    }
+
+    /// Number of actions.
+    pub(crate) fn len(&self) -> usize {
+        self.actions.len()
+    }
+
+    /// The action range of nodes `nodes`.
+    #[allow(dead_code)] // the step-wise plan executor arrives with the store
+    pub(crate) fn actions_of(&self, nodes: std::ops::Range<u32>) -> std::ops::Range<usize> {
+        self.node_action[nodes.start as usize] as usize
+            ..self.node_action[nodes.end as usize] as usize
+    }
+
+    /// Copies the caller's inputs into their buffers.
+    pub(crate) fn load_inputs(&mut self, inputs: &[&Tensor]) -> Result<(), Error> {
+        for (&buffer, input) in self.input_buffers.iter().zip(inputs) {
+            self.buffers[buffer as usize]
+                .copy_from(input)
+                .map_err(|source| RunError::Kernel {
+                    node: "input copy".into(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Clones the graph outputs.
+    pub(crate) fn outputs<O: Objects + ?Sized>(
+        &self,
+        resolved: &ResolvedModel,
+        objects: &O,
+    ) -> Vec<(String, Tensor)> {
+        resolved
+            .outputs()
+            .iter()
+            .zip(&self.output_operands)
+            .map(|((name, _), operand)| {
+                let t = match *operand {
+                    Operand::Const(c) => (*self.constants[c as usize]).clone(),
+                    Operand::Buffer(b) => self.buffers[b as usize].clone(),
+                    Operand::Object(r) => objects
+                        .object(r)
+                        .and_then(|o| o.as_source())
+                        .cloned()
+                        .unwrap_or_default(),
+                    Operand::None => Tensor::default(),
+                };
+                (name.clone(), t)
+            })
+            .collect()
+    }
+
+    /// Replays `range` of the actions.
+    pub(crate) fn replay<O: Objects + ?Sized>(
+        &mut self,
+        resolved: &ResolvedModel,
+        objects: &O,
+        range: std::ops::Range<usize>,
+        par: &dyn ParallelFor,
+    ) -> Result<(), Error> {
+        let nodes = resolved.nodes();
+        let Self {
+            constants,
+            buffers,
+            out_shapes,
+            operands,
+            actions,
+            scratch,
+            ..
+        } = self;
+        for action in &actions[range] {
+            let node = &nodes[action.node as usize];
+            let (o0, o1) = (action.outputs.0 as usize, action.outputs.1 as usize);
+            scratch.clear();
+            for (k, op) in operands[o0..o1].iter().enumerate() {
+                let Operand::Buffer(b) = *op else {
+                    unreachable!("outputs are buffers")
+                };
+                let mut t = std::mem::take(&mut buffers[b as usize]);
+                let shape = out_shapes[o0 + k].as_slice();
+                if t.shape() != shape {
+                    // Values of equal size share a buffer; only the shape differs.
+                    t.set_shape_from(shape)
+                        .expect("same element count by construction");
+                }
+                scratch.push(t);
+            }
+            let mut ins: [Option<&Tensor>; MAX_OPERANDS] = [None; MAX_OPERANDS];
+            let (i0, i1) = (action.inputs.0 as usize, action.inputs.1 as usize);
+            let mut missing = None;
+            for (slot, op) in ins.iter_mut().zip(&operands[i0..i1]) {
+                *slot = match *op {
+                    Operand::None => None,
+                    Operand::Const(c) => Some(&*constants[c as usize]),
+                    Operand::Buffer(b) => Some(&buffers[b as usize]),
+                    Operand::Object(r) => {
+                        let t = objects.object(r).and_then(PreparedObject::as_source);
+                        if t.is_none() {
+                            missing = Some(r);
+                        }
+                        t
+                    }
+                };
+            }
+            let packed = match action.packed {
+                None => None,
+                Some(r) => {
+                    let p = objects.object(r).and_then(PreparedObject::as_packed);
+                    if p.is_none() {
+                        missing = Some(r);
+                    }
+                    p
+                }
+            };
+            let result = match missing {
+                Some(r) => Err(RunError::NotResident {
+                    node: node.name.clone(),
+                    requirement: resolved.requirements()[r as usize].name.clone(),
+                }
+                .into()),
+                None => {
+                    execute_caught(&*node.op, &node.name, &ins[..i1 - i0], packed, scratch, par)
+                }
+            };
+            for (op, t) in operands[o0..o1].iter().zip(scratch.drain(..)) {
+                let Operand::Buffer(b) = *op else {
+                    unreachable!()
+                };
+                buffers[b as usize] = t;
+            }
+            result?;
+        }
+        Ok(())
+    }
+}
+
+/// Executes one operator, turning a panic into an error naming the node.
+pub(crate) fn execute_caught(
+    op: &dyn Operator,
+    node: &str,
+    inputs: &[Option<&Tensor>],
+    packed: Option<&PackedWeight>,
+    outputs: &mut [Tensor],
+    par: &dyn ParallelFor,
+) -> Result<(), Error> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| {
+        op.execute(inputs, packed, outputs, par)
+    })) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(source)) => Err(RunError::Kernel {
+            node: node.to_owned(),
+            source,
+        }
+        .into()),
+        Err(panic) => {
+            let detail = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(RunError::KernelPanic {
+                node: node.to_owned(),
+                detail,
+            }
+            .into())
+        }
+    }
+}
+
+/// What lowering knows about each value.
+#[derive(Clone)]
+enum Known {
+    Unknown,
+    Const(Arc<Tensor>),
+    Dynamic(ElementType, Vec<usize>),
+}
+
+/// Lowers `resolved` for `inputs`; graph inputs in `value_inputs` are known
+/// values (their contents decide shapes). Returns `Err(NeedsValue(i))` when
+/// graph input `i` must join `value_inputs`.
+pub(crate) fn lower(
+    resolved: &ResolvedModel,
+    inputs: &[&Tensor],
+    value_inputs: &HashSet<usize>,
+) -> Result<Result<Lowered, Error>, NeedsValue> {
+    let fail = |node: &str, source: KernelError| -> Result<Result<Lowered, Error>, NeedsValue> {
+        Ok(Err(ResolveError::Kernel {
+            node: node.to_owned(),
+            source,
+        }
+        .into()))
+    };
+    let weights = resolved.model().weights();
+    let weight_dims: Vec<Vec<usize>> = weights
+        .iter()
+        .map(|w| w.dims().iter().map(|&d| d as usize).collect())
+        .collect();
+    let mut known = vec![Known::Unknown; resolved.value_count()];
+    for (i, t) in inputs.iter().enumerate() {
+        known[i] = if value_inputs.contains(&i) {
+            Known::Const(Arc::new((*t).clone()))
+        } else {
+            Known::Dynamic(t.dtype(), t.shape().to_vec())
+        };
+    }
+    let source_of = |r: u32| resolved.requirements()[r as usize].sources[0];
+
+    // Pass 1: infer, fold.
+    let mut dynamic_nodes = Vec::new();
+    for (n, node) in resolved.nodes().iter().enumerate() {
+        let infos: Vec<Option<InputInfo<'_>>> = node
+            .inputs
+            .iter()
+            .map(|op| {
+                op.and_then(|op| match op {
+                    Source::Value(id) => match &known[id.0 as usize] {
+                        Known::Const(t) => Some(InputInfo::known(t)),
+                        Known::Dynamic(d, s) => Some(InputInfo::dynamic(*d, s)),
+                        Known::Unknown => None,
+                    },
+                    Source::Inline(i) => Some(InputInfo::known(resolved.inline(i))),
+                    Source::Prepared(r) => {
+                        let w = source_of(r.0);
+                        Some(InputInfo::unloaded(
+                            weights[w.index()].element_type(),
+                            &weight_dims[w.index()],
+                        ))
+                    }
+                    Source::Consumed(w) => Some(InputInfo::unloaded(
+                        weights[w.index()].element_type(),
+                        &weight_dims[w.index()],
+                    )),
+                })
+            })
+            .collect();
+        let outs = match node.op.infer(&infos) {
+            Ok(o) => o,
+            Err(KernelError::NeedsConstant { input, .. }) => {
+                if let Some(Some(Source::Value(id))) = node.inputs.get(input)
+                    && (id.0 as usize) < inputs.len()
+                    && !value_inputs.contains(&(id.0 as usize))
+                {
+                    return Err(NeedsValue(id.0 as usize));
+                }
+                return fail(
+                    &node.name,
+                    KernelError::NeedsConstant {
+                        op: node.op.name(),
+                        input,
+                    },
+                );
+            }
+            Err(source) => return fail(&node.name, source),
+        };
+        if outs.len() != node.outputs.len() {
+            return fail(
+                &node.name,
+                KernelError::Shape(format!(
+                    "{} outputs inferred for {}",
+                    outs.len(),
+                    node.outputs.len()
+                )),
+            );
+        }
+        let foldable = node.packed.is_none()
+            && node.inputs.iter().flatten().all(|op| match op {
+                Source::Value(id) => matches!(known[id.0 as usize], Known::Const(_)),
+                Source::Inline(_) => true,
+                Source::Prepared(_) | Source::Consumed(_) => false,
+            });
+        if foldable {
+            let ins: Vec<Option<&Tensor>> = node
+                .inputs
+                .iter()
+                .map(|op| match op {
+                    Some(Source::Value(id)) => match &known[id.0 as usize] {
+                        Known::Const(t) => Some(&**t),
+                        _ => None,
+                    },
+                    Some(Source::Inline(i)) => Some(&**resolved.inline(*i)),
+                    _ => None,
+                })
+                .collect();
+            let mut tensors = Vec::with_capacity(outs.len());
+            for o in &outs {
+                match Tensor::zeros(o.dtype, o.shape.clone()) {
+                    Ok(t) => tensors.push(t),
+                    Err(source) => return fail(&node.name, source),
+                }
+            }
+            if let Err(e) =
+                execute_caught(&*node.op, &node.name, &ins, None, &mut tensors, &Sequential)
+            {
+                return Ok(Err(e));
+            }
+            for (id, t) in node.outputs.iter().zip(tensors) {
+                known[id.0 as usize] = Known::Const(Arc::new(t));
+            }
+            continue;
+        }
+        for (id, o) in node.outputs.iter().zip(outs) {
+            known[id.0 as usize] = Known::Dynamic(o.dtype, o.shape);
+        }
+        dynamic_nodes.push(n);
+    }
+
+    // Pass 2: last use of every value read by an action.
+    let graph_outputs: HashSet<u32> = resolved
+        .outputs()
+        .iter()
+        .filter_map(|(_, op)| match op {
+            Source::Value(id) => Some(id.0),
+            _ => None,
+        })
+        .collect();
+    let mut last_use: HashMap<u32, usize> = HashMap::new();
+    for (step, &n) in dynamic_nodes.iter().enumerate() {
+        for op in resolved.nodes()[n].inputs.iter().flatten() {
+            if let Source::Value(id) = op {
+                last_use.insert(id.0, step);
+            }
+        }
+    }
+
+    // Pass 3: buffers (graph inputs first, never shared) and actions.
+    let mut lowered = Lowered {
+        key: inputs.iter().map(|t| (*t).clone()).collect(),
+        constants: Vec::new(),
+        buffers: Vec::new(),
+        out_shapes: Vec::new(),
+        operands: Vec::new(),
+        actions: Vec::new(),
+        node_action: Vec::with_capacity(resolved.nodes().len() + 1),
+        input_buffers: Vec::new(),
+        output_operands: Vec::new(),
+        scratch: Vec::with_capacity(MAX_OPERANDS),
+    };
+    let mut operand_of: HashMap<u32, Operand> = HashMap::new();
+    let mut const_index: HashMap<*const Tensor, u32> = HashMap::new();
+    let mut constant = |t: &Arc<Tensor>, lowered: &mut Lowered| -> Operand {
+        let idx = *const_index.entry(Arc::as_ptr(t)).or_insert_with(|| {
+            lowered.constants.push(t.clone());
+            (lowered.constants.len() - 1) as u32
+        });
+        Operand::Const(idx)
+    };
+    for (i, t) in inputs.iter().enumerate() {
+        lowered.buffers.push((*t).clone());
+        lowered
+            .input_buffers
+            .push((lowered.buffers.len() - 1) as u32);
+        let op = match &known[i] {
+            Known::Const(c) => constant(c, &mut lowered),
+            _ => Operand::Buffer((lowered.buffers.len() - 1) as u32),
+        };
+        operand_of.insert(i as u32, op);
+    }
+    let mut free: HashMap<(ElementType, usize), Vec<u32>> = HashMap::new();
+    let mut next_dynamic = dynamic_nodes.iter().peekable();
+    for (n, node) in resolved.nodes().iter().enumerate() {
+        lowered.node_action.push(lowered.actions.len() as u32);
+        if next_dynamic.peek() != Some(&&n) {
+            continue;
+        }
+        next_dynamic.next();
+        let step = lowered.actions.len();
+        let start = lowered.operands.len() as u32;
+        for op in &node.inputs {
+            let operand = match op {
+                None | Some(Source::Consumed(_)) => Operand::None,
+                Some(Source::Prepared(r)) => Operand::Object(r.0),
+                Some(Source::Inline(i)) => constant(resolved.inline(*i), &mut lowered),
+                Some(Source::Value(id)) => match operand_of.get(&id.0) {
+                    Some(op) => *op,
+                    None => match &known[id.0 as usize] {
+                        Known::Const(t) => {
+                            let op = constant(t, &mut lowered);
+                            operand_of.insert(id.0, op);
+                            op
+                        }
+                        _ => unreachable!("values are assigned before use"),
+                    },
+                },
+            };
+            lowered.operands.push(operand);
+            lowered.out_shapes.push(Vec::new());
+        }
+        let mid = lowered.operands.len() as u32;
+        // Inputs whose last use is this action are released after it (an
+        // output never reuses an input's buffer: kernels read while writing).
+        let mut released = Vec::new();
+        for op in node.inputs.iter().flatten() {
+            if let Source::Value(id) = op
+                && last_use.get(&id.0) == Some(&step)
+                && !graph_outputs.contains(&id.0)
+                && (id.0 as usize) >= inputs.len()
+                && let Some(Operand::Buffer(b)) = operand_of.get(&id.0)
+            {
+                let t = &lowered.buffers[*b as usize];
+                released.push(((t.dtype(), t.len()), *b));
+            }
+        }
+        for id in &node.outputs {
+            let Known::Dynamic(dtype, shape) = &known[id.0 as usize] else {
+                unreachable!()
+            };
+            let len = element_count(shape).unwrap_or(0);
+            let b = match free.get_mut(&(*dtype, len)).and_then(Vec::pop) {
+                Some(b) => b,
+                None => match Tensor::zeros(*dtype, shape.clone()) {
+                    Ok(t) => {
+                        lowered.buffers.push(t);
+                        (lowered.buffers.len() - 1) as u32
+                    }
+                    Err(source) => return fail(&node.name, source),
+                },
+            };
+            operand_of.insert(id.0, Operand::Buffer(b));
+            lowered.operands.push(Operand::Buffer(b));
+            lowered.out_shapes.push(shape.clone());
+            if !last_use.contains_key(&id.0) && !graph_outputs.contains(&id.0) {
+                released.push(((*dtype, len), b));
+            }
+        }
+        let mut seen = HashSet::new();
+        for (k, b) in released {
+            if seen.insert(b) {
+                free.entry(k).or_default().push(b);
+            }
+        }
+        lowered.actions.push(Action {
+            node: n as u32,
+            inputs: (start, mid),
+            outputs: (mid, lowered.operands.len() as u32),
+            packed: node.packed.map(|r| r.0),
+        });
+    }
+    lowered.node_action.push(lowered.actions.len() as u32);
+    for (_, op) in resolved.outputs() {
+        let operand = match op {
+            Source::Value(id) => match operand_of.get(&id.0) {
+                Some(op) => *op,
+                None => match &known[id.0 as usize] {
+                    Known::Const(t) => constant(t, &mut lowered),
+                    _ => Operand::None,
+                },
+            },
+            Source::Inline(i) => constant(resolved.inline(*i), &mut lowered),
+            Source::Prepared(r) => Operand::Object(r.0),
+            Source::Consumed(_) => Operand::None,
+        };
+        lowered.output_operands.push(operand);
+    }
+    Ok(Ok(lowered))
+}
+
+/// Lowers, adding graph inputs to `value_inputs` until shapes resolve.
+pub(crate) fn lower_all(
+    resolved: &ResolvedModel,
+    inputs: &[&Tensor],
+    value_inputs: &mut HashSet<usize>,
+) -> Result<Lowered, Error> {
+    loop {
+        match lower(resolved, inputs, value_inputs) {
+            Ok(result) => return result,
+            Err(NeedsValue(i)) => {
+                value_inputs.insert(i);
+            }
+        }
+    }
+}

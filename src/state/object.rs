@@ -1,0 +1,96 @@
+//! Prepared objects (cold path to build, hot path to read): what a
+//! requirement publishes — a packed weight, or a source tensor used as is.
+
+use std::sync::Arc;
+
+use onnx_prepared_kernels::{PackedWeight, Tensor, TensorData};
+
+use crate::Error;
+use crate::error::{ResolveError, RunError};
+use crate::model::{PayloadSource, Requirement, ResolvedModel, read_to_vec};
+
+/// The object a requirement publishes.
+#[derive(Debug, Clone)]
+pub enum PreparedObject {
+    /// A source tensor, for kernels that read it as is.
+    Source(Arc<Tensor>),
+    /// A packed weight, for the kernel whose layout it is.
+    Packed(Arc<PackedWeight>),
+}
+
+impl PreparedObject {
+    /// Bytes held.
+    pub fn byte_len(&self) -> usize {
+        match self {
+            PreparedObject::Source(t) => t.dtype().byte_len(t.len() as u64).unwrap_or(0) as usize,
+            PreparedObject::Packed(p) => p.byte_len(),
+        }
+    }
+
+    /// The source tensor, if this is one.
+    pub fn as_source(&self) -> Option<&Tensor> {
+        match self {
+            PreparedObject::Source(t) => Some(t),
+            PreparedObject::Packed(_) => None,
+        }
+    }
+
+    /// The packed weight, if this is one.
+    pub fn as_packed(&self) -> Option<&PackedWeight> {
+        match self {
+            PreparedObject::Packed(p) => Some(p),
+            PreparedObject::Source(_) => None,
+        }
+    }
+}
+
+/// Decodes one source weight's bytes into a tensor.
+pub(crate) fn source_tensor(
+    resolved: &ResolvedModel,
+    weight: crate::model::WeightId,
+    bytes: &[u8],
+) -> Result<Tensor, Error> {
+    let d = &resolved.model().weights()[weight.index()];
+    let bad = || ResolveError::WeightType {
+        weight: d.name().to_owned(),
+        dtype: d.element_type(),
+    };
+    let data = TensorData::from_le_bytes(d.element_type(), bytes).ok_or_else(bad)?;
+    let dims = d.dims().iter().map(|&x| x as usize).collect();
+    Ok(Tensor::new(dims, data).map_err(|_| bad())?)
+}
+
+/// Builds a requirement's object from its source tensors (in `sources` order).
+pub(crate) fn prepare(
+    requirement: &Requirement,
+    sources: &[&Tensor],
+) -> Result<PreparedObject, Error> {
+    match &requirement.prepack {
+        None => Ok(PreparedObject::Source(Arc::new(sources[0].clone()))),
+        Some(p) => p
+            .prepare(sources)
+            .map(|w| PreparedObject::Packed(Arc::new(w)))
+            .map_err(|source| {
+                RunError::Kernel {
+                    node: requirement.name.clone(),
+                    source,
+                }
+                .into()
+            }),
+    }
+}
+
+/// Reads a requirement's sources and builds its object (the whole
+/// `ReadSourceAndPrepack` recipe, sequentially).
+pub(crate) fn materialize(
+    resolved: &ResolvedModel,
+    requirement: &Requirement,
+    source: &dyn PayloadSource,
+) -> Result<PreparedObject, Error> {
+    let mut tensors = Vec::with_capacity(requirement.sources.len());
+    for &w in &requirement.sources {
+        tensors.push(source_tensor(resolved, w, &read_to_vec(source, w)?)?);
+    }
+    let refs: Vec<&Tensor> = tensors.iter().collect();
+    prepare(requirement, &refs)
+}
