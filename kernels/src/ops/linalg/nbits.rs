@@ -1,0 +1,295 @@
+//! The `com.microsoft` MatMulNBits operator (cold path: attributes, shapes,
+//! prepack offer; hot path: `execute`). 4-bit weights only, computed in f32
+//! whatever `accuracy_level` says; `g_idx` is rejected.
+
+use super::isa::Isa;
+use super::q4;
+use super::reference::{NBitsParams, check_nbits_sources, scales_f32};
+use super::{check_arity, check_attributes, f32_input, output_f32};
+use crate::{
+    CpuFeatures, ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight,
+    ParallelFor, Prepack, Tensor,
+};
+
+const OP: &str = "MatMulNBits";
+/// Input positions.
+const A: usize = 0;
+const B: usize = 1;
+const SCALES: usize = 2;
+const ZERO_POINTS: usize = 3;
+const G_IDX: usize = 4;
+const BIAS: usize = 5;
+
+/// `Y = A * dequantize(B) (+ bias)`.
+#[derive(Debug)]
+pub(crate) struct MatMulNBits {
+    p: NBitsParams,
+    /// Kernel family when the weights arrive unpacked.
+    isa: Isa,
+}
+
+impl MatMulNBits {
+    pub(crate) fn create(spec: &NodeSpec<'_>, isa: Isa) -> Result<Box<dyn Operator>, KernelError> {
+        check_arity(spec, OP, 3..=6)?;
+        check_attributes(
+            spec,
+            OP,
+            &["K", "N", "bits", "block_size", "accuracy_level"],
+        )?;
+        let at = spec.attributes;
+        let dim = |name: &'static str| -> Result<usize, KernelError> {
+            let v = at.int(name).ok_or(KernelError::Attribute {
+                op: OP,
+                name,
+                detail: "is required".into(),
+            })?;
+            usize::try_from(v).map_err(|_| KernelError::Attribute {
+                op: OP,
+                name,
+                detail: format!("must be non-negative, got {v}"),
+            })
+        };
+        let (k, n) = (dim("K")?, dim("N")?);
+        let bits = at.int("bits").unwrap_or(4);
+        if bits != 4 {
+            return Err(KernelError::Attribute {
+                op: OP,
+                name: "bits",
+                detail: format!("{bits} bits are not supported (only 4)"),
+            });
+        }
+        let block_size = dim("block_size")?;
+        if !(16..=128).contains(&block_size) || !block_size.is_power_of_two() {
+            return Err(KernelError::Attribute {
+                op: OP,
+                name: "block_size",
+                detail: format!("must be 16, 32, 64 or 128, got {block_size}"),
+            });
+        }
+        Ok(Box::new(Self {
+            p: NBitsParams {
+                k,
+                n,
+                bits: 4,
+                block_size,
+            },
+            isa,
+        }))
+    }
+
+    fn check_a(&self, shape: &[usize]) -> Result<usize, KernelError> {
+        match shape.split_last() {
+            Some((&k, rest)) if k == self.p.k => Ok(crate::element_count(rest).unwrap_or(0)),
+            _ => Err(KernelError::Shape(format!(
+                "MatMulNBits: A {shape:?} must end in K = {}",
+                self.p.k
+            ))),
+        }
+    }
+}
+
+/// Packs B, scales and (optional) zero points into the 4-bit layout.
+#[derive(Debug)]
+struct NBitsPrepack {
+    layout: String,
+    consumes: Vec<usize>,
+    p: NBitsParams,
+    isa: Isa,
+}
+
+impl Prepack for NBitsPrepack {
+    fn layout(&self) -> &str {
+        &self.layout
+    }
+
+    fn consumes(&self) -> &[usize] {
+        &self.consumes
+    }
+
+    fn prepare(&self, sources: &[&Tensor]) -> Result<PackedWeight, KernelError> {
+        let (b, scales, zp) = match sources {
+            [b, s] => (*b, *s, None),
+            [b, s, z] => (*b, *s, Some(*z)),
+            _ => {
+                return Err(KernelError::Shape(
+                    "MatMulNBits: packing needs B, scales [, zero_points]".into(),
+                ));
+            }
+        };
+        check_nbits_sources(&self.p, b, scales, zp)?;
+        let bytes = b.as_u8().expect("checked u8");
+        let scales = scales_f32(scales)?;
+        Ok(q4::pack(
+            &self.p,
+            self.isa,
+            self.layout.clone(),
+            bytes,
+            &scales,
+            zp.map(|z| z.data()),
+        ))
+    }
+}
+
+impl Operator for MatMulNBits {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
+        let get = |i: usize| inputs.get(i).copied().flatten();
+        let (Some(a), Some(b), Some(scales)) = (get(A), get(B), get(SCALES)) else {
+            return Err(KernelError::Shape(
+                "MatMulNBits: needs inputs A, B and scales".into(),
+            ));
+        };
+        if get(G_IDX).is_some() {
+            return Err(KernelError::Attribute {
+                op: OP,
+                name: "g_idx",
+                detail: "the g_idx input is not supported".into(),
+            });
+        }
+        if a.dtype != ElementType::F32 {
+            return Err(KernelError::UnsupportedType {
+                op: OP,
+                dtype: a.dtype,
+            });
+        }
+        self.check_a(a.shape)?;
+        let count = |s: &[usize]| crate::element_count(s).unwrap_or(usize::MAX);
+        let (p, blocks) = (self.p, self.p.blocks());
+        if b.dtype != ElementType::U8
+            || count(b.shape) != p.n * blocks * p.block_size / 2
+            || b.shape.first() != Some(&p.n)
+        {
+            return Err(KernelError::Shape(format!(
+                "MatMulNBits: B {:?} ({}) must be u8 [{}, {blocks}, {}]",
+                b.shape,
+                b.dtype,
+                p.n,
+                p.block_size / 2
+            )));
+        }
+        if !matches!(scales.dtype, ElementType::F32 | ElementType::F16)
+            || count(scales.shape) != p.n * blocks
+        {
+            return Err(KernelError::Shape(format!(
+                "MatMulNBits: scales {:?} ({}) must be f32 with N * blocks = {} values",
+                scales.shape,
+                scales.dtype,
+                p.n * blocks
+            )));
+        }
+        if let Some(z) = get(ZERO_POINTS) {
+            let want = match z.dtype {
+                ElementType::U8 => p.n * blocks.div_ceil(2),
+                ElementType::F32 | ElementType::F16 => p.n * blocks,
+                dtype => return Err(KernelError::UnsupportedType { op: OP, dtype }),
+            };
+            if count(z.shape) != want {
+                return Err(KernelError::Shape(format!(
+                    "MatMulNBits: zero_points {:?} ({}) must hold {want} values",
+                    z.shape, z.dtype
+                )));
+            }
+        }
+        if let Some(bias) = get(BIAS)
+            && (bias.dtype != ElementType::F32 || count(bias.shape) != p.n)
+        {
+            return Err(KernelError::Shape(format!(
+                "MatMulNBits: bias {:?} ({}) must be f32 [{}]",
+                bias.shape, bias.dtype, p.n
+            )));
+        }
+        let mut shape = a.shape.to_vec();
+        *shape.last_mut().expect("A has rank >= 1") = p.n;
+        Ok(vec![OutputInfo {
+            dtype: ElementType::F32,
+            shape,
+        }])
+    }
+
+    fn prepack(
+        &self,
+        inputs: &[Option<InputInfo<'_>>],
+        cpu: CpuFeatures,
+    ) -> Option<Box<dyn Prepack>> {
+        let get = |i: usize| inputs.get(i).copied().flatten();
+        let (b, scales, zp) = (get(B)?, get(SCALES)?, get(ZERO_POINTS));
+        if !b.constant || !scales.constant || zp.is_some_and(|z| !z.constant) {
+            return None;
+        }
+        let isa = Isa::select(cpu);
+        let consumes = if zp.is_some() {
+            vec![B, SCALES, ZERO_POINTS]
+        } else {
+            vec![B, SCALES]
+        };
+        Some(Box::new(NBitsPrepack {
+            layout: q4::layout(self.p.block_size, zp.map(|z| z.dtype), isa),
+            consumes,
+            p: self.p,
+            isa,
+        }))
+    }
+
+    fn execute(
+        &self,
+        inputs: &[Option<&Tensor>],
+        packed: Option<&PackedWeight>,
+        outputs: &mut [Tensor],
+        par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        let get = |i: usize| inputs.get(i).copied().flatten();
+        let a = get(A).ok_or_else(|| KernelError::Shape("MatMulNBits: missing A".into()))?;
+        if get(G_IDX).is_some() {
+            return Err(KernelError::Attribute {
+                op: OP,
+                name: "g_idx",
+                detail: "the g_idx input is not supported".into(),
+            });
+        }
+        let av = f32_input(a, OP)?;
+        let rows = self.check_a(a.shape())?;
+        let n = self.p.n;
+        let y = output_f32(outputs, OP, rows * n)?;
+        let accumulate = match get(BIAS) {
+            Some(bias) => {
+                let bias = f32_input(bias, OP)?;
+                if bias.len() != n {
+                    return Err(KernelError::Shape(format!(
+                        "MatMulNBits: bias must hold N = {n} values"
+                    )));
+                }
+                for row in y.chunks_exact_mut(n.max(1)) {
+                    row.copy_from_slice(bias);
+                }
+                true
+            }
+            None => false,
+        };
+        match packed {
+            Some(packed) => {
+                let (isa, view) = q4::view(packed, &self.p)?;
+                q4::matmul(isa, &view, av, rows, y, accumulate, par);
+            }
+            None => {
+                // Weights that are not constants: pack for this call.
+                let (Some(b), Some(scales)) = (get(B), get(SCALES)) else {
+                    return Err(KernelError::Shape(
+                        "MatMulNBits: missing B or scales".into(),
+                    ));
+                };
+                let zp = get(ZERO_POINTS);
+                check_nbits_sources(&self.p, b, scales, zp)?;
+                let layout = q4::layout(self.p.block_size, zp.map(|z| z.dtype()), self.isa);
+                let bytes = b.as_u8().expect("checked u8");
+                let sc = scales_f32(scales)?;
+                let packed = q4::pack(&self.p, self.isa, layout, bytes, &sc, zp.map(|z| z.data()));
+                let (isa, view) = q4::view(&packed, &self.p)?;
+                q4::matmul(isa, &view, av, rows, y, accumulate, par);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,297 @@
+//! 4-bit weights (`MatMulNBits`, bits = 4): the packed layout, its packing
+//! (cold path) and the products on it (hot path).
+//!
+//! # Packed layout `matmul-nbits-q4-b{B}-zp{Z}-t{T}-{isa}`
+//!
+//! Columns are grouped in tiles of `T` (16 for AVX-512: one `zmm` of lanes;
+//! 8 for AVX2 and portable). Parts:
+//!
+//! 0. `U64` header `[MAGIC, isa code, K, N, block_size, T, has_zero_points]`;
+//! 1. `U8` weights `[tile][block][block_size / 8][T][4]`: the 4 bytes of
+//!    column `c` for group `g` of block `b` hold the nibbles of
+//!    `k = b * block_size + 8g + j` at bits `4j` of a little-endian `u32` —
+//!    exactly ONNX Runtime's bytes `B[n][b][4g..4g + 4]`, so lane `c` of a
+//!    vector load holds 8 consecutive `k` of one column;
+//! 2. `F32` scales `[tile][block][T]`;
+//! 3. (zero points given) `F32` `-zero_point * scale`, `[tile][block][T]`.
+//!
+//! Padding (columns past `N`, nibbles past `K`) is zero, so one source always
+//! packs to the same bytes. Without zero points the zero point is 8.
+//!
+//! # Kernels
+//!
+//! * `M` up to [`GEMV_MAX_M`]: [`gemv`] per row straight from the packed
+//!   bytes. Each lane accumulates `a[k] * q` for its column over a block
+//!   (AVX-512 converts nibbles with one `vpermps` from a 16-entry table; the
+//!   table holds `q - 8` when the zero point is 8), then scales once per
+//!   block; explicit zero points add `-zp * scale * sum(a over the block)`.
+//! * Larger `M`: the f32 GEMM ([`super::sgemm`]) with `B` dequantized one
+//!   `KC x NR` panel at a time into a stack scratch that stays in L1.
+
+pub(crate) mod avx2;
+pub(crate) mod avx512;
+pub(crate) mod portable;
+
+use super::isa::Isa;
+use super::reference::NBitsParams;
+use super::sgemm::{self, BSrc, OutPtr, Problem};
+use crate::par::chunk;
+use crate::{KernelError, PackedWeight, ParallelFor, TensorData};
+
+/// First header word of a 4-bit packed weight.
+const MAGIC: u64 = 0x7134_6e62_6974_7301;
+/// Rows up to which products run row by row on the packed bytes.
+pub(crate) const GEMV_MAX_M: usize = 2;
+/// Tiles one GEMV pass keeps in registers (and the task split alignment).
+const GEMV_GROUP: usize = 4;
+
+/// A borrowed view of a packed 4-bit weight.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Q4View<'a> {
+    pub(crate) k: usize,
+    pub(crate) n: usize,
+    pub(crate) block_size: usize,
+    pub(crate) blocks: usize,
+    /// Columns per tile.
+    pub(crate) tile: usize,
+    pub(crate) tiles: usize,
+    pub(crate) weights: &'a [u8],
+    pub(crate) scales: &'a [f32],
+    /// `-zero_point * scale` when zero points were given.
+    pub(crate) nzs: Option<&'a [f32]>,
+}
+
+/// The layout key of a 4-bit packing.
+pub(crate) fn layout(
+    block_size: usize,
+    zero_points: Option<crate::ElementType>,
+    isa: Isa,
+) -> String {
+    let zp = match zero_points {
+        None => "0".to_string(),
+        Some(t) => t.name().to_string(),
+    };
+    format!(
+        "matmul-nbits-q4-b{block_size}-zp{zp}-t{}-{}",
+        isa.q4_tile(),
+        isa.name()
+    )
+}
+
+/// Packs ONNX Runtime's 4-bit `B`, `scales` and optional `zero_points`
+/// (checked by the caller) into the layout of `isa`.
+pub(crate) fn pack(
+    p: &NBitsParams,
+    isa: Isa,
+    layout: String,
+    b: &[u8],
+    scales: &[f32],
+    zero_points: Option<&TensorData>,
+) -> PackedWeight {
+    let (k, n, bs) = (p.k, p.n, p.block_size);
+    let t = isa.q4_tile();
+    let blocks = p.blocks();
+    let tiles = n.div_ceil(t);
+    let groups = bs / 8;
+    let blob = bs / 2;
+    let mut weights = vec![0u8; tiles * blocks * groups * t * 4];
+    let mut sc = vec![0f32; tiles * blocks * t];
+    let mut nzs = zero_points.map(|_| vec![0f32; tiles * blocks * t]);
+    for col in 0..n {
+        let (tile, lane) = (col / t, col % t);
+        for blk in 0..blocks {
+            for g in 0..groups {
+                let src = &b[(col * blocks + blk) * blob + g * 4..][..4];
+                let dst =
+                    &mut weights[((tile * blocks + blk) * groups + g) * t * 4 + lane * 4..][..4];
+                let mut word = u32::from_le_bytes(src.try_into().expect("4 bytes"));
+                let first = blk * bs + g * 8;
+                for j in 0..8 {
+                    if first + j >= k {
+                        word &= !(15 << (4 * j));
+                    }
+                }
+                dst.copy_from_slice(&word.to_le_bytes());
+            }
+            let s = scales[col * blocks + blk];
+            let at = (tile * blocks + blk) * t + lane;
+            sc[at] = s;
+            if let Some(z) = nzs.as_mut() {
+                z[at] = -super::reference::zero_point(zero_points, blocks, col, blk) * s;
+            }
+        }
+    }
+    let header = vec![
+        MAGIC,
+        isa.code(),
+        k as u64,
+        n as u64,
+        bs as u64,
+        t as u64,
+        nzs.is_some() as u64,
+    ];
+    let mut parts = vec![
+        TensorData::U64(header),
+        TensorData::U8(weights),
+        TensorData::F32(sc),
+    ];
+    if let Some(z) = nzs {
+        parts.push(TensorData::F32(z));
+    }
+    PackedWeight { layout, parts }
+}
+
+/// Reads a packed weight for `p`, checking it was made for these
+/// attributes and that this CPU runs its kernels.
+pub(crate) fn view<'a>(
+    packed: &'a PackedWeight,
+    p: &NBitsParams,
+) -> Result<(Isa, Q4View<'a>), KernelError> {
+    let bad = |detail: &str| KernelError::Invalid {
+        op: "MatMulNBits",
+        detail: format!("packed weight `{}`: {detail}", packed.layout),
+    };
+    let (header, weights, scales, nzs) = match packed.parts.as_slice() {
+        [TensorData::U64(h), TensorData::U8(w), TensorData::F32(s)] => (h, w, s, None),
+        [
+            TensorData::U64(h),
+            TensorData::U8(w),
+            TensorData::F32(s),
+            TensorData::F32(z),
+        ] => (h, w, s, Some(&z[..])),
+        _ => return Err(bad("not a 4-bit packed layout")),
+    };
+    let &[magic, code, k, n, bs, t, has_zp] = header.as_slice() else {
+        return Err(bad("bad header"));
+    };
+    if magic != MAGIC {
+        return Err(bad("not a 4-bit packed layout"));
+    }
+    let isa = Isa::from_code(code)
+        .ok_or_else(|| bad("this CPU lacks the instructions of this layout"))?;
+    if (k as usize, n as usize, bs as usize) != (p.k, p.n, p.block_size) {
+        return Err(bad("packed for different K, N or block_size"));
+    }
+    let (t, tiles, blocks) = (t as usize, p.n.div_ceil(t.max(1) as usize), p.blocks());
+    let ok = t == isa.q4_tile()
+        && (has_zp == 1) == nzs.is_some()
+        && weights.len() == tiles * blocks * p.block_size / 8 * t * 4
+        && scales.len() == tiles * blocks * t
+        && nzs.is_none_or(|z| z.len() == scales.len());
+    if !ok {
+        return Err(bad("inconsistent parts"));
+    }
+    Ok((
+        isa,
+        Q4View {
+            k: p.k,
+            n: p.n,
+            block_size: p.block_size,
+            blocks,
+            tile: t,
+            tiles,
+            weights,
+            scales,
+            nzs,
+        },
+    ))
+}
+
+/// `Y[m] (+)= A[m] * W` for `m < rows`, `A` row-major `[rows, K]`, `Y` `[rows, N]`.
+pub(crate) fn matmul(
+    isa: Isa,
+    v: &Q4View<'_>,
+    a: &[f32],
+    rows: usize,
+    y: &mut [f32],
+    accumulate: bool,
+    par: &dyn ParallelFor,
+) {
+    let (k, n) = (v.k, v.n);
+    assert!(
+        a.len() >= rows * k && y.len() >= rows * n,
+        "MatMulNBits operands too short"
+    );
+    if rows == 0 || n == 0 {
+        return;
+    }
+    if rows > GEMV_MAX_M {
+        let prob = Problem {
+            m: rows,
+            n,
+            k,
+            a,
+            lda: k,
+            b: BSrc::Q4(v),
+            ldc: n,
+            alpha: 1.0,
+            accumulate,
+            batches: 1,
+            offsets: &|_| (0, 0, 0),
+        };
+        sgemm::run(isa, &prob, y, par);
+        return;
+    }
+    let out = OutPtr::new(y);
+    let task = |range: std::ops::Range<usize>| {
+        for r in 0..rows {
+            let a_row = &a[r * k..][..k];
+            // SAFETY: the family was selected on this CPU (`Isa` invariant);
+            // `a_row` holds K floats; row r of Y holds N floats (asserted),
+            // and this task writes only the columns of its tiles.
+            unsafe {
+                gemv(
+                    isa,
+                    v,
+                    a_row,
+                    out.ptr().add(r * n),
+                    range.clone(),
+                    accumulate,
+                )
+            };
+        }
+    };
+    let threads = par.threads();
+    if threads <= 1 || rows * k * n < sgemm::PARALLEL_MIN_MACS {
+        task(0..v.tiles);
+    } else {
+        let parts = v
+            .tiles
+            .div_ceil(GEMV_GROUP)
+            .min(threads * sgemm::TASKS_PER_THREAD);
+        par.run(parts, &|i| {
+            let range = chunk(v.tiles, parts, GEMV_GROUP, i);
+            if !range.is_empty() {
+                task(range);
+            }
+        });
+    }
+}
+
+/// One row: `y[c] (+)= sum_k a[k] * W[k][c]` for the columns of `tiles`.
+///
+/// # Safety
+/// The CPU has `isa`'s features; `y` is writable for the columns of `tiles`
+/// (below `N`) and nobody else writes them meanwhile; `a.len() >= K`.
+unsafe fn gemv(
+    isa: Isa,
+    v: &Q4View<'_>,
+    a: &[f32],
+    y: *mut f32,
+    tiles: std::ops::Range<usize>,
+    accumulate: bool,
+) {
+    assert!(a.len() >= v.k && tiles.end <= v.tiles);
+    // The last, partial block reads `A` through a zero-padded copy.
+    let full = v.k / v.block_size;
+    let mut pad = [0f32; 128];
+    pad[..v.k - full * v.block_size].copy_from_slice(&a[full * v.block_size..v.k]);
+    // SAFETY: forwarded contract; `a` holds the full blocks, `pad` the rest.
+    unsafe {
+        match isa {
+            Isa::Avx512 => avx512::gemv(v, a.as_ptr(), pad.as_ptr(), y, tiles, accumulate),
+            Isa::Avx2 => avx2::gemv(v, a.as_ptr(), pad.as_ptr(), y, tiles, accumulate),
+            Isa::Portable => portable::gemv(v, a.as_ptr(), pad.as_ptr(), y, tiles, accumulate),
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! The f32 GEMM driver (hot path): `C = alpha * A * B (+ C)` cut into
+//! `MR x NR` register tiles run by the ISA's micro-kernel, with `K` blocked
+//! so one `KC x NR` panel of `B` stays in L1 while every row tile of the
+//! task streams past it. Tasks split `N` panels first (so a 4-bit panel is
+//! dequantized once) and then `M` tiles, over the caller's [`ParallelFor`].
+//!
+//! `A` is read in place (row-major, row stride `lda`). `B` comes from a
+//! [`BSrc`]: panels prepacked by [`pack_b`], a row-major or transposed
+//! matrix read as is or copied panel by panel into a stack scratch, or
+//! 4-bit weights dequantized panel by panel.
+
+pub(crate) mod avx2;
+pub(crate) mod avx512;
+pub(crate) mod portable;
+
+use super::isa::Isa;
+use super::q4::Q4View;
+use crate::ParallelFor;
+use crate::par::chunk;
+
+/// `K` block length: a multiple of every 4-bit block size (16..=128) and
+/// of 8; `KC x 32` floats fill 32 KiB of the 48 KiB L1.
+pub(crate) const KC: usize = 256;
+/// Widest panel of any ISA.
+const NR_MAX: usize = 32;
+
+/// Where `B[k][n]` comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum BSrc<'a> {
+    /// Panels from [`pack_b`] for this ISA's `NR`: `[panel][k][NR]`.
+    Packed(&'a [f32]),
+    /// Row-major: `B[k][n] = data[k * ldb + n]`.
+    Rows { data: &'a [f32], ldb: usize },
+    /// Transposed: `B[k][n] = data[n * ldb + k]`.
+    Cols { data: &'a [f32], ldb: usize },
+    /// 4-bit weights, dequantized one `KC x NR` panel at a time.
+    Q4(&'a Q4View<'a>),
+}
+
+impl BSrc<'_> {
+    /// The same source moved by `offset` elements (one batch matrix).
+    fn at(self, offset: usize) -> Self {
+        match self {
+            Self::Packed(d) => Self::Packed(&d[offset..]),
+            Self::Rows { data, ldb } => Self::Rows {
+                data: &data[offset..],
+                ldb,
+            },
+            Self::Cols { data, ldb } => Self::Cols {
+                data: &data[offset..],
+                ldb,
+            },
+            Self::Q4(v) => Self::Q4(v),
+        }
+    }
+}
+
+/// One (possibly batched) product. Batch `i` reads `A` at
+/// `a[offsets(i).0..]`, `B` at `offsets(i).1` and writes `C` at `offsets(i).2`.
+#[derive(Clone, Copy)]
+pub(crate) struct Problem<'a> {
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) a: &'a [f32],
+    pub(crate) lda: usize,
+    pub(crate) b: BSrc<'a>,
+    pub(crate) ldc: usize,
+    pub(crate) alpha: f32,
+    /// `C` already holds an addend (bias, `beta * C`): add to it.
+    pub(crate) accumulate: bool,
+    pub(crate) batches: usize,
+    pub(crate) offsets: &'a (dyn Fn(usize) -> (usize, usize, usize) + Sync),
+}
+
+/// The output, shared by tasks that write disjoint tiles.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OutPtr {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: an `OutPtr` is only dereferenced by tasks of one `par.run` call
+// that write pairwise disjoint regions of the buffer it came from, while the
+// `&mut [f32]` it was made from is borrowed for the whole call.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above: concurrent users write disjoint elements only.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    pub(crate) fn new(out: &mut [f32]) -> Self {
+        Self {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+        }
+    }
+
+    pub(crate) fn len(self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn ptr(self) -> *mut f32 {
+        self.ptr
+    }
+}
+
+/// One register tile: `C[0..mr][0..nvalid] (+)= alpha * A[0..mr][0..k] * B[0..k][0..NR]`.
+///
+/// Contract for the kernels (they read and write through these pointers):
+/// `a + i * lda + p` is readable for `i < mr`, `p < k`; `b + p * ldb + j` is
+/// readable for `p < k`, `j < b_cols` (`NR`, or `nvalid` for the last panel
+/// of a matrix read in place); `c + i * ldc + j` is
+/// writable (and readable when `accumulate`) for `i < mr`, `j < nvalid`;
+/// `1 <= mr <= MR`, `1 <= nvalid <= NR`; no other thread touches that part of `C`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tile {
+    pub(crate) mr: usize,
+    pub(crate) k: usize,
+    pub(crate) a: *const f32,
+    pub(crate) lda: usize,
+    pub(crate) b: *const f32,
+    pub(crate) ldb: usize,
+    pub(crate) c: *mut f32,
+    pub(crate) ldc: usize,
+    pub(crate) nvalid: usize,
+    /// Readable columns of each `B` row: `NR`, or `nvalid` (masked loads).
+    pub(crate) b_cols: usize,
+    pub(crate) alpha: f32,
+    pub(crate) accumulate: bool,
+}
+
+/// A micro-kernel family.
+pub(crate) trait Arch {
+    /// Rows per tile.
+    const MR: usize;
+    /// Columns per tile (the packed panel width).
+    const NR: usize;
+    /// Runs one tile.
+    ///
+    /// # Safety
+    /// The CPU has this family's features, and `t` meets the [`Tile`] contract.
+    unsafe fn tile(t: &Tile);
+    /// Writes `B[k0 + p][panel * NR + j]` for `p < ceil8(kl)`, `j < NR` to
+    /// `out[p * NR + j]` (zero beyond `N`).
+    ///
+    /// # Safety
+    /// The CPU has this family's features; `k0` is a multiple of the block
+    /// size, `k0 + kl <= K`, `panel * NR < N` (rounded up to tiles) and `out`
+    /// holds `ceil8(kl) * NR` floats.
+    unsafe fn q4_panel(v: &Q4View<'_>, panel: usize, k0: usize, kl: usize, out: *mut f32);
+}
+
+/// Packs `B` (`[K, N]`, or `[N, K]` when `trans_b`) into zero-padded panels
+/// `[ceil(N / nr)][K][nr]`.
+pub(crate) fn pack_b(b: &[f32], k: usize, n: usize, trans_b: bool, nr: usize) -> Vec<f32> {
+    let panels = n.div_ceil(nr);
+    let mut out = vec![0f32; panels * k * nr];
+    for p in 0..panels {
+        let dst = &mut out[p * k * nr..][..k * nr];
+        let cols = nr.min(n - p * nr);
+        for q in 0..k {
+            for j in 0..cols {
+                let col = p * nr + j;
+                dst[q * nr + j] = if trans_b {
+                    b[col * k + q]
+                } else {
+                    b[q * n + col]
+                };
+            }
+        }
+    }
+    out
+}
+
+/// Stack scratch for one `KC x NR` panel of `B`.
+#[repr(C, align(64))]
+struct Scratch([f32; KC * NR_MAX]);
+
+/// Runs `prob` on `isa`'s kernels, writing `out`.
+pub(crate) fn run(isa: Isa, prob: &Problem<'_>, out: &mut [f32], par: &dyn ParallelFor) {
+    match isa {
+        Isa::Avx512 => run_arch::<avx512::Avx512>(prob, out, par),
+        Isa::Avx2 => run_arch::<avx2::Avx2>(prob, out, par),
+        Isa::Portable => run_arch::<portable::Portable>(prob, out, par),
+    }
+}
+
+/// Below this many multiply-adds a product runs on the calling thread (a
+/// parallel region costs about a microsecond of hand-offs).
+pub(crate) const PARALLEL_MIN_MACS: usize = 1 << 17;
+/// Tasks per thread when the work allows: the pool hands out tasks
+/// dynamically, so a few per thread absorb a late or interrupted helper.
+pub(crate) const TASKS_PER_THREAD: usize = 4;
+/// Least work worth a task of its own.
+const MIN_TASK_MACS: usize = 1 << 16;
+
+fn run_arch<A: Arch>(prob: &Problem<'_>, out: &mut [f32], par: &dyn ParallelFor) {
+    let (m, n, k) = (prob.m, prob.n, prob.k);
+    if m == 0 || n == 0 || prob.batches == 0 {
+        return;
+    }
+    let outp = OutPtr::new(out);
+    let panels = n.div_ceil(A::NR);
+    let mtiles = m.div_ceil(A::MR);
+    let threads = par.threads();
+    let macs = prob.batches * m * n * k.max(1);
+    if threads <= 1 || macs < PARALLEL_MIN_MACS {
+        for batch in 0..prob.batches {
+            block::<A>(prob, batch, 0..m, 0..panels, outp);
+        }
+        return;
+    }
+    let per_batch = (threads * TASKS_PER_THREAD)
+        .div_ceil(prob.batches)
+        .min((m * n * k.max(1) / MIN_TASK_MACS).max(1));
+    let n_parts = panels.min(per_batch);
+    let m_parts = mtiles.min(per_batch / n_parts).max(1);
+    let tasks = prob.batches * n_parts * m_parts;
+    par.run(tasks, &|i| {
+        let batch = i / (n_parts * m_parts);
+        let rest = i % (n_parts * m_parts);
+        let (mi, ni) = (rest / n_parts, rest % n_parts);
+        let pr = chunk(panels, n_parts, 1, ni);
+        let tr = chunk(mtiles, m_parts, 1, mi);
+        let rows = (tr.start * A::MR).min(m)..(tr.end * A::MR).min(m);
+        if !pr.is_empty() && !rows.is_empty() {
+            block::<A>(prob, batch, rows, pr, outp);
+        }
+    });
+}
+
+/// Computes rows `rows` and panels `panels` of batch `batch`.
+fn block<A: Arch>(
+    prob: &Problem<'_>,
+    batch: usize,
+    rows: std::ops::Range<usize>,
+    panels: std::ops::Range<usize>,
+    out: OutPtr,
+) {
+    let (n, k, lda, ldc) = (prob.n, prob.k, prob.lda, prob.ldc);
+    let (ao, bo, co) = (prob.offsets)(batch);
+    let a = &prob.a[ao..];
+    let b = prob.b.at(bo);
+    // Bounds the kernels rely on (the operators check shapes first).
+    let last_row = rows.end - 1;
+    assert!(k == 0 || a.len() >= last_row * lda + k, "A too short");
+    assert!(co + last_row * ldc + n <= out.len(), "C too short");
+    match b {
+        BSrc::Packed(d) => assert!(
+            d.len() >= n.div_ceil(A::NR) * k * A::NR,
+            "packed B too short"
+        ),
+        BSrc::Rows { data, ldb } => {
+            assert!(k == 0 || data.len() >= (k - 1) * ldb + n, "B too short")
+        }
+        BSrc::Cols { data, ldb } => {
+            assert!(k == 0 || data.len() >= (n - 1) * ldb + k, "B too short")
+        }
+        BSrc::Q4(v) => assert!(v.k == k && v.n == n, "4-bit B mismatch"),
+    }
+    // SAFETY: `co` is within `out` (asserted above through `co + ... <= len`).
+    let c = unsafe { out.ptr().add(co) };
+    if k == 0 {
+        if !prob.accumulate {
+            for i in rows {
+                for j in panels.start * A::NR..(panels.end * A::NR).min(n) {
+                    // SAFETY: (i, j) is inside this task's disjoint tile range of C.
+                    unsafe { c.add(i * ldc + j).write(0.0) };
+                }
+            }
+        }
+        return;
+    }
+    // A row-major B reused by several row tiles is copied panel by panel
+    // into the scratch: contiguous rows stay in L1, strided ones may not.
+    let copy_rows = rows.len() > A::MR;
+    let needs_scratch = match b {
+        BSrc::Packed(_) => false,
+        BSrc::Rows { .. } => copy_rows,
+        BSrc::Cols { .. } | BSrc::Q4(_) => true,
+    };
+    let mut scratch_store;
+    let scratch: &mut [f32] = if needs_scratch {
+        scratch_store = Scratch([0.0; KC * NR_MAX]);
+        &mut scratch_store.0
+    } else {
+        &mut []
+    };
+    let mut k0 = 0;
+    while k0 < k {
+        let kl = KC.min(k - k0);
+        for p in panels.clone() {
+            let n0 = p * A::NR;
+            let nvalid = A::NR.min(n - n0);
+            let (bp, ldb, b_cols): (*const f32, usize, usize) = match b {
+                BSrc::Packed(d) => (d[p * k * A::NR + k0 * A::NR..].as_ptr(), A::NR, A::NR),
+                BSrc::Rows { data, ldb } if copy_rows => {
+                    for q in 0..kl {
+                        let src = &data[(k0 + q) * ldb + n0..][..nvalid];
+                        let dst = &mut scratch[q * A::NR..][..A::NR];
+                        dst[..nvalid].copy_from_slice(src);
+                        dst[nvalid..].fill(0.0);
+                    }
+                    (scratch.as_ptr(), A::NR, A::NR)
+                }
+                BSrc::Rows { data, ldb } => (data[k0 * ldb + n0..].as_ptr(), ldb, nvalid),
+                BSrc::Cols { data, ldb } => {
+                    for j in 0..A::NR {
+                        if j < nvalid {
+                            let src = &data[(n0 + j) * ldb + k0..][..kl];
+                            for (q, &x) in src.iter().enumerate() {
+                                scratch[q * A::NR + j] = x;
+                            }
+                        } else {
+                            for q in 0..kl {
+                                scratch[q * A::NR + j] = 0.0;
+                            }
+                        }
+                    }
+                    (scratch.as_ptr(), A::NR, A::NR)
+                }
+                BSrc::Q4(v) => {
+                    debug_assert!(
+                        k0.is_multiple_of(v.block_size)
+                            && kl.div_ceil(8) * 8 * A::NR <= scratch.len()
+                    );
+                    // SAFETY: the kernel family was selected on this CPU; k0 is a
+                    // multiple of KC (a multiple of every block size), k0 + kl <= K,
+                    // p < panels of N and the scratch holds KC * NR >= ceil8(kl) * NR floats.
+                    unsafe { A::q4_panel(v, p, k0, kl, scratch.as_mut_ptr()) };
+                    (scratch.as_ptr(), A::NR, A::NR)
+                }
+            };
+            let mut i = rows.start;
+            while i < rows.end {
+                let mr = A::MR.min(rows.end - i);
+                let t = Tile {
+                    mr,
+                    k: kl,
+                    a: a[i * lda + k0..].as_ptr(),
+                    lda,
+                    b: bp,
+                    ldb,
+                    // SAFETY: (i, n0) is inside C (asserted above).
+                    c: unsafe { c.add(i * ldc + n0) },
+                    ldc,
+                    nvalid,
+                    b_cols,
+                    alpha: prob.alpha,
+                    accumulate: prob.accumulate || k0 > 0,
+                };
+                // SAFETY: the family was selected on this CPU (`Isa` invariant).
+                // A rows i..i+mr hold k0 + kl <= K floats from `a` (asserted
+                // length); B rows: packed panels hold K x NR, row-major
+                // panels have b_cols = min(NR, N - n0) columns for k0 + kl
+                // rows, the scratch holds kl x NR; C rows i..i+mr, columns n0..n0+nvalid
+                // are inside C and belong to this task only.
+                unsafe { A::tile(&t) };
+                i += mr;
+            }
+        }
+        k0 += kl;
+    }
+}
