@@ -28,6 +28,9 @@ pub enum Error {
     /// The plan cannot be built.
     #[error(transparent)]
     Plan(#[from] crate::plan::PlanError),
+    /// A memory budget or arena limit refused an allocation.
+    #[error(transparent)]
+    Arena(#[from] crate::arena::ArenaError),
 }
 
 /// The graph cannot be resolved: a node has no kernel, a value is undefined,
@@ -187,6 +190,8 @@ pub enum ErrorKind {
     Input,
     /// A kernel failed while running.
     Kernel,
+    /// A memory budget refused an allocation.
+    Budget,
 }
 
 impl Error {
@@ -199,6 +204,7 @@ impl Error {
             Error::Resolve(_) | Error::Plan(_) => ErrorKind::Resolve,
             Error::Run(RunError::Kernel { .. } | RunError::KernelPanic { .. }) => ErrorKind::Kernel,
             Error::Run(_) => ErrorKind::Input,
+            Error::Arena(_) => ErrorKind::Budget,
         }
     }
 }

@@ -1,1 +1,75 @@
-//! Allocation domains and their budgets.
+//! Allocation domains and their budgets: every byte the runtime allocates for
+//! preparation, residency, execution and I/O is charged to one [`Domain`] of
+//! one [`MemoryBudget`] (hot path for [`ExecutionArena`], cold path for the
+//! rest).
+//!
+//! # Domains
+//!
+//! | Domain | Arena | Holds | Charged by | Returned when |
+//! |---|---|---|---|---|
+//! | [`Domain::Preparation`] | [`PreparationArena`] | source bytes read from the model, packing/hashing/persist scratch | a read or prepack task, one [`PreparationBuffer`] per buffer | the buffer is dropped: when the producing task completes, or earlier once no later task needs the source |
+//! | [`Domain::Prepared`] | [`PreparedArena`] | resident packed weights of the session | publishing a prepared object: a [`PreparedAllocation`] held by the store next to the object | the store evicts the object (the allocation is dropped) |
+//! | [`Domain::Execution`] | [`ExecutionArena`] | activations and kernel workspaces of one invocation | each allocation of the invocation | [`ExecutionArena::reset`] at the end of the invocation; the capacity stays as retained bytes |
+//! | [`Domain::Io`] | [`IoArena`] | final outputs (and staged inputs) that cross the runtime boundary | leasing an [`IoLease`] to the caller | the caller drops the lease (or detaches the buffer with [`IoLease::into_boxed_slice`]) |
+//!
+//! The mutable KV-cache is caller-owned and outside every domain; disk
+//! persistence is a cache tier, not an arena.
+//!
+//! Each domain reports *live* bytes (charged now, limited), *retained* bytes
+//! (capacity its arenas keep for reuse beyond the live bytes: the execution
+//! arena's chunk capacity not handed out, the I/O arena's kept buffers;
+//! reported, not limited) and the *peak* of its live bytes.
+//! [`MemoryBudget::report`] renders all of them.
+//!
+//! # Limits
+//!
+//! A budget has one global limit over the live bytes of all domains and one
+//! limit per domain, so speculative preparation (limited by its domain)
+//! cannot take the memory an active invocation needs. Every charge is a
+//! [`Reservation`] (RAII: dropping it returns the bytes); the arenas' handles
+//! ([`PreparationBuffer`], [`PreparedAllocation`], [`IoLease`]) each hold one.
+//!
+//! # Reservation protocol
+//!
+//! Lock-free, two counters per request (`Shared::reserve`):
+//!
+//! 1. CAS the domain's live counter from `d` to `d + n`, only while
+//!    `d + n ≤ domain limit` (checked, no overflow). Otherwise refuse:
+//!    nothing changed.
+//! 2. CAS the global live counter from `g` to `g + n`, only while
+//!    `g + n ≤ global limit`. Otherwise subtract `n` from the domain counter
+//!    (undoing step 1) and refuse.
+//! 3. On success, raise the domain's and the global peak to the values the
+//!    CASes stored.
+//! 4. Release (drop, shrink, reset) subtracts `n` from the global counter,
+//!    then from the domain counter.
+//!
+//! Why this order and these guarantees:
+//!
+//! * Each counter only grows by a CAS that checked its limit, so neither ever
+//!   exceeds its limit, and peaks never exceed limits.
+//! * The domain step comes first so a request refused by its own domain's
+//!   limit never touches the global counter shared with the other domains.
+//! * A refusal changes nothing once it returns. Between steps 1 and 2 the
+//!   domain counter briefly holds bytes that may be undone, so a concurrent
+//!   request in the same domain can be refused by bytes that never become
+//!   live: refusals are conservative, never over-admitting. Callers treat a
+//!   refusal as "retry when bytes are returned".
+
+mod budget;
+mod element;
+mod error;
+mod execution;
+mod io;
+mod preparation;
+mod prepared;
+
+pub use budget::{
+    BudgetLimits, BudgetReport, Domain, DomainReport, MemoryBudget, Reservation, UNLIMITED,
+};
+pub use element::Element;
+pub use error::ArenaError;
+pub use execution::{ExecutionArena, PADDING_SLACK};
+pub use io::{IO_FREE_BUFFERS, IoArena, IoLease};
+pub use preparation::{PREPARATION_ALIGN, PreparationArena, PreparationBuffer};
+pub use prepared::{PreparedAllocation, PreparedArena};

@@ -1,0 +1,155 @@
+//! `PreparationArena`: zeroed, 64-byte-aligned buffers for source reads and
+//! packing scratch, charged to the preparation domain until dropped (cold
+//! path: one or two buffers per read or prepack task).
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use super::{ArenaError, Domain, MemoryBudget, Reservation};
+
+/// The alignment of every [`PreparationBuffer`]'s first byte: a cache line,
+/// and the alignment of tensors in external data files
+/// ([`crate::limits::EXTERNAL_DATA_ALIGNMENT`]).
+pub const PREPARATION_ALIGN: usize = 64;
+
+/// Hands out [`PreparationBuffer`]s charged to [`Domain::Preparation`].
+/// Cloning gives another handle to the same budget; the arena keeps no memory
+/// of its own (its retained bytes are always 0).
+#[derive(Debug, Clone)]
+pub struct PreparationArena {
+    budget: MemoryBudget,
+}
+
+impl PreparationArena {
+    /// An arena charging `budget`.
+    pub fn new(budget: &MemoryBudget) -> Self {
+        Self {
+            budget: budget.clone(),
+        }
+    }
+
+    /// A zeroed buffer of `len` bytes whose first byte is
+    /// [`PREPARATION_ALIGN`]-aligned, charged until it is dropped.
+    pub fn alloc_zeroed(&self, len: usize) -> Result<PreparationBuffer, ArenaError> {
+        // Over-allocate by `ALIGN - 1` and start the view at the first aligned
+        // byte: a safe way to get alignment from a byte allocation. The slack
+        // is not charged.
+        let Some(padded) = len.checked_add(PREPARATION_ALIGN - 1) else {
+            return Err(ArenaError::TooLarge {
+                domain: Domain::Preparation,
+                len,
+                element_bytes: 1,
+            });
+        };
+        let reservation = self.budget.reserve(Domain::Preparation, len)?;
+        let storage = vec![0u8; padded].into_boxed_slice();
+        let offset = storage.as_ptr().addr().wrapping_neg() % PREPARATION_ALIGN;
+        Ok(PreparationBuffer {
+            storage,
+            offset,
+            len,
+            reservation,
+        })
+    }
+
+    /// Bytes live in the preparation domain now (all arenas of the budget).
+    pub fn live_bytes(&self) -> usize {
+        self.budget.live(Domain::Preparation)
+    }
+
+    /// The budget this arena charges.
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+}
+
+/// A zeroed, 64-byte-aligned byte buffer from a [`PreparationArena`]. Derefs
+/// to `[u8]`; dropping it frees the memory and returns its bytes to the
+/// preparation domain.
+#[must_use = "dropping a preparation buffer frees it at once"]
+pub struct PreparationBuffer {
+    storage: Box<[u8]>,
+    offset: usize,
+    len: usize,
+    reservation: Reservation,
+}
+
+impl PreparationBuffer {
+    /// The bytes charged for this buffer (its length).
+    pub fn charged_bytes(&self) -> usize {
+        self.reservation.bytes()
+    }
+}
+
+impl Deref for PreparationBuffer {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.storage[self.offset..self.offset + self.len]
+    }
+}
+
+impl DerefMut for PreparationBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.offset..self.offset + self.len]
+    }
+}
+
+impl AsRef<[u8]> for PreparationBuffer {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl AsMut<[u8]> for PreparationBuffer {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl fmt::Debug for PreparationBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PreparationBuffer")
+            .field("len", &self.len)
+            .field("reservation", &self.reservation)
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::arena::BudgetLimits;
+
+    #[test]
+    fn buffers_are_aligned_zeroed_and_charged() {
+        let budget = MemoryBudget::unlimited();
+        let arena = PreparationArena::new(&budget);
+        let mut buffers = Vec::new();
+        for len in [0, 1, 63, 64, 65, 1000, 4096] {
+            let mut buffer = arena.alloc_zeroed(len).unwrap();
+            assert_eq!(buffer.len(), len);
+            assert_eq!(buffer.as_ptr().addr() % PREPARATION_ALIGN, 0);
+            assert!(buffer.iter().all(|&b| b == 0));
+            buffer.fill(0xAB);
+            buffers.push(buffer);
+        }
+        assert_eq!(arena.live_bytes(), 1 + 63 + 64 + 65 + 1000 + 4096);
+        drop(buffers);
+        assert_eq!(arena.live_bytes(), 0);
+        assert_eq!(budget.retained(Domain::Preparation), 0);
+    }
+
+    #[test]
+    fn over_limit_is_refused() {
+        let budget =
+            MemoryBudget::new(BudgetLimits::unlimited().with_domain(Domain::Preparation, 100));
+        let arena = PreparationArena::new(&budget);
+        let _a = arena.alloc_zeroed(60).unwrap();
+        assert!(matches!(
+            arena.alloc_zeroed(41),
+            Err(ArenaError::OverBudget { live: 60, .. })
+        ));
+        assert_eq!(arena.live_bytes(), 60);
+    }
+}
