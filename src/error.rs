@@ -164,6 +164,12 @@ pub enum RunError {
         /// The requirement.
         requirement: String,
     },
+    /// The runtime cannot do this yet.
+    #[error("not supported: {what}")]
+    Unsupported {
+        /// What was asked.
+        what: String,
+    },
     /// A kernel panicked; the panic was caught at the node boundary.
     #[error("node `{node}` panicked: {detail}")]
     KernelPanic {

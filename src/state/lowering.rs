@@ -158,7 +158,6 @@ impl Lowered {
     }
 
     /// The action range of nodes `nodes`.
-    #[allow(dead_code)] // the step-wise plan executor arrives with the store
     pub(crate) fn actions_of(&self, nodes: std::ops::Range<u32>) -> std::ops::Range<usize> {
         self.node_action[nodes.start as usize] as usize
             ..self.node_action[nodes.end as usize] as usize

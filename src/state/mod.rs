@@ -6,8 +6,10 @@ mod direct;
 mod lowering;
 mod object;
 mod parallel;
+mod prepared;
 
 pub(crate) use direct::graph_input;
 pub use direct::{Dim, DirectReplay, DirectReplayOptions, GraphInput};
 pub use object::PreparedObject;
 pub use parallel::ThreadPool;
+pub use prepared::{InvocationState, PreparedExecutionState, ResidentObject};

@@ -6,10 +6,13 @@
 //! everywhere but here.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+pub mod epoch;
+mod event;
 mod fork_join;
 mod latch;
 mod pool;
 
+pub use event::Event;
 pub use fork_join::{ForkJoinPool, MAX_TASKS};
 pub use latch::Latch;
 pub use pool::Pool;

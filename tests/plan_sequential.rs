@@ -1,0 +1,211 @@
+//! Sequential execution of the scoped plan through the prepared-object
+//! store: DirectReplay's outputs bit for bit, steps that wait for exactly
+//! their requirements, unused weights never read, preparation bytes returned.
+
+mod common;
+
+use std::sync::Arc;
+
+use onnx_prepared::arena::{Domain, MemoryBudget};
+use onnx_prepared::model::{
+    FaultInjectingSource, FileSource, Model, PayloadSource, ReadFault, ResolveOptions,
+    ResolvedModel,
+};
+use onnx_prepared::plan::PreparedExecutionPlan;
+use onnx_prepared::state::{
+    DirectReplay, DirectReplayOptions, InvocationState, PreparedExecutionState,
+};
+use onnx_prepared_kernels::{CpuFeatures, Tensor};
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    let dir = onnx_prepared_fixtures::default_dir();
+    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
+    dir.join(format!("{name}.onnx"))
+}
+
+fn state(path: &std::path::Path, source: Arc<dyn PayloadSource>) -> PreparedExecutionState {
+    let model = Model::open(path).unwrap();
+    let resolved = ResolvedModel::resolve(model, &ResolveOptions::default()).unwrap();
+    let plan = Arc::new(PreparedExecutionPlan::build(resolved).unwrap());
+    PreparedExecutionState::new(plan, source, MemoryBudget::unlimited())
+}
+
+fn direct(path: &std::path::Path, inputs: &[(&str, &Tensor)]) -> Vec<(String, Tensor)> {
+    let model = Model::open(path).unwrap();
+    let source = FileSource::open(&model).unwrap();
+    let options = DirectReplayOptions {
+        threads: 1,
+        cpu: CpuFeatures::detect(),
+    };
+    DirectReplay::new(&model, &source, options)
+        .unwrap()
+        .run(inputs)
+        .unwrap()
+}
+
+fn ramp(shape: Vec<usize>) -> Tensor {
+    let n = shape.iter().product::<usize>();
+    Tensor::from_f32(
+        shape,
+        (0..n).map(|i| ((i % 23) as f32 - 11.0) / 16.0).collect(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn gemm_fixtures_match_direct_replay_bit_for_bit() {
+    for name in [
+        "gemm-transb0",
+        "gemm-transb1",
+        "gemm-chain",
+        "gemm-shared-weight",
+    ] {
+        let path = fixture(name);
+        let model = Model::open(&path).unwrap();
+        let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
+        let s = state(&path, source);
+        let a = ramp(vec![3, 256]);
+        let inputs = [("A", &a)];
+        let got = s.run(&mut InvocationState::default(), &inputs).unwrap();
+        assert_eq!(got, direct(&path, &inputs), "{name}");
+        assert_eq!(
+            s.budget().live(Domain::Preparation),
+            0,
+            "{name}: preparation bytes returned"
+        );
+        assert_eq!(
+            s.budget().live(Domain::Prepared),
+            s.store().resident_bytes(),
+            "{name}"
+        );
+    }
+}
+
+/// tiny-llm prefill T=8, P=0 with a causal bias.
+fn tiny_llm_inputs() -> Vec<(String, Tensor)> {
+    let t = 8;
+    let mut inputs = vec![
+        (
+            "input_ids".to_owned(),
+            Tensor::from_i64(vec![1, t], (0..t as i64).map(|i| i * 97 % 8192).collect()).unwrap(),
+        ),
+        (
+            "attn_bias".to_owned(),
+            Tensor::from_f32(
+                vec![1, 1, t, t],
+                (0..t * t)
+                    .map(|k| if k % t <= k / t { 0.0 } else { -10000.0 })
+                    .collect(),
+            )
+            .unwrap(),
+        ),
+    ];
+    for b in 0..4 {
+        for kv in ["key", "value"] {
+            inputs.push((
+                format!("past_{kv}_{b}"),
+                Tensor::from_f32(vec![1, 8, 0, 64], vec![]).unwrap(),
+            ));
+        }
+    }
+    inputs
+}
+
+#[test]
+fn tiny_llm_matches_direct_replay_and_loads_layer_by_layer() {
+    let path = fixture("tiny-llm");
+    let model = Model::open(&path).unwrap();
+    let file = FileSource::open(&model).unwrap();
+    let source: Arc<dyn PayloadSource> = Arc::new(file);
+    let s = state(&path, source.clone());
+    let owned = tiny_llm_inputs();
+    let inputs: Vec<(&str, &Tensor)> = owned.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut inv = InvocationState::default();
+    let got = s.run(&mut inv, &inputs).unwrap();
+    assert_eq!(got, direct(&path, &inputs), "bit for bit");
+    assert_eq!(s.store().resident_count(), s.plan().requirements().len());
+    assert_eq!(s.budget().live(Domain::Preparation), 0);
+    // Every external weight was read exactly once.
+    let external: u64 = model
+        .weights()
+        .iter()
+        .filter(|w| w.is_external())
+        .map(|w| w.byte_len())
+        .sum();
+    assert_eq!(source.counters().total(), external);
+    // A second run finds everything resident and reads nothing more.
+    let again = s.run(&mut inv, &inputs).unwrap();
+    assert_eq!(again, got);
+    assert_eq!(source.counters().total(), external);
+}
+
+#[test]
+fn unused_initializer_is_never_read() {
+    use common::{Init, write_data};
+    use onnx_prepared::model::proto::{Message, ModelProto, TypeProto, ValueInfoProto, type_proto};
+    let dir = common::tempdir();
+    write_data(dir.path(), "w.bin", 64);
+    let mut proto = ModelProto::decode(
+        &common::model_bytes(&[
+            Init::external("used", &[8], &[("location", "w.bin")]),
+            Init::external("unused", &[8], &[("location", "w.bin"), ("offset", "32")]),
+        ])[..],
+    )
+    .unwrap();
+    let value = |name: &str| ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(1),
+                shape: None,
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    proto.graph.as_mut().unwrap().output = vec![value("used.out")];
+    let path = dir.path().join("model.onnx");
+    std::fs::write(&path, proto.encode_to_vec()).unwrap();
+    let model = Model::open(&path).unwrap();
+    let (used, unused) = (
+        model.weight_by_name("used").unwrap().id(),
+        model.weight_by_name("unused").unwrap().id(),
+    );
+    let source = Arc::new(FileSource::open(&model).unwrap());
+    let s = state(&path, source.clone());
+    let out = s.run(&mut InvocationState::default(), &[]).unwrap();
+    assert_eq!(out[0].1.as_f32().unwrap().len(), 8);
+    assert_eq!(source.counters().bytes_read(used), 32);
+    assert_eq!(
+        source.counters().bytes_read(unused),
+        0,
+        "the unused initializer is never read"
+    );
+}
+
+#[test]
+fn a_failed_read_fails_the_run_and_exactly_that_requirement() {
+    let path = fixture("gemm-chain");
+    let model = Model::open(&path).unwrap();
+    let b2 = model.weight_by_name("chain1.weight").unwrap().id();
+    let faulty =
+        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
+            .with_fault(b2, ReadFault::Fail);
+    let s = state(&path, Arc::new(faulty));
+    let a = ramp(vec![2, 256]);
+    let err = s
+        .run(&mut InvocationState::default(), &[("A", &a)])
+        .unwrap_err();
+    assert!(err.to_string().contains("injected"), "{err}");
+    // The first layer's weight was published; the failed one is marked failed.
+    assert!(s.store().resident_count() >= 1);
+    let failed = (0..s.store().len())
+        .filter(|&i| s.store().snapshot(i).residency() == onnx_prepared::store::Residency::Failed)
+        .count();
+    assert_eq!(failed, 1);
+    assert_eq!(
+        s.budget().live(Domain::Preparation),
+        0,
+        "a failed producer returns its bytes"
+    );
+}
