@@ -108,13 +108,14 @@ pub(super) fn evict<T: Send + Sync + 'static>(
         TransitionToEvicting::NotResident => return Evict::NotResident,
     };
     let bytes = entry.bytes.load(Ordering::Relaxed);
+    {
+        let guard = epoch::pin();
+        let had_object = entry.object.unpublish(&guard);
+        debug_assert!(had_object, "a resident entry's slot is published");
+    }
     store.resident_bytes.fetch_sub(bytes, Ordering::Relaxed);
     store.resident_count.fetch_sub(1, Ordering::Relaxed);
     let transition = entry.residency.transition_to_absent(generation);
-    {
-        let guard = epoch::pin();
-        let _ = entry.object.unpublish(&guard);
-    }
     assert_eq!(
         transition,
         HolderTransition::Done,

@@ -227,6 +227,25 @@ impl ResidencyWord {
         Snapshot(self.0.load(order))
     }
 
+    /// The first reading of a CAS loop: a plain load normally; under loom an
+    /// RMW that writes nothing (`fetch_or(0)`). Loom 0.7's DPOR compares an
+    /// operation with the *last* access to the atomic only, so when a thread
+    /// loads and then CASes, another thread's earlier load is hidden behind its
+    /// own load and the order "this CAS before that load" is never explored
+    /// (tokio-rs/loom#166, #392). An RMW read makes the first access itself a
+    /// dependent one. It only removes stale first readings, which a CAS
+    /// failure and retry would absorb anyway.
+    fn load_for_update(&self) -> Snapshot {
+        #[cfg(not(loom))]
+        {
+            Snapshot(self.0.load(Ordering::Acquire))
+        }
+        #[cfg(loom)]
+        {
+            Snapshot(self.0.fetch_or(0, Ordering::Acquire))
+        }
+    }
+
     /// CAS from `current` to `next`; on failure returns the fresh reading.
     fn cas(&self, current: Snapshot, next: Snapshot, success: Ordering) -> Result<(), Snapshot> {
         self.0
@@ -239,7 +258,7 @@ impl ResidencyWord {
     /// `retry == Some(g)` (store protocol 1). AcqRel on success: the new
     /// loader sees the previous eviction complete.
     pub(crate) fn transition_to_loading(&self, retry: Option<Generation>) -> TransitionToLoading {
-        let mut current = self.load(Ordering::Acquire);
+        let mut current = self.load_for_update();
         loop {
             let generation = current.generation();
             match current.residency() {
@@ -273,7 +292,7 @@ impl ResidencyWord {
         to: Residency,
         success: Ordering,
     ) -> HolderTransition {
-        let mut current = self.load(Ordering::Acquire);
+        let mut current = self.load_for_update();
         loop {
             if current.generation() != generation
                 || current.pins() != 0
@@ -290,7 +309,7 @@ impl ResidencyWord {
 
     /// `Loading(g)` → `Preparing(g)` (`Preparing(g)` stays): claim holder only.
     pub(crate) fn transition_to_preparing(&self, generation: Generation) -> HolderTransition {
-        if self.load(Ordering::Relaxed) == Snapshot::pack(Residency::Preparing, generation, 0) {
+        if self.load_for_update() == Snapshot::pack(Residency::Preparing, generation, 0) {
             return HolderTransition::Done;
         }
         self.holder_transition(
@@ -326,7 +345,7 @@ impl ResidencyWord {
     /// A CAS, not `fetch_add`: the state check and the increment must be one
     /// step, or a pin could land on a word an evictor already took.
     pub(crate) fn pin(&self) -> TransitionToPinned {
-        let mut current = self.load(Ordering::Relaxed);
+        let mut current = self.load_for_update();
         loop {
             if !current.is_resident() {
                 return TransitionToPinned::NotResident(current);
@@ -364,7 +383,7 @@ impl ResidencyWord {
     /// `Resident(g, 0)` → `Evicting(g)`, AcqRel (store protocol 5): Acquire
     /// pairs with every unpin's Release; the 0-pin check is part of the CAS.
     pub(crate) fn transition_to_evicting(&self) -> TransitionToEvicting {
-        let mut current = self.load(Ordering::Relaxed);
+        let mut current = self.load_for_update();
         loop {
             if !current.is_resident() {
                 return TransitionToEvicting::NotResident;
