@@ -192,7 +192,8 @@ fn a_cached_packed_entry_replaces_read_and_prepack() {
         p.requirements().recipes[r],
         vec![
             Recipe::ReadPackedPayload { bytes: 1000 },
-            Recipe::ReadSourceAndPrepack
+            Recipe::ReadSourceAndPrepack,
+            Recipe::PortableFallback
         ],
         "cheapest first, the source recipe stays as the fallback"
     );
@@ -243,4 +244,26 @@ fn plan_json_is_the_documented_interface() {
         assert!(req["key"].get(field).is_some(), "key field {field}");
     }
     assert_eq!(v["steps"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn activation_last_use_points_at_the_last_reading_step() {
+    let p = plan("tiny-llm");
+    let last = p.activation_last_use();
+    // Graph input 0 (`input_ids`) is read by the embedding step only.
+    assert_eq!(last[0], 0);
+    // Graph outputs are never released by the plan.
+    for (_, op) in p.resolved().outputs() {
+        if let onnx_prepared::model::Operand::Value(v) = op {
+            assert_eq!(last[v.0 as usize], u32::MAX);
+        }
+    }
+    // Past key of block 0 is read by layer0.attn (step 1) and nothing after.
+    let past = p
+        .resolved()
+        .inputs()
+        .iter()
+        .position(|i| i.name == "past_key_0")
+        .unwrap();
+    assert_eq!(last[past], 1);
 }

@@ -209,3 +209,32 @@ fn a_failed_read_fails_the_run_and_exactly_that_requirement() {
         "a failed producer returns its bytes"
     );
 }
+
+#[test]
+fn preparation_bytes_return_after_each_producing_task() {
+    // gemm-chain: every source feeds one requirement, so nothing stays held.
+    let path = fixture("gemm-chain");
+    let model = Model::open(&path).unwrap();
+    let s = state(&path, Arc::new(FileSource::open(&model).unwrap()));
+    let mut seen = 0;
+    s.prepare_each(|_| {
+        assert_eq!(s.budget().live(Domain::Preparation), 0);
+        seen += 1;
+    })
+    .unwrap();
+    assert_eq!(seen, s.plan().requirements().len());
+
+    // gemm-shared-weight: the one read feeds two prepacks; its bytes are
+    // held after the first and returned after the second.
+    let path = fixture("gemm-shared-weight");
+    let model = Model::open(&path).unwrap();
+    let s = state(&path, Arc::new(FileSource::open(&model).unwrap()));
+    let mut live = Vec::new();
+    s.prepare_each(|_| live.push(s.budget().live(Domain::Preparation)))
+        .unwrap();
+    assert_eq!(live, vec![256 * 256 * 4, 0]);
+    assert_eq!(
+        s.budget().live(Domain::Prepared),
+        s.store().resident_bytes()
+    );
+}

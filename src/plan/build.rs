@@ -229,6 +229,9 @@ impl PreparedExecutionPlan {
             }
             if !r.sources.is_empty() {
                 list.push(Recipe::ReadSourceAndPrepack);
+                if r.prepack.is_some() {
+                    list.push(Recipe::PortableFallback);
+                }
             }
             if list.is_empty() {
                 return Err(PlanError::NoRecipe {
@@ -271,6 +274,13 @@ impl PreparedExecutionPlan {
                 Priority::Prefetch
             };
             match &recipes[r][0] {
+                Recipe::PortableFallback => {
+                    return Err(PlanError::Invalid(format!(
+                        "{}: the portable fallback is never first",
+                        req.name
+                    ))
+                    .into());
+                }
                 Recipe::ReadPackedPayload { bytes } => {
                     publisher[r] = Some(b.push(TaskSpec {
                         name: format!("S.{}.read_packed", req.name),
@@ -387,11 +397,27 @@ impl PreparedExecutionPlan {
                 .collect(),
             last_use_step: last_use,
         };
+        let mut value_last_use = vec![u32::MAX; resolved.value_count()];
+        for (s, step) in steps.iter().enumerate() {
+            for node in &resolved.nodes()[step.nodes.start as usize..step.nodes.end as usize] {
+                for op in node.inputs.iter().flatten() {
+                    if let crate::model::Operand::Value(v) = op {
+                        value_last_use[v.0 as usize] = s as u32;
+                    }
+                }
+            }
+        }
+        for (_, op) in resolved.outputs() {
+            if let crate::model::Operand::Value(v) = op {
+                value_last_use[v.0 as usize] = u32::MAX;
+            }
+        }
         let plan = Self {
             resolved,
             tasks,
             requirements,
             steps,
+            value_last_use,
         };
         plan.validate()?;
         Ok(plan)

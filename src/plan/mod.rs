@@ -118,6 +118,10 @@ pub enum Recipe {
     /// Read the source weights and pack them (or publish the single source
     /// as is when the layout is `source`).
     ReadSourceAndPrepack,
+    /// Dormant: read the sources and run the node's portable kernel on them
+    /// unpacked. Listed last for packed requirements so a packed layout that
+    /// cannot run (an entry for another CPU) still leaves a way to compute.
+    PortableFallback,
 }
 
 impl Recipe {
@@ -126,6 +130,7 @@ impl Recipe {
         match self {
             Recipe::ReadPackedPayload { .. } => "read_packed_payload",
             Recipe::ReadSourceAndPrepack => "read_source_and_prepack",
+            Recipe::PortableFallback => "portable_fallback",
         }
     }
 }
@@ -225,9 +230,18 @@ pub struct PreparedExecutionPlan {
     tasks: TaskTable,
     requirements: RequirementTable,
     steps: Vec<Step>,
+    /// Last step that reads each value (by `ValueId`); `u32::MAX` for graph
+    /// outputs and values no step reads.
+    value_last_use: Vec<u32>,
 }
 
 impl PreparedExecutionPlan {
+    /// The last step reading each activation (indexed by value id);
+    /// `u32::MAX` for graph outputs and unread values.
+    pub fn activation_last_use(&self) -> &[u32] {
+        &self.value_last_use
+    }
+
     /// The resolved model the plan was built from.
     pub fn resolved(&self) -> &Arc<ResolvedModel> {
         &self.resolved

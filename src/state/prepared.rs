@@ -116,6 +116,19 @@ impl PreparedExecutionState {
         Ok(())
     }
 
+    /// Makes requirements resident one at a time, in plan order, calling
+    /// `after` with each requirement once it is resident (while sources
+    /// shared with later requirements are still held).
+    pub fn prepare_each(&self, mut after: impl FnMut(RequirementId)) -> Result<(), Error> {
+        let mut sources = Sources::default();
+        for r in 0..self.plan.requirements().len() {
+            let r = RequirementId(r as u32);
+            self.ensure(r, &mut sources)?;
+            after(r);
+        }
+        Ok(())
+    }
+
     /// Makes requirement `r` resident: already resident, produced by
     /// someone else (wait for its event), or produced here.
     fn ensure(&self, r: RequirementId, sources: &mut Sources) -> Result<(), Error> {
