@@ -63,20 +63,23 @@ pub(crate) fn source_tensor(
 /// Builds a requirement's object from its source tensors (in `sources` order).
 pub(crate) fn prepare(
     requirement: &Requirement,
-    sources: &[&Tensor],
+    sources: &[Arc<Tensor>],
 ) -> Result<PreparedObject, Error> {
     match &requirement.prepack {
-        None => Ok(PreparedObject::Source(Arc::new(sources[0].clone()))),
-        Some(p) => p
-            .prepare(sources)
-            .map(|w| PreparedObject::Packed(Arc::new(w)))
-            .map_err(|source| {
-                RunError::Kernel {
-                    node: requirement.name.clone(),
-                    source,
-                }
-                .into()
-            }),
+        // A source used as is is shared, not copied.
+        None => Ok(PreparedObject::Source(sources[0].clone())),
+        Some(p) => {
+            let refs: Vec<&Tensor> = sources.iter().map(|t| &**t).collect();
+            p.prepare(&refs)
+                .map(|w| PreparedObject::Packed(Arc::new(w)))
+                .map_err(|source| {
+                    RunError::Kernel {
+                        node: requirement.name.clone(),
+                        source,
+                    }
+                    .into()
+                })
+        }
     }
 }
 
@@ -89,8 +92,11 @@ pub(crate) fn materialize(
 ) -> Result<PreparedObject, Error> {
     let mut tensors = Vec::with_capacity(requirement.sources.len());
     for &w in &requirement.sources {
-        tensors.push(source_tensor(resolved, w, &read_to_vec(source, w)?)?);
+        tensors.push(Arc::new(source_tensor(
+            resolved,
+            w,
+            &read_to_vec(source, w)?,
+        )?));
     }
-    let refs: Vec<&Tensor> = tensors.iter().collect();
-    prepare(requirement, &refs)
+    prepare(requirement, &tensors)
 }

@@ -198,9 +198,7 @@ impl PreparedExecutionState {
         for &t in &reads {
             inputs.push(self.read(t, sources)?);
         }
-        let refs: Vec<&Tensor> = inputs.iter().map(|t| &**t).collect();
-        let object = prepare(requirement, &refs)?;
-        drop(refs);
+        let object = prepare(requirement, &inputs)?;
         drop(inputs);
         // A read's source is released once no unpublished prepack needs it.
         for t in reads {
