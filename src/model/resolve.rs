@@ -177,6 +177,40 @@ pub struct ResolvedModel {
     cpu: CpuFeatures,
 }
 
+/// What resolution knows about a name.
+#[derive(Clone)]
+enum Known {
+    /// A graph input or node output, with its probed type and shape.
+    Value(ValueId, ElementType, Vec<usize>),
+    /// An inline constant.
+    Inline(InlineId),
+    /// An initializer not loaded at resolution.
+    Weight(WeightId),
+}
+
+/// Shapes, types and values resolution can show a kernel for one input;
+/// `None` for a value whose probe failed.
+struct ProbeView<'a> {
+    inline: &'a [Arc<Tensor>],
+    weights: &'a [super::WeightDescriptor],
+    weight_dims: &'a [Vec<usize>],
+    unprobed: &'a HashSet<ValueId>,
+}
+
+impl<'a> ProbeView<'a> {
+    fn info(&self, k: &'a Known) -> Option<InputInfo<'a>> {
+        match k {
+            Known::Value(id, ..) if self.unprobed.contains(id) => None,
+            Known::Value(_, dtype, shape) => Some(InputInfo::dynamic(*dtype, shape)),
+            Known::Inline(i) => Some(InputInfo::known(&self.inline[i.0 as usize])),
+            Known::Weight(w) => Some(InputInfo::unloaded(
+                self.weights[w.index()].element_type(),
+                &self.weight_dims[w.index()],
+            )),
+        }
+    }
+}
+
 /// Content identity of one source for its lineage digest.
 fn hash_source(h: &mut Sha256, model: &Model, w: WeightId) {
     let d = &model.weights()[w.index()];
@@ -225,13 +259,6 @@ impl ResolvedModel {
             ValueId((names.len() - 1) as u32)
         };
 
-        /// What resolution knows about a name.
-        #[derive(Clone)]
-        enum Known {
-            Value(ValueId, ElementType, Vec<usize>),
-            Inline(InlineId),
-            Weight(WeightId),
-        }
         let mut known: HashMap<String, Known> = HashMap::new();
         // Values whose type and shape the probe could not infer.
         let mut unprobed: HashSet<ValueId> = HashSet::new();
@@ -335,19 +362,15 @@ impl ResolvedModel {
                     })?;
                 node_inputs.push(Some(k));
             }
-            let descriptors = model.weights();
+            let view = ProbeView {
+                inline: &inline,
+                weights: model.weights(),
+                weight_dims: &weight_dims,
+                unprobed: &unprobed,
+            };
             let infos: Vec<Option<InputInfo<'_>>> = node_inputs
                 .iter()
-                .map(|k| {
-                    k.as_ref().map(|k| match k {
-                        Known::Value(_, dtype, shape) => InputInfo::dynamic(*dtype, shape),
-                        Known::Inline(i) => InputInfo::known(&inline[i.0 as usize]),
-                        Known::Weight(w) => InputInfo::unloaded(
-                            descriptors[w.index()].element_type(),
-                            &weight_dims[w.index()],
-                        ),
-                    })
-                })
+                .map(|k| k.as_ref().and_then(|k| view.info(k)))
                 .collect();
             let foldable = node_inputs
                 .iter()
@@ -493,20 +516,16 @@ impl ResolvedModel {
                 continue;
             }
             let descriptors = model.weights();
+            let view = ProbeView {
+                inline: &inline,
+                weights: model.weights(),
+                weight_dims: &weight_dims,
+                unprobed: &unprobed,
+            };
             let infos: Vec<Option<InputInfo<'_>>> = p
                 .inputs
                 .iter()
-                .map(|k| {
-                    k.as_ref().and_then(|k| match k {
-                        Known::Value(id, ..) if unprobed.contains(id) => None,
-                        Known::Value(_, dtype, shape) => Some(InputInfo::dynamic(*dtype, shape)),
-                        Known::Inline(i) => Some(InputInfo::known(&inline[i.0 as usize])),
-                        Known::Weight(w) => Some(InputInfo::unloaded(
-                            descriptors[w.index()].element_type(),
-                            &weight_dims[w.index()],
-                        )),
-                    })
-                })
+                .map(|k| k.as_ref().and_then(|k| view.info(k)))
                 .collect();
             let mut consumed: Vec<usize> = Vec::new();
             let mut packed = None;
