@@ -238,3 +238,43 @@ fn preparation_bytes_return_after_each_producing_task() {
         s.store().resident_bytes()
     );
 }
+
+#[test]
+fn activation_buffers_count_against_the_execution_limit() {
+    use onnx_prepared::Error;
+    use onnx_prepared::arena::{ArenaError, BudgetLimits};
+    let path = fixture("gemm-chain");
+    let model = Model::open(&path).unwrap();
+    let resolved = ResolvedModel::resolve(model.clone(), &ResolveOptions::default()).unwrap();
+    let plan = Arc::new(PreparedExecutionPlan::build(resolved).unwrap());
+    let a = ramp(vec![4, 256]);
+    // Input [4,256] plus two [4,256] activations: 12 KiB of f32.
+    let tight =
+        MemoryBudget::new(BudgetLimits::unlimited().with_domain(Domain::Execution, 8 * 1024));
+    let s = PreparedExecutionState::new(
+        plan.clone(),
+        Arc::new(FileSource::open(&model).unwrap()),
+        tight,
+    );
+    let err = s
+        .run(&mut InvocationState::default(), &[("A", &a)])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Arena(ArenaError::OverBudget {
+                domain: Domain::Execution,
+                ..
+            })
+        ),
+        "{err}"
+    );
+    let roomy =
+        MemoryBudget::new(BudgetLimits::unlimited().with_domain(Domain::Execution, 64 * 1024));
+    let s = PreparedExecutionState::new(plan, Arc::new(FileSource::open(&model).unwrap()), roomy);
+    let mut inv = InvocationState::default();
+    s.run(&mut inv, &[("A", &a)]).unwrap();
+    assert_eq!(s.budget().live(Domain::Execution), 3 * 4 * 256 * 4);
+    drop(inv);
+    assert_eq!(s.budget().live(Domain::Execution), 0);
+}

@@ -152,6 +152,14 @@ impl Lowered {
             })
     }
 
+    /// Bytes held by the activation buffers (inputs included).
+    pub(crate) fn buffer_bytes(&self) -> usize {
+        self.buffers
+            .iter()
+            .map(|t| t.dtype().byte_len(t.len() as u64).unwrap_or(0) as usize)
+            .sum()
+    }
+
     /// Number of actions.
     pub(crate) fn len(&self) -> usize {
         self.actions.len()

@@ -49,11 +49,13 @@ pub struct PreparedExecutionState {
     source: Arc<dyn PayloadSource>,
 }
 
-/// One caller's invocation state: its lowering and shape-operand inputs.
+/// One caller's invocation state: its lowering, shape-operand inputs, and
+/// the execution-domain bytes its activation buffers hold.
 #[derive(Debug, Default)]
 pub struct InvocationState {
     lowered: Option<Lowered>,
     value_inputs: HashSet<usize>,
+    execution: Option<Reservation>,
 }
 
 /// Decoded sources of read tasks still needed by a pending prepack, with the
@@ -253,7 +255,15 @@ impl PreparedExecutionState {
             .is_some_and(|l| l.matches(&ordered, &invocation.value_inputs))
         {
             invocation.lowered = None;
-            invocation.lowered = Some(lower_all(resolved, &ordered, &mut invocation.value_inputs)?);
+            invocation.execution = None;
+            let lowered = lower_all(resolved, &ordered, &mut invocation.value_inputs)?;
+            // Activation buffers live in the execution domain for as long as
+            // this lowering is kept; over the limit, the run is refused.
+            invocation.execution = Some(
+                self.budget
+                    .reserve(Domain::Execution, lowered.buffer_bytes())?,
+            );
+            invocation.lowered = Some(lowered);
         }
         let lowered = invocation.lowered.as_mut().expect("lowered above");
         lowered.load_inputs(&ordered)?;
