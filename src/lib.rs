@@ -31,6 +31,7 @@ pub mod limits;
 pub mod model;
 pub mod npz;
 pub mod plan;
+pub mod scheduler;
 pub mod state;
 pub mod store;
 pub mod sync;

@@ -12,3 +12,25 @@ pub const EXTERNAL_DATA_ALIGNMENT: u64 = 64;
 /// as inline constants; larger ones become prepared requirements like
 /// external weights.
 pub const MAX_INLINE_CONSTANT_BYTES: u64 = 64 * 1024;
+
+/// Most tasks one scheduler [`crate::scheduler::TaskGraph`] may hold: the
+/// task state word keeps the remaining-dependency count in 29 bits, and each
+/// ready queue is sized to the graph (every task fires at most once).
+pub const MAX_SCHEDULER_TASKS: usize = 1 << 24;
+
+/// Default capacity of each scheduler ready queue (one per resource class ×
+/// priority) when it is not sized to a graph.
+#[cfg(not(loom))]
+pub const SCHEDULER_QUEUE_CAPACITY: usize = 4096;
+/// Default capacity of each scheduler ready queue (loom-sized).
+#[cfg(loom)]
+pub const SCHEDULER_QUEUE_CAPACITY: usize = 4;
+
+/// Empty polls an idle scheduler worker spins through before it parks on its
+/// futex word. Each poll is a handful of `ArrayQueue` loads (~tens of ns), so
+/// this is a few tens of µs: above the 5–13 µs cost of waking a parked core.
+#[cfg(not(loom))]
+pub const SCHEDULER_SPIN_POLLS: u32 = 1 << 10;
+/// Empty polls before parking (loom-sized).
+#[cfg(loom)]
+pub const SCHEDULER_SPIN_POLLS: u32 = 1;

@@ -1,0 +1,104 @@
+//! Loom models of the scheduler's `ReadyQueues` (loom stand-in) and a tiny
+//! `WorkerPool`: every ready task is popped and run exactly once, in
+//! dependency order, and shutdown joins.
+#![cfg(loom)]
+
+use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
+use onnx_prepared::scheduler::{Lane, PoolConfig, ReadyQueues, TaskGraph, TaskRunner, WorkerPool};
+use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
+
+// The runner is held in a `std` `Arc` (see `WorkerPool::new`).
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(f);
+}
+
+#[test]
+fn queue_pops_every_push_once_critical_first() {
+    model(|| {
+        let queues = Arc::new(ReadyQueues::with_capacity(2));
+        let producer = {
+            let queues = queues.clone();
+            thread::spawn(move || {
+                queues
+                    .push(Lane::Cpu, Priority::Background, TaskId(0))
+                    .unwrap();
+                queues
+                    .push(Lane::Cpu, Priority::Critical, TaskId(1))
+                    .unwrap();
+            })
+        };
+        let mut seen = Vec::new();
+        if let Some(e) = queues.pop(Lane::Cpu) {
+            seen.push(e);
+        }
+        producer.join().unwrap();
+        while let Some(e) = queues.pop(Lane::Cpu) {
+            seen.push(e);
+        }
+        seen.sort_by_key(|&(_, t)| t);
+        assert_eq!(
+            seen,
+            [
+                (Priority::Background, TaskId(0)),
+                (Priority::Critical, TaskId(1))
+            ]
+        );
+        assert!(queues.is_empty(Lane::Cpu));
+    });
+}
+
+/// Counts runs and records, per task, how many tasks had finished before it.
+struct Runs {
+    count: [AtomicUsize; 3],
+    started_after: [AtomicUsize; 3],
+    total: AtomicUsize,
+}
+
+impl TaskRunner for Runs {
+    fn run(&self, task: TaskId) {
+        let i = task.0 as usize;
+        self.started_after[i].store(self.total.load(Ordering::SeqCst), Ordering::SeqCst);
+        self.count[i].fetch_add(1, Ordering::SeqCst);
+        self.total.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn pool_runs_a_read_then_prepack_exactly_once() {
+    model(|| {
+        // 0: io read; 1: cpu prepack after 0; 2: inline after 0.
+        let deps = Csr::from_rows(&[vec![], vec![TaskId(0)], vec![TaskId(0)]]);
+        let graph = TaskGraph::new(
+            &[ResourceClass::Io, ResourceClass::Cpu, ResourceClass::Inline],
+            &[Priority::Critical, Priority::Prefetch, Priority::Background],
+            &deps,
+        )
+        .unwrap();
+        let runs = std::sync::Arc::new(Runs {
+            count: Default::default(),
+            started_after: Default::default(),
+            total: AtomicUsize::new(0),
+        });
+        let pool = WorkerPool::new(
+            PoolConfig {
+                cpu_workers: 1,
+                io_workers: 1,
+                pin_cpu_workers: false,
+            },
+            graph,
+            runs.clone(),
+        );
+        pool.wait();
+        assert_eq!(pool.finished(), 3);
+        drop(pool);
+        for i in 0..3 {
+            assert_eq!(runs.count[i].load(Ordering::SeqCst), 1);
+        }
+        assert_eq!(runs.started_after[0].load(Ordering::SeqCst), 0);
+        assert!(runs.started_after[1].load(Ordering::SeqCst) >= 1);
+        assert!(runs.started_after[2].load(Ordering::SeqCst) >= 1);
+    });
+}

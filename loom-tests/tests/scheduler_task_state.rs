@@ -1,0 +1,98 @@
+//! Loom models of `scheduler::TaskState`: the dependency counter fires
+//! exactly once, a duplicated ready entry runs exactly once, and a cancel
+//! racing a claim leaves exactly one outcome.
+#![cfg(loom)]
+
+use loom::cell::UnsafeCell;
+use onnx_prepared::scheduler::{Cancel, Claim, DependencyDone, TaskState};
+use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(f);
+}
+
+/// What the two dependencies produced; plain cells, so loom reports a race
+/// if the claimer could read them without a happens-before edge.
+struct Outputs([UnsafeCell<u32>; 2]);
+
+// SAFETY: each cell is written by one dependency before `dependency_done`
+// and read only by the claimer after `try_claim`; loom checks that claim.
+unsafe impl Sync for Outputs {}
+
+#[test]
+fn last_dependency_fires_exactly_once_and_publishes_both_outputs() {
+    model(|| {
+        let state = Arc::new(TaskState::new(2));
+        let outputs = Arc::new(Outputs([UnsafeCell::new(0), UnsafeCell::new(0)]));
+        let fired = Arc::new(AtomicUsize::new(0));
+        let finish = |i: usize| {
+            let (state, outputs, fired) = (state.clone(), outputs.clone(), fired.clone());
+            thread::spawn(move || {
+                // SAFETY: only this thread writes cell `i`, before its
+                // dependency_done.
+                outputs.0[i].with_mut(|p| unsafe { *p = i as u32 + 1 });
+                if state.dependency_done() == DependencyDone::Fired {
+                    fired.fetch_add(1, Ordering::Relaxed);
+                    assert_eq!(state.try_claim(), Claim::Claimed);
+                    // SAFETY: the claim acquired both decrements.
+                    let sum: u32 = outputs.0.iter().map(|c| c.with(|p| unsafe { *p })).sum();
+                    assert_eq!(sum, 3);
+                    state.complete();
+                }
+            })
+        };
+        let a = finish(0);
+        let b = finish(1);
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_eq!(fired.load(Ordering::Relaxed), 1);
+        let s = state.snapshot();
+        assert!(s.is_done() && s.remaining() == 0);
+    });
+}
+
+#[test]
+fn duplicate_entries_run_exactly_once() {
+    model(|| {
+        let state = Arc::new(TaskState::new(0));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let (state, runs) = (state.clone(), runs.clone());
+                thread::spawn(move || match state.try_claim() {
+                    Claim::Claimed => {
+                        runs.fetch_add(1, Ordering::Relaxed);
+                        state.complete();
+                    }
+                    Claim::AlreadyClaimed => {}
+                    other => panic!("unexpected {other:?}"),
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(runs.load(Ordering::Relaxed), 1);
+        assert!(state.snapshot().is_done());
+    });
+}
+
+#[test]
+fn cancel_racing_claim_has_one_outcome() {
+    model(|| {
+        let state = Arc::new(TaskState::new(0));
+        let claimer = {
+            let state = state.clone();
+            thread::spawn(move || state.try_claim())
+        };
+        let cancel = state.cancel();
+        let claim = claimer.join().unwrap();
+        match (cancel, claim) {
+            (Cancel::Cancelled, Claim::Cancelled) => assert!(!state.snapshot().is_claimed()),
+            (Cancel::TooLate, Claim::Claimed) => assert!(!state.snapshot().is_cancelled()),
+            other => panic!("inconsistent outcome {other:?}"),
+        }
+    });
+}

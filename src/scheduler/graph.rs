@@ -1,0 +1,161 @@
+//! `TaskGraph`: the immutable input of a [`super::WorkerPool`] — each task's
+//! lane and priority, its initial dependency count and its dependents as CSR
+//! (cold path to build, hot path to read).
+
+use crate::plan::{Csr, Priority, ResourceClass, TaskId, TaskTable};
+
+use super::queue::Lane;
+use super::task_state::MAX_DEPENDENCIES;
+
+/// Why a graph was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GraphError {
+    /// The per-task columns have different lengths.
+    #[error(
+        "graph columns disagree: {resources} resources, {priorities} priorities, {deps} dependency rows"
+    )]
+    LengthMismatch {
+        /// Entries in the resource column.
+        resources: usize,
+        /// Entries in the priority column.
+        priorities: usize,
+        /// Rows of the dependency CSR.
+        deps: usize,
+    },
+    /// More tasks than [`crate::limits::MAX_SCHEDULER_TASKS`].
+    #[error("graph has {0} tasks, more than the scheduler's limit")]
+    TooManyTasks(usize),
+    /// A task runs on an accelerator, which the scheduler does not serve yet.
+    #[error("task {0:?} runs on a device; device lanes are not implemented")]
+    UnsupportedResource(TaskId),
+    /// A dependency names a task that does not exist.
+    #[error("task {task:?} depends on {dependency:?}, which is out of range")]
+    DependencyOutOfRange {
+        /// The dependent task.
+        task: TaskId,
+        /// The missing dependency.
+        dependency: TaskId,
+    },
+    /// The dependencies contain a cycle, so some task could never fire.
+    #[error("the dependencies contain a cycle")]
+    Cycle,
+}
+
+/// Tasks as the scheduler sees them: ids, lanes, priorities and edges only.
+#[derive(Debug, Clone)]
+pub struct TaskGraph {
+    lanes: Vec<Lane>,
+    priorities: Vec<Priority>,
+    dependency_counts: Vec<u32>,
+    dependents: Csr<TaskId>,
+}
+
+impl TaskGraph {
+    /// A graph where task `i` runs on `resources[i]` at `priorities[i]` after
+    /// every task of `deps.row(i)` (duplicates count once per occurrence).
+    pub fn new(
+        resources: &[ResourceClass],
+        priorities: &[Priority],
+        deps: &Csr<TaskId>,
+    ) -> Result<Self, GraphError> {
+        let n = resources.len();
+        if priorities.len() != n || deps.rows() != n {
+            return Err(GraphError::LengthMismatch {
+                resources: n,
+                priorities: priorities.len(),
+                deps: deps.rows(),
+            });
+        }
+        if n > crate::limits::MAX_SCHEDULER_TASKS {
+            return Err(GraphError::TooManyTasks(n));
+        }
+        let lanes = resources
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| Lane::of(r).ok_or(GraphError::UnsupportedResource(TaskId(i as u32))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut rows: Vec<Vec<TaskId>> = vec![Vec::new(); n];
+        let mut dependency_counts = Vec::with_capacity(n);
+        for i in 0..n {
+            let row = deps.row(i);
+            for &d in row {
+                if d.0 as usize >= n {
+                    return Err(GraphError::DependencyOutOfRange {
+                        task: TaskId(i as u32),
+                        dependency: d,
+                    });
+                }
+                rows[d.0 as usize].push(TaskId(i as u32));
+            }
+            // n <= MAX_SCHEDULER_TASKS, but a row may repeat a dependency.
+            if row.len() > MAX_DEPENDENCIES as usize {
+                return Err(GraphError::TooManyTasks(row.len()));
+            }
+            dependency_counts.push(row.len() as u32);
+        }
+        let graph = Self {
+            lanes,
+            priorities: priorities.to_vec(),
+            dependency_counts,
+            dependents: Csr::from_rows(&rows),
+        };
+        graph.check_acyclic()?;
+        Ok(graph)
+    }
+
+    /// The scheduler's view of a plan's task table.
+    pub fn from_plan(tasks: &TaskTable) -> Result<Self, GraphError> {
+        Self::new(&tasks.resource, &tasks.priority, &tasks.deps)
+    }
+
+    fn check_acyclic(&self) -> Result<(), GraphError> {
+        let mut remaining = self.dependency_counts.clone();
+        let mut ready: Vec<usize> = (0..self.len()).filter(|&i| remaining[i] == 0).collect();
+        let mut seen = 0;
+        while let Some(t) = ready.pop() {
+            seen += 1;
+            for &d in self.dependents(TaskId(t as u32)) {
+                let r = &mut remaining[d.0 as usize];
+                *r -= 1;
+                if *r == 0 {
+                    ready.push(d.0 as usize);
+                }
+            }
+        }
+        if seen == self.len() {
+            Ok(())
+        } else {
+            Err(GraphError::Cycle)
+        }
+    }
+
+    /// Number of tasks.
+    pub fn len(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Whether there are no tasks.
+    pub fn is_empty(&self) -> bool {
+        self.lanes.is_empty()
+    }
+
+    /// The lane that runs `task`.
+    pub fn lane(&self, task: TaskId) -> Lane {
+        self.lanes[task.0 as usize]
+    }
+
+    /// The priority `task` is queued at.
+    pub fn priority(&self, task: TaskId) -> Priority {
+        self.priorities[task.0 as usize]
+    }
+
+    /// How many dependencies `task` waits for initially.
+    pub fn dependency_count(&self, task: TaskId) -> u32 {
+        self.dependency_counts[task.0 as usize]
+    }
+
+    /// The tasks that wait for `task`.
+    pub fn dependents(&self, task: TaskId) -> &[TaskId] {
+        self.dependents.row(task.0 as usize)
+    }
+}

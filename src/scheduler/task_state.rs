@@ -1,0 +1,217 @@
+//! `TaskState`: one packed atomic word per task (hot path: touched once per
+//! finishing dependency and once per claim).
+//!
+//! Layout of the `u32` word:
+//!
+//! | bits  | field                          |
+//! |-------|--------------------------------|
+//! | 0–28  | remaining dependency count     |
+//! | 29    | `CLAIMED`: a worker owns a run |
+//! | 30    | `DONE`: the run finished       |
+//! | 31    | `CANCELLED`: must never start  |
+//!
+//! Every transition is one read-modify-write returning a `#[must_use]`
+//! outcome; the word is decoded only through [`Snapshot`].
+//!
+//! Ordering: `dependency_done` is an `AcqRel` RMW, so the decrements form a
+//! release sequence on the word; the claimer's `Acquire` CAS therefore
+//! synchronizes with every finished dependency, and whatever those
+//! dependencies wrote is visible to the task's run.
+
+use crate::sync::{AtomicU32, Ordering};
+
+const COUNT_BITS: u32 = 29;
+const COUNT_MASK: u32 = (1 << COUNT_BITS) - 1;
+const CLAIMED: u32 = 1 << 29;
+const DONE: u32 = 1 << 30;
+const CANCELLED: u32 = 1 << 31;
+
+const _: () = assert!(COUNT_MASK & (CLAIMED | DONE | CANCELLED) == 0);
+const _: () = assert!(CLAIMED.trailing_zeros() == COUNT_BITS);
+const _: () = assert!(CLAIMED < DONE && DONE < CANCELLED);
+const _: () = assert!((COUNT_MASK | CLAIMED | DONE | CANCELLED) == u32::MAX);
+const _: () = assert!(crate::limits::MAX_SCHEDULER_TASKS as u64 <= COUNT_MASK as u64 + 1);
+
+/// Most dependencies one task may have.
+pub const MAX_DEPENDENCIES: u32 = COUNT_MASK;
+
+/// A decoded copy of a task's state word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot(u32);
+
+impl Snapshot {
+    /// Dependencies that have not finished yet.
+    pub fn remaining(self) -> u32 {
+        self.0 & COUNT_MASK
+    }
+
+    /// Whether a worker claimed the task (it is running or done).
+    pub fn is_claimed(self) -> bool {
+        self.0 & CLAIMED != 0
+    }
+
+    /// Whether the task's run finished.
+    pub fn is_done(self) -> bool {
+        self.0 & DONE != 0
+    }
+
+    /// Whether the task was cancelled.
+    pub fn is_cancelled(self) -> bool {
+        self.0 & CANCELLED != 0
+    }
+}
+
+/// Outcome of [`TaskState::dependency_done`].
+#[must_use = "a `Fired` task must be enqueued by the caller"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DependencyDone {
+    /// This call took the count to zero: the caller must enqueue the task.
+    Fired,
+    /// Other dependencies remain.
+    Pending,
+}
+
+/// Outcome of [`TaskState::try_claim`].
+#[must_use = "only a `Claimed` caller may run the task"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// The caller owns the run and must call [`TaskState::complete`].
+    Claimed,
+    /// Someone else claimed it (a duplicate queue entry): drop the entry.
+    AlreadyClaimed,
+    /// The task was cancelled before anyone claimed it: never run it.
+    Cancelled,
+    /// Dependencies remain (an entry pushed ahead of readiness): drop it;
+    /// the last dependency enqueues the task again.
+    NotReady,
+}
+
+/// Outcome of [`TaskState::cancel`].
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancel {
+    /// No run will start.
+    Cancelled,
+    /// Already claimed (running or done); the run is not interrupted.
+    TooLate,
+}
+
+/// A task's packed state word.
+#[derive(Debug)]
+pub struct TaskState(AtomicU32);
+
+impl TaskState {
+    /// A task waiting for `dependencies` dependencies.
+    ///
+    /// # Panics
+    /// If `dependencies > MAX_DEPENDENCIES`.
+    pub fn new(dependencies: u32) -> Self {
+        assert!(dependencies <= MAX_DEPENDENCIES, "too many dependencies");
+        Self(AtomicU32::new(dependencies))
+    }
+
+    /// The current state.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot(self.0.load(Ordering::Acquire))
+    }
+
+    /// Records that one dependency finished; `Fired` for exactly the call
+    /// that takes the count to zero.
+    pub fn dependency_done(&self) -> DependencyDone {
+        let before = Snapshot(self.0.fetch_sub(1, Ordering::AcqRel));
+        debug_assert!(before.remaining() > 0, "dependency count underflow");
+        if before.remaining() == 1 {
+            DependencyDone::Fired
+        } else {
+            DependencyDone::Pending
+        }
+    }
+
+    /// Claims the run with a CAS: exactly one caller ever gets `Claimed`.
+    pub fn try_claim(&self) -> Claim {
+        let mut word = self.0.load(Ordering::Acquire);
+        loop {
+            let s = Snapshot(word);
+            if s.is_cancelled() {
+                return Claim::Cancelled;
+            }
+            if s.is_claimed() {
+                return Claim::AlreadyClaimed;
+            }
+            if s.remaining() != 0 {
+                return Claim::NotReady;
+            }
+            match self.0.compare_exchange_weak(
+                word,
+                word | CLAIMED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Claim::Claimed,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Marks the claimed run finished (Release: its effects are published to
+    /// whoever observes `DONE`).
+    pub fn complete(&self) {
+        let before = Snapshot(self.0.fetch_or(DONE, Ordering::AcqRel));
+        debug_assert!(
+            before.is_claimed() && !before.is_done(),
+            "complete without claim"
+        );
+    }
+
+    /// Cancels the task unless it was already claimed.
+    pub fn cancel(&self) -> Cancel {
+        let mut word = self.0.load(Ordering::Acquire);
+        loop {
+            let s = Snapshot(word);
+            if s.is_claimed() {
+                return Cancel::TooLate;
+            }
+            if s.is_cancelled() {
+                return Cancel::Cancelled;
+            }
+            match self.0.compare_exchange_weak(
+                word,
+                word | CANCELLED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Cancel::Cancelled,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fires_once_then_claims_once() {
+        let s = TaskState::new(2);
+        assert_eq!(s.try_claim(), Claim::NotReady);
+        assert_eq!(s.dependency_done(), DependencyDone::Pending);
+        assert_eq!(s.dependency_done(), DependencyDone::Fired);
+        assert_eq!(s.try_claim(), Claim::Claimed);
+        assert_eq!(s.try_claim(), Claim::AlreadyClaimed);
+        assert_eq!(s.cancel(), Cancel::TooLate);
+        s.complete();
+        let snap = s.snapshot();
+        assert!(snap.is_claimed() && snap.is_done() && !snap.is_cancelled());
+        assert_eq!(snap.remaining(), 0);
+    }
+
+    #[test]
+    fn cancelled_task_is_never_claimed() {
+        let s = TaskState::new(0);
+        assert_eq!(s.cancel(), Cancel::Cancelled);
+        assert_eq!(s.cancel(), Cancel::Cancelled);
+        assert_eq!(s.try_claim(), Claim::Cancelled);
+        assert!(s.snapshot().is_cancelled());
+    }
+}
