@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::limits::SCHEDULER_SPIN_POLLS;
 use crate::plan::TaskId;
-use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicUsize, Latch, Ordering, fence, thread};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, FutexWord, Latch, Ordering, fence, thread};
 
 use super::graph::TaskGraph;
 use super::queue::{Lane, ReadyQueues};
@@ -46,13 +46,7 @@ impl Default for PoolConfig {
 struct Parking {
     sleepers: AtomicUsize,
     /// Bumped by every wake-up; a parked worker waits while it is unchanged.
-    wake: AtomicU32,
-    /// Loom has no futex: a loom `Mutex` + `Condvar` with futex semantics
-    /// (wait while `wake` still holds a value) stands in for it, so the models
-    /// check the real sleep/wake protocol and report a lost wake-up as a
-    /// deadlock.
-    #[cfg(loom)]
-    futex: (loom::sync::Mutex<()>, loom::sync::Condvar),
+    wake: FutexWord,
 }
 
 impl Parking {
@@ -60,40 +54,18 @@ impl Parking {
     fn wake_one(&self) {
         if self.sleepers.load(Ordering::SeqCst) > 0 {
             self.wake.fetch_add(1, Ordering::SeqCst);
-            #[cfg(not(loom))]
-            atomic_wait::wake_one(&*self.wake);
-            #[cfg(loom)]
-            self.loom_wake();
+            self.wake.wake_one();
         }
     }
 
     fn wake_all(&self) {
         self.wake.fetch_add(1, Ordering::SeqCst);
-        #[cfg(not(loom))]
-        atomic_wait::wake_all(&*self.wake);
-        #[cfg(loom)]
-        self.loom_wake();
+        self.wake.wake_all();
     }
 
     /// Futex wait: returns once `wake != expected` (or spuriously).
     fn wait(&self, expected: u32) {
-        #[cfg(not(loom))]
-        atomic_wait::wait(&self.wake, expected);
-        #[cfg(loom)]
-        {
-            let mut guard = self.futex.0.lock().unwrap();
-            while self.wake.load(Ordering::SeqCst) == expected {
-                guard = self.futex.1.wait(guard).unwrap();
-            }
-        }
-    }
-
-    /// Futex wake stand-in: taking the lock orders the notify after any
-    /// waiter's check of `wake`, so none misses it.
-    #[cfg(loom)]
-    fn loom_wake(&self) {
-        drop(self.futex.0.lock().unwrap());
-        self.futex.1.notify_all();
+        self.wake.wait(expected);
     }
 }
 

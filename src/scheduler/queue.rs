@@ -1,13 +1,12 @@
 //! `ReadyQueues`: one bounded lock-free FIFO of ready [`TaskId`]s per
 //! (lane × priority) — hot path: every task is pushed and popped once.
 //!
-//! Normally each queue is a `crossbeam_queue::ArrayQueue` (push and pop
-//! allocate nothing). Under `cfg(loom)` the third-party queue is invisible to
-//! loom, so a loom `Mutex<VecDeque>` stand-in with the same interface and the
-//! same capacity rule replaces it; the models then check *our* protocols
-//! around the queue (post-ready, claim, sleep/wake).
+//! Each queue is a [`BoundedQueue`] (an `ArrayQueue`, with a loom-visible
+//! stand-in under `cfg(loom)`); the models check *our* protocols around the
+//! queue (post-ready, claim, sleep/wake).
 
 use crate::plan::{Priority, ResourceClass, TaskId};
+use crate::sync::BoundedQueue;
 
 /// Which workers serve a queue: the scheduler's view of a
 /// [`ResourceClass`]. Accelerators are not scheduled yet.
@@ -61,66 +60,8 @@ fn priority_index(priority: Priority) -> usize {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full(pub TaskId);
 
-#[cfg(not(loom))]
-#[derive(Debug)]
-struct Queue(crossbeam_queue::ArrayQueue<TaskId>);
+type Queue = BoundedQueue<TaskId>;
 
-#[cfg(not(loom))]
-impl Queue {
-    fn new(capacity: usize) -> Self {
-        Self(crossbeam_queue::ArrayQueue::new(capacity))
-    }
-
-    fn push(&self, task: TaskId) -> Result<(), TaskId> {
-        self.0.push(task)
-    }
-
-    fn pop(&self) -> Option<TaskId> {
-        self.0.pop()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-/// Loom-visible stand-in for `ArrayQueue`: same capacity rule, FIFO.
-#[cfg(loom)]
-#[derive(Debug)]
-struct Queue {
-    capacity: usize,
-    items: loom::sync::Mutex<std::collections::VecDeque<TaskId>>,
-}
-
-#[cfg(loom)]
-impl Queue {
-    fn new(capacity: usize) -> Self {
-        assert!(capacity > 0, "capacity must be non-zero");
-        Self {
-            capacity,
-            items: loom::sync::Mutex::new(std::collections::VecDeque::with_capacity(capacity)),
-        }
-    }
-
-    fn push(&self, task: TaskId) -> Result<(), TaskId> {
-        let mut items = self.items.lock().unwrap();
-        if items.len() == self.capacity {
-            return Err(task);
-        }
-        items.push_back(task);
-        Ok(())
-    }
-
-    fn pop(&self) -> Option<TaskId> {
-        self.items.lock().unwrap().pop_front()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.items.lock().unwrap().is_empty()
-    }
-}
-
-/// One bounded FIFO per (lane × priority).
 #[derive(Debug)]
 pub struct ReadyQueues {
     /// Indexed by `lane.index() * 3 + priority_index(priority)`.

@@ -6,14 +6,18 @@
 //! everywhere but here.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+mod bounded_queue;
 pub mod epoch;
 mod event;
 mod fork_join;
+mod futex;
 mod latch;
 mod pool;
 
+pub use bounded_queue::BoundedQueue;
 pub use event::Event;
 pub use fork_join::{ForkJoinPool, MAX_TASKS};
+pub use futex::FutexWord;
 pub use latch::Latch;
 pub use pool::Pool;
 
