@@ -21,5 +21,5 @@ pub use error::KernelError;
 pub use op::{
     Attributes, CpuFeatures, InputInfo, NodeSpec, Operator, OutputInfo, PackedWeight, Prepack,
 };
-pub use par::{ParallelFor, Sequential};
+pub use par::{ParallelFor, Sequential, for_each_chunk_mut};
 pub use tensor::{ElementType, Tensor, TensorData, element_count};

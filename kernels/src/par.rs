@@ -59,3 +59,99 @@ mod tests {
         }
     }
 }
+
+/// Element count below which elementwise kernels stay on the calling
+/// thread: a parallel region costs a few microseconds of hand-off.
+pub const PARALLEL_MIN_ELEMENTS: usize = 32 * 1024;
+
+/// A raw pointer to the caller's output, shared by tasks writing disjoint ranges.
+struct SharedOut<T>(*mut T);
+
+impl<T> SharedOut<T> {
+    fn ptr(&self) -> *mut T {
+        self.0
+    }
+}
+
+// SAFETY: used only inside `for_each_chunk_mut`, whose tasks each build a
+// slice over a range no other task touches, while the caller's `&mut [T]`
+// stays borrowed for the whole `par.run` call; `T: Send` makes handing those
+// elements to another thread sound.
+unsafe impl<T: Send> Sync for SharedOut<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Send for SharedOut<T> {}
+
+/// Calls `f(offset, chunk)` for consecutive disjoint chunks of `out`, each
+/// `chunk_len` elements (the last may be shorter), possibly in parallel on
+/// `par`. `offset` is the chunk's start index in `out`.
+pub fn for_each_chunk_mut<T: Send>(
+    par: &dyn ParallelFor,
+    out: &mut [T],
+    chunk_len: usize,
+    f: &(dyn Fn(usize, &mut [T]) + Sync),
+) {
+    let chunk_len = chunk_len.max(1);
+    let len = out.len();
+    if par.threads() <= 1 || len <= chunk_len {
+        for (i, chunk) in out.chunks_mut(chunk_len).enumerate() {
+            f(i * chunk_len, chunk);
+        }
+        return;
+    }
+    let base = SharedOut(out.as_mut_ptr());
+    par.run(len.div_ceil(chunk_len), &|i| {
+        let start = i * chunk_len;
+        let end = (start + chunk_len).min(len);
+        // SAFETY: `start..end` lies inside `out` (`start < len` because
+        // `i < ceil(len / chunk_len)`), task ranges are pairwise disjoint,
+        // and `out` is mutably borrowed by this function until `run` returns,
+        // after every task finished.
+        let chunk = unsafe { std::slice::from_raw_parts_mut(base.ptr().add(start), end - start) };
+        f(start, chunk);
+    });
+}
+
+/// A chunk length that gives each of `par`'s threads about four chunks of
+/// whole rows of `row_len` elements.
+pub fn rows_chunk(par: &dyn ParallelFor, rows: usize, row_len: usize) -> usize {
+    let tasks = (par.threads() * 4).max(1);
+    rows.div_ceil(tasks).max(1) * row_len.max(1)
+}
+
+#[cfg(test)]
+mod chunk_tests {
+    use super::*;
+
+    /// Runs tasks in reverse order on the calling thread, as a second
+    /// participant would interleave them.
+    struct Reversed;
+
+    impl ParallelFor for Reversed {
+        fn threads(&self) -> usize {
+            3
+        }
+
+        fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+            (0..tasks).rev().for_each(task);
+        }
+    }
+
+    #[test]
+    fn every_element_is_written_once_with_its_offset() {
+        for len in [0, 1, 7, 100, 1000] {
+            for chunk in [1, 3, 64, 5000] {
+                let mut out = vec![usize::MAX; len];
+                for_each_chunk_mut(&Reversed, &mut out, chunk, &|offset, c| {
+                    for (i, v) in c.iter_mut().enumerate() {
+                        assert_eq!(*v, usize::MAX, "written twice");
+                        *v = offset + i;
+                    }
+                });
+                assert!(
+                    out.iter().enumerate().all(|(i, &v)| v == i),
+                    "{len} {chunk}"
+                );
+            }
+        }
+    }
+}

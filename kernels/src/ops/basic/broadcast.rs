@@ -3,7 +3,8 @@
 //! slice kernels (hot path).
 
 use super::common::MAX_RANK;
-use crate::KernelError;
+use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::{KernelError, ParallelFor, for_each_chunk_mut};
 
 /// The broadcast shape of `a` and `b`, or a `Shape` error naming `op`.
 pub(crate) fn broadcast_shape(
@@ -176,11 +177,62 @@ impl Plan {
             out[0] = f(a[0], b[0]);
             return Ok(());
         }
+        self.run_rows(a, b, out, 0, &f);
+        Ok(())
+    }
+
+    /// [`Plan::run`], splitting whole rows of the last axis across `par`'s
+    /// threads when the output is large.
+    pub(crate) fn run_par<A, B, O, F>(
+        &self,
+        op: &'static str,
+        a: &[A],
+        b: &[B],
+        out: &mut [O],
+        par: &dyn ParallelFor,
+        f: F,
+    ) -> Result<(), KernelError>
+    where
+        A: Copy + Sync,
+        B: Copy + Sync,
+        O: Send,
+        F: Fn(A, B) -> O + Sync,
+    {
+        if self.rank == 0 || self.out_len < PARALLEL_MIN_ELEMENTS || par.threads() <= 1 {
+            return self.run(op, a, b, out, f);
+        }
+        self.check(op, a.len(), b.len(), out.len())?;
+        let inner = self.dims[self.rank - 1];
+        let chunk = rows_chunk(par, self.out_len / inner, inner);
+        for_each_chunk_mut(par, out, chunk, &|offset, rows| {
+            self.run_rows(a, b, rows, offset / inner, &f);
+        });
+        Ok(())
+    }
+
+    /// Writes `out` (whole rows of the last axis, starting at row
+    /// `first_row` of the output) with `f` over the broadcast operands.
+    fn run_rows<A: Copy, B: Copy, O, F: Fn(A, B) -> O>(
+        &self,
+        a: &[A],
+        b: &[B],
+        out: &mut [O],
+        first_row: usize,
+        f: &F,
+    ) {
         let last = self.rank - 1;
         let inner = self.dims[last];
         let (sa, sb) = (self.a_strides[last], self.b_strides[last]);
+        // Start the odometer over the outer dimensions at `first_row`.
         let mut idx = [0usize; MAX_RANK];
         let (mut oa, mut ob) = (0usize, 0usize);
+        let mut rest = first_row;
+        for d in (0..last).rev() {
+            idx[d] = rest % self.dims[d];
+            rest /= self.dims[d];
+            oa += idx[d] * self.a_strides[d];
+            ob += idx[d] * self.b_strides[d];
+        }
         for chunk in out.chunks_exact_mut(inner) {
             match (sa, sb) {
                 (1, 1) => {
@@ -220,7 +272,6 @@ impl Plan {
                 idx[d] = 0;
             }
         }
-        Ok(())
     }
 
     /// `out[i] = f(out[i], b[ib])` where `out` has `a`'s layout (the plan's

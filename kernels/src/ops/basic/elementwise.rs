@@ -9,9 +9,10 @@ use super::common::{
     Attrs, Elem, check_inputs, check_len, input, output, required, typed, typed_mut,
 };
 use super::real::Real;
+use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
-    Tensor,
+    Tensor, for_each_chunk_mut,
 };
 
 /// Which arithmetic a [`Binary`] performs.
@@ -122,12 +123,13 @@ macro_rules! impl_arith_int {
 impl_arith_float!(f32, f64, f16, bf16);
 impl_arith_int!(i8, i16, i32, i64, u8, u16, u32, u64);
 
-fn binary_typed<T: Arith>(
+fn binary_typed<T: Arith + Send + Sync>(
     kind: BinaryKind,
     plan: &Plan,
     a: &Tensor,
     b: &Tensor,
     out: &mut Tensor,
+    par: &dyn ParallelFor,
 ) -> Result<(), KernelError> {
     let op = kind.name();
     let (a, b, out) = (
@@ -136,9 +138,9 @@ fn binary_typed<T: Arith>(
         typed_mut::<T>(op, out)?,
     );
     match kind {
-        BinaryKind::Add => plan.run(op, a, b, out, T::add),
-        BinaryKind::Sub => plan.run(op, a, b, out, T::sub),
-        BinaryKind::Mul => plan.run(op, a, b, out, T::mul),
+        BinaryKind::Add => plan.run_par(op, a, b, out, par, T::add),
+        BinaryKind::Sub => plan.run_par(op, a, b, out, par, T::sub),
+        BinaryKind::Mul => plan.run_par(op, a, b, out, par, T::mul),
         BinaryKind::Div => {
             if T::INTEGER && plan.out_len() > 0 && b.iter().any(|v| v.is_zero()) {
                 return Err(KernelError::Invalid {
@@ -146,7 +148,7 @@ fn binary_typed<T: Arith>(
                     detail: "integer division by zero".into(),
                 });
             }
-            plan.run(op, a, b, out, T::div)
+            plan.run_par(op, a, b, out, par, T::div)
         }
     }
 }
@@ -201,7 +203,7 @@ impl Operator for Binary {
         inputs: &[Option<&Tensor>],
         _packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
         let op = self.name();
         let (a, b) = (input(op, inputs, 0)?, input(op, inputs, 1)?);
@@ -210,18 +212,18 @@ impl Operator for Binary {
         let k = self.kind;
         use ElementType as E;
         match a.dtype() {
-            E::F32 => binary_typed::<f32>(k, &plan, a, b, out),
-            E::F64 => binary_typed::<f64>(k, &plan, a, b, out),
-            E::F16 => binary_typed::<f16>(k, &plan, a, b, out),
-            E::BF16 => binary_typed::<bf16>(k, &plan, a, b, out),
-            E::I8 => binary_typed::<i8>(k, &plan, a, b, out),
-            E::I16 => binary_typed::<i16>(k, &plan, a, b, out),
-            E::I32 => binary_typed::<i32>(k, &plan, a, b, out),
-            E::I64 => binary_typed::<i64>(k, &plan, a, b, out),
-            E::U8 => binary_typed::<u8>(k, &plan, a, b, out),
-            E::U16 => binary_typed::<u16>(k, &plan, a, b, out),
-            E::U32 => binary_typed::<u32>(k, &plan, a, b, out),
-            E::U64 => binary_typed::<u64>(k, &plan, a, b, out),
+            E::F32 => binary_typed::<f32>(k, &plan, a, b, out, par),
+            E::F64 => binary_typed::<f64>(k, &plan, a, b, out, par),
+            E::F16 => binary_typed::<f16>(k, &plan, a, b, out, par),
+            E::BF16 => binary_typed::<bf16>(k, &plan, a, b, out, par),
+            E::I8 => binary_typed::<i8>(k, &plan, a, b, out, par),
+            E::I16 => binary_typed::<i16>(k, &plan, a, b, out, par),
+            E::I32 => binary_typed::<i32>(k, &plan, a, b, out, par),
+            E::I64 => binary_typed::<i64>(k, &plan, a, b, out, par),
+            E::U8 => binary_typed::<u8>(k, &plan, a, b, out, par),
+            E::U16 => binary_typed::<u16>(k, &plan, a, b, out, par),
+            E::U32 => binary_typed::<u32>(k, &plan, a, b, out, par),
+            E::U64 => binary_typed::<u64>(k, &plan, a, b, out, par),
             dtype => Err(KernelError::UnsupportedType { op, dtype }),
         }
     }
@@ -490,17 +492,25 @@ impl Unary {
 }
 
 #[inline]
-fn map<A: Elem, B: Elem>(
+fn map<A: Elem + Sync, B: Elem + Send>(
     op: &'static str,
     x: &Tensor,
     y: &mut Tensor,
-    f: impl Fn(A) -> B,
+    par: &dyn ParallelFor,
+    f: impl Fn(A) -> B + Sync,
 ) -> Result<(), KernelError> {
     let (x, y) = (typed::<A>(op, x)?, typed_mut::<B>(op, y)?);
     check_len(op, "output", y.len(), x.len())?;
-    for (o, &v) in y.iter_mut().zip(x) {
-        *o = f(v);
-    }
+    let chunk = if y.len() < PARALLEL_MIN_ELEMENTS {
+        y.len()
+    } else {
+        rows_chunk(par, y.len(), 1)
+    };
+    for_each_chunk_mut(par, y, chunk, &|offset, out| {
+        for (o, &v) in out.iter_mut().zip(&x[offset..]) {
+            *o = f(v);
+        }
+    });
     Ok(())
 }
 
@@ -509,27 +519,34 @@ fn sigmoid<T: Real>(x: T) -> T {
     T::ONE / (T::ONE + (-x).exp())
 }
 
-fn unary_real<T: Real>(kind: UnaryKind, x: &Tensor, y: &mut Tensor) -> Result<(), KernelError> {
+fn unary_real<T: Real + Send + Sync>(
+    kind: UnaryKind,
+    x: &Tensor,
+    y: &mut Tensor,
+    par: &dyn ParallelFor,
+) -> Result<(), KernelError> {
     let op = kind.name();
     match kind {
-        UnaryKind::Sigmoid => map::<T, T>(op, x, y, sigmoid),
-        UnaryKind::Neg => map::<T, T>(op, x, y, |v| -v),
-        UnaryKind::Sqrt => map::<T, T>(op, x, y, T::sqrt),
-        UnaryKind::Reciprocal => map::<T, T>(op, x, y, |v| T::ONE / v),
+        UnaryKind::Sigmoid => map::<T, T>(op, x, y, par, sigmoid),
+        UnaryKind::Neg => map::<T, T>(op, x, y, par, |v| -v),
+        UnaryKind::Sqrt => map::<T, T>(op, x, y, par, T::sqrt),
+        UnaryKind::Reciprocal => map::<T, T>(op, x, y, par, |v| T::ONE / v),
     }
 }
 
 macro_rules! unary_half {
-    ($t:ty, $kind:expr, $x:expr, $y:expr) => {{
+    ($t:ty, $kind:expr, $x:expr, $y:expr, $par:expr) => {{
         let op = $kind.name();
         match $kind {
             UnaryKind::Sigmoid => {
-                map::<$t, $t>(op, $x, $y, |v| <$t>::from_f32(sigmoid(v.to_f32())))
+                map::<$t, $t>(op, $x, $y, $par, |v| <$t>::from_f32(sigmoid(v.to_f32())))
             }
-            UnaryKind::Neg => map::<$t, $t>(op, $x, $y, |v| -v),
-            UnaryKind::Sqrt => map::<$t, $t>(op, $x, $y, |v| <$t>::from_f32(v.to_f32().sqrt())),
+            UnaryKind::Neg => map::<$t, $t>(op, $x, $y, $par, |v| -v),
+            UnaryKind::Sqrt => {
+                map::<$t, $t>(op, $x, $y, $par, |v| <$t>::from_f32(v.to_f32().sqrt()))
+            }
             UnaryKind::Reciprocal => {
-                map::<$t, $t>(op, $x, $y, |v| <$t>::from_f32(1.0 / v.to_f32()))
+                map::<$t, $t>(op, $x, $y, $par, |v| <$t>::from_f32(1.0 / v.to_f32()))
             }
         }
     }};
@@ -558,7 +575,7 @@ impl Operator for Unary {
         inputs: &[Option<&Tensor>],
         _packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
         use ElementType as E;
         let op = self.name();
@@ -566,14 +583,14 @@ impl Operator for Unary {
         let y = output(op, outputs, 0)?;
         let kind = self.kind;
         match (kind, x.dtype()) {
-            (_, E::F32) => unary_real::<f32>(kind, x, y),
-            (_, E::F64) => unary_real::<f64>(kind, x, y),
-            (_, E::F16) => unary_half!(f16, kind, x, y),
-            (_, E::BF16) => unary_half!(bf16, kind, x, y),
-            (UnaryKind::Neg, E::I8) => map::<i8, i8>(op, x, y, i8::wrapping_neg),
-            (UnaryKind::Neg, E::I16) => map::<i16, i16>(op, x, y, i16::wrapping_neg),
-            (UnaryKind::Neg, E::I32) => map::<i32, i32>(op, x, y, i32::wrapping_neg),
-            (UnaryKind::Neg, E::I64) => map::<i64, i64>(op, x, y, i64::wrapping_neg),
+            (_, E::F32) => unary_real::<f32>(kind, x, y, par),
+            (_, E::F64) => unary_real::<f64>(kind, x, y, par),
+            (_, E::F16) => unary_half!(f16, kind, x, y, par),
+            (_, E::BF16) => unary_half!(bf16, kind, x, y, par),
+            (UnaryKind::Neg, E::I8) => map::<i8, i8>(op, x, y, par, i8::wrapping_neg),
+            (UnaryKind::Neg, E::I16) => map::<i16, i16>(op, x, y, par, i16::wrapping_neg),
+            (UnaryKind::Neg, E::I32) => map::<i32, i32>(op, x, y, par, i32::wrapping_neg),
+            (UnaryKind::Neg, E::I64) => map::<i64, i64>(op, x, y, par, i64::wrapping_neg),
             (_, dtype) => Err(KernelError::UnsupportedType { op, dtype }),
         }
     }

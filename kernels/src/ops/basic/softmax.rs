@@ -8,9 +8,10 @@ use super::common::{
     typed_mut,
 };
 use super::real::{Real, max_of, sum_by};
+use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
-    Tensor,
+    Tensor, for_each_chunk_mut,
 };
 
 /// Softmax.
@@ -61,10 +62,11 @@ fn softmax_row<T: Real>(x: &[T], y: &mut [T]) {
     }
 }
 
-fn softmax<T: Real>(
+fn softmax<T: Real + Send + Sync>(
     x: &Tensor,
     y: &mut Tensor,
     (outer, n, inner): (usize, usize, usize),
+    par: &dyn ParallelFor,
 ) -> Result<(), KernelError> {
     let (x, y) = (typed::<T>("Softmax", x)?, typed_mut::<T>("Softmax", y)?);
     check_len("Softmax", "output", y.len(), x.len())?;
@@ -72,9 +74,18 @@ fn softmax<T: Real>(
         return Ok(());
     }
     if inner == 1 {
-        for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
-            softmax_row(xr, yr);
-        }
+        // Rows are independent: split whole rows across threads when large.
+        let chunk = if y.len() < PARALLEL_MIN_ELEMENTS {
+            y.len()
+        } else {
+            rows_chunk(par, outer, n)
+        };
+        for_each_chunk_mut(par, y, chunk, &|offset, rows| {
+            let x = &x[offset..offset + rows.len()];
+            for (xr, yr) in x.chunks_exact(n).zip(rows.chunks_exact_mut(n)) {
+                softmax_row(xr, yr);
+            }
+        });
         return Ok(());
     }
     let block = n * inner;
@@ -127,14 +138,14 @@ impl Operator for Softmax {
         inputs: &[Option<&Tensor>],
         _packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
         let x = input("Softmax", inputs, 0)?;
         let y = output("Softmax", outputs, 0)?;
         let layout = self.layout(x.shape())?;
         match x.dtype() {
-            ElementType::F32 => softmax::<f32>(x, y, layout),
-            ElementType::F64 => softmax::<f64>(x, y, layout),
+            ElementType::F32 => softmax::<f32>(x, y, layout, par),
+            ElementType::F64 => softmax::<f64>(x, y, layout, par),
             dtype => Err(KernelError::UnsupportedType {
                 op: "Softmax",
                 dtype,
