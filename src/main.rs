@@ -318,7 +318,7 @@ fn decode_tiny_llm(path: &std::path::Path) -> Result<(), Box<dyn std::error::Err
         },
     )?;
     println!(
-        "\ntiny-llm: read {} bytes of weights in {:.2?}; prepacking happens on the first run ({} threads)",
+        "\ntiny-llm: read and prepacked {} bytes of weights in {:.2?} ({} threads)",
         source.counters().total(),
         start.elapsed(),
         threads
