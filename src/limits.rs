@@ -34,3 +34,8 @@ pub const SCHEDULER_SPIN_POLLS: u32 = 1 << 10;
 /// Empty polls before parking (loom-sized).
 #[cfg(loom)]
 pub const SCHEDULER_SPIN_POLLS: u32 = 1;
+
+/// Percent of every byte limit (global and per domain) that scheduler
+/// admission keeps for critical tasks: prefetch and background work may hold
+/// at most the rest, so an inference that needs memory can always start.
+pub const SCHEDULER_CRITICAL_RESERVE_PERCENT: usize = 25;

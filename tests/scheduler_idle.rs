@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
-use onnx_prepared::scheduler::{PoolConfig, TaskGraph, TaskRunner, WorkerPool};
+use onnx_prepared::scheduler::{PoolConfig, TaskFailure, TaskGraph, TaskRunner, WorkerPool};
 
 struct Nop;
 impl TaskRunner for Nop {
-    fn run(&self, _: TaskId) {}
+    fn run(&self, _: TaskId) -> Result<(), TaskFailure> {
+        Ok(())
+    }
 }
 
 /// utime + stime of this process, in clock ticks (1/100 s on Linux).

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
-use onnx_prepared::scheduler::{GraphError, Lane, PoolConfig, TaskGraph, TaskRunner, WorkerPool};
+use onnx_prepared::scheduler::{
+    GraphError, Lane, PoolConfig, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+};
 
 /// Records, per task, how often it ran and at which global sequence number,
 /// and on which thread.
@@ -32,7 +34,7 @@ impl Recorder {
 }
 
 impl TaskRunner for Recorder {
-    fn run(&self, task: TaskId) {
+    fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
         let i = task.0 as usize;
         self.runs[i].fetch_add(1, Ordering::Relaxed);
         let s = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
@@ -41,6 +43,7 @@ impl TaskRunner for Recorder {
             .lock()
             .unwrap()
             .push((task, std::thread::current().id()));
+        Ok(())
     }
 }
 
@@ -194,13 +197,14 @@ fn critical_runs_before_background_on_one_worker() {
 }
 
 #[test]
-fn panicking_task_is_counted_and_the_graph_completes() {
+fn panicking_task_fails_and_suppresses_its_dependents() {
     struct Panicky;
     impl TaskRunner for Panicky {
-        fn run(&self, task: TaskId) {
+        fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
             if task.0 == 1 {
                 panic!("task 1 fails");
             }
+            Ok(())
         }
     }
     let deps = vec![vec![], vec![TaskId(0)], vec![TaskId(1)]];
@@ -211,8 +215,14 @@ fn panicking_task_is_counted_and_the_graph_completes() {
     )
     .unwrap();
     let pool = WorkerPool::new(config(1, 1), graph, Arc::new(Panicky));
-    pool.wait();
-    assert_eq!((pool.finished(), pool.panicked()), (3, 1));
+    let outcome = pool.wait();
+    assert_eq!((pool.finished(), pool.panicked()), (2, 1));
+    assert_eq!(outcome.completed, 1);
+    assert_eq!(
+        outcome.failed,
+        Some((TaskId(1), TaskFailure::new("panicked: task 1 fails")))
+    );
+    assert_eq!(outcome.suppressed, [TaskId(2)]);
 }
 
 #[test]

@@ -4,7 +4,9 @@
 #![cfg(loom)]
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
-use onnx_prepared::scheduler::{Lane, PoolConfig, ReadyQueues, TaskGraph, TaskRunner, WorkerPool};
+use onnx_prepared::scheduler::{
+    Lane, PoolConfig, ReadyQueues, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+};
 use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
 
 // The runner is held in a `std` `Arc` (see `WorkerPool::new`).
@@ -58,11 +60,12 @@ struct Runs {
 }
 
 impl TaskRunner for Runs {
-    fn run(&self, task: TaskId) {
+    fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
         let i = task.0 as usize;
         self.started_after[i].store(self.total.load(Ordering::SeqCst), Ordering::SeqCst);
         self.count[i].fetch_add(1, Ordering::SeqCst);
         self.total.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 }
 

@@ -1,8 +1,10 @@
 //! `TaskGraph`: the immutable input of a [`super::WorkerPool`] — each task's
 //! lane and priority, its initial dependency count and its dependents as CSR
-//! (cold path to build, hot path to read).
+//! (cold path to build, hot path to read) — and, optionally, each task's
+//! estimated bytes and their [`Domain`] for admission.
 
-use crate::plan::{Csr, Priority, ResourceClass, TaskId, TaskTable};
+use crate::arena::Domain;
+use crate::plan::{Csr, Priority, ResourceClass, TaskId, TaskKind, TaskTable};
 
 use super::queue::Lane;
 use super::task_state::MAX_DEPENDENCIES;
@@ -36,6 +38,16 @@ pub enum GraphError {
         /// The missing dependency.
         dependency: TaskId,
     },
+    /// An estimate column has a different length than the graph.
+    #[error("estimate columns have {domains} domains and {bytes} byte counts for {tasks} tasks")]
+    EstimateMismatch {
+        /// Tasks in the graph.
+        tasks: usize,
+        /// Entries in the domain column.
+        domains: usize,
+        /// Entries in the byte column.
+        bytes: usize,
+    },
     /// The dependencies contain a cycle, so some task could never fire.
     #[error("the dependencies contain a cycle")]
     Cycle,
@@ -48,6 +60,10 @@ pub struct TaskGraph {
     priorities: Vec<Priority>,
     dependency_counts: Vec<u32>,
     dependents: Csr<TaskId>,
+    /// Admission domain of each task (default [`Domain::Execution`]).
+    domains: Vec<Domain>,
+    /// Estimated bytes each task holds while it runs (default 0).
+    estimated_bytes: Vec<usize>,
 }
 
 impl TaskGraph {
@@ -98,14 +114,53 @@ impl TaskGraph {
             priorities: priorities.to_vec(),
             dependency_counts,
             dependents: Csr::from_rows(&rows),
+            domains: vec![Domain::Execution; n],
+            estimated_bytes: vec![0; n],
         };
         graph.check_acyclic()?;
         Ok(graph)
     }
 
-    /// The scheduler's view of a plan's task table.
+    /// This graph with admission estimates: task `i` holds `bytes[i]`
+    /// bytes of `domains[i]` while it runs.
+    pub fn with_estimates(mut self, domains: &[Domain], bytes: &[u64]) -> Result<Self, GraphError> {
+        if domains.len() != self.len() || bytes.len() != self.len() {
+            return Err(GraphError::EstimateMismatch {
+                tasks: self.len(),
+                domains: domains.len(),
+                bytes: bytes.len(),
+            });
+        }
+        self.domains = domains.to_vec();
+        self.estimated_bytes = bytes
+            .iter()
+            .map(|&b| usize::try_from(b).unwrap_or(usize::MAX))
+            .collect();
+        Ok(self)
+    }
+
+    /// The scheduler's view of a plan's task table. Estimates: output plus
+    /// peak temporary bytes; reads, prepacks and persists charge
+    /// [`Domain::Preparation`], executions [`Domain::Execution`].
     pub fn from_plan(tasks: &TaskTable) -> Result<Self, GraphError> {
-        Self::new(&tasks.resource, &tasks.priority, &tasks.deps)
+        let domains: Vec<Domain> = tasks
+            .kind
+            .iter()
+            .map(|k| match k {
+                TaskKind::ReadSource
+                | TaskKind::Prepack
+                | TaskKind::ReadPacked
+                | TaskKind::Persist => Domain::Preparation,
+                TaskKind::Execute => Domain::Execution,
+            })
+            .collect();
+        let bytes: Vec<u64> = tasks
+            .estimated_output_bytes
+            .iter()
+            .zip(&tasks.peak_temporary_bytes)
+            .map(|(o, t)| o.saturating_add(*t))
+            .collect();
+        Self::new(&tasks.resource, &tasks.priority, &tasks.deps)?.with_estimates(&domains, &bytes)
     }
 
     fn check_acyclic(&self) -> Result<(), GraphError> {
@@ -152,6 +207,16 @@ impl TaskGraph {
     /// How many dependencies `task` waits for initially.
     pub fn dependency_count(&self, task: TaskId) -> u32 {
         self.dependency_counts[task.0 as usize]
+    }
+
+    /// The domain `task`'s estimated bytes are admitted in.
+    pub fn domain(&self, task: TaskId) -> Domain {
+        self.domains[task.0 as usize]
+    }
+
+    /// The bytes `task` is estimated to hold while it runs.
+    pub fn estimated_bytes(&self, task: TaskId) -> usize {
+        self.estimated_bytes[task.0 as usize]
     }
 
     /// The tasks that wait for `task`.

@@ -7,10 +7,12 @@
 //! worker threads ([`WorkerPool`]) and their parking words.
 //!
 //! Hot path: worker loop → `ReadyQueues::pop` (own lane, then inline;
-//! critical before prefetch before background) → `TaskState::try_claim`
+//! critical before prefetch before background) → (`Admission::try_admit`,
+//! a few CAS, when enabled) → `TaskState::try_claim`
 //! (one CAS) → `TaskRunner::run` → `TaskState::complete` → one `fetch_sub`
 //! per dependent → push of each fired dependent + a wake-up only if a worker
-//! of its lane sleeps. Nothing on it allocates or takes a lock.
+//! of its lane sleeps. Nothing on it allocates or takes a lock; the failure
+//! and cancel paths (cold) do.
 //!
 //! # Protocols
 //!
@@ -24,14 +26,77 @@
 //! 3. The poster then runs sleep/wake step 2 for the task's lane.
 //!
 //! **Claim** (a task runs exactly once):
-//! 1. A worker pops an id and CASes `CLAIMED` into its state word; only the
-//!    winner runs it. Losers (`AlreadyClaimed`, `Cancelled`, `NotReady`)
-//!    drop the entry, so duplicate queue entries are harmless.
+//! 1. A worker pops an id; if a snapshot of its state word already shows it
+//!    claimed, cancelled or not ready, it drops the entry. Otherwise it runs
+//!    the admit protocol (when the pool has an [`Admission`]), then CASes
+//!    `CLAIMED` into the state word; only the winner runs it. Losers
+//!    (`AlreadyClaimed`, `Cancelled`, `NotReady`) drop the entry (and their
+//!    permit, admit step 4), so duplicate queue entries are harmless.
 //! 2. The `Acquire` claim synchronizes with the release sequence of
 //!    dependency decrements, so every dependency's effects are visible.
-//! 3. After `run`, the winner sets `DONE`, runs post-ready step 2 for each
-//!    dependent and counts the task finished; the last one opens the
-//!    completion latch ([`WorkerPool::wait`]).
+//! 3. After `run` (a panic is caught and becomes a [`TaskFailure`]), the
+//!    winner drops its permit (admit step 4) and sets `DONE`. On `Ok` it runs
+//!    post-ready step 2 for each dependent; on `Err` it runs the failure
+//!    protocol instead. Then it records the task's terminal state.
+//! 4. **Terminal accounting**: every task reaches exactly one terminal
+//!    state — completed or failed (recorded by its claimer), suppressed or
+//!    cancelled (recorded by the one caller whose `TaskState::cancel` got
+//!    `Cancelled`). Each records its code in the task's outcome word, then
+//!    increments `terminal` (AcqRel); the increment that reaches the task
+//!    count opens the completion latch, and [`WorkerPool::wait`] builds the
+//!    [`RunOutcome`] from the outcome words after it.
+//!
+//! **Failure** (a failed task's dependents never run; other work is joined):
+//! 1. A claimed run fails when it returns `Err`, panics, or can never be
+//!    admitted (admit step 1, [`Refusal::Never`]). Its dependents are *not*
+//!    decremented, so none of them can ever be claimed.
+//! 2. The first failure (CAS on `first_failed`) keeps its [`TaskFailure`]
+//!    for [`RunOutcome::failed`]; every failure is listed in
+//!    `failed_tasks`.
+//! 3. Before counting the failed task terminal, its claimer walks its
+//!    transitive dependents depth-first, calling `TaskState::cancel` on each:
+//!    `Cancelled` → record it suppressed and push its dependents;
+//!    `AlreadyCancelled` → skip (whoever cancelled it walks on from there, or
+//!    the cancel walk covers every task); `TooLate` cannot happen (step 1).
+//! 4. Independent tasks are untouched: running ones finish and their
+//!    dependents fire as usual; `wait` returns only when all are terminal.
+//!
+//! **Cancel** ([`CancelToken`], one per pool run; clones share it):
+//! 1. `cancel` stores `cancel_requested` (SeqCst, read by
+//!    `CancelToken::is_cancelled`).
+//! 2. It calls `TaskState::cancel` on every task in id order and records
+//!    each one it cancelled (`Cancelled`) as cancelled. When it returns,
+//!    every task is claimed or cancelled, so no task that had not started
+//!    ever starts (claim sees `CANCELLED`; the cancel-vs-claim race has one
+//!    winner). Running tasks finish and are counted by their claimers, and
+//!    whatever they fire is dropped at its claim.
+//! 3. Several cancellers, or a cancel racing a failure walk, are harmless:
+//!    each task's cancel bit has exactly one setter, who records it.
+//!
+//! **Admit** ([`Admission`] over a [`crate::arena::MemoryBudget`]; policy in
+//! its docs: a `SCHEDULER_CRITICAL_RESERVE_PERCENT` share of every byte
+//! limit and one worker per CPU/I/O lane are out of reach of non-critical
+//! work):
+//! 1. The worker reads the release epoch (SeqCst), then `try_admit` takes, in
+//!    this fixed order, a lane slot (non-critical CPU/I/O only), the
+//!    non-critical share of the task's domain and of the global limit
+//!    (non-critical only), and a budget [`crate::arena::Reservation`] of the
+//!    task's estimated bytes in its domain ([`TaskGraph::with_estimates`],
+//!    filled by `from_plan`). Any refusal undoes what this attempt took
+//!    (without bumping the epoch) and returns `Busy`; an estimate larger than
+//!    the priority may ever hold returns `Never` (the task fails).
+//! 2. Granted: the [`AdmissionPermit`] (RAII) is held across the claim and
+//!    the run.
+//! 3. `Busy`: push the task onto the `deferred` queue, SeqCst fence, re-read
+//!    the epoch; if it changed, run step 4's drain itself. Either the
+//!    releaser's drain sees the deferred task or this re-read sees its bump,
+//!    so no refused task waits for a release that already happened. (Because
+//!    resources are taken in one order, a refusal caused by another
+//!    attempt's partial hold traces back to a granted permit, whose release
+//!    comes later.)
+//! 4. Dropping a granted permit returns its bytes and slot, then bumps the
+//!    epoch (SeqCst); the worker then fences and posts every deferred task
+//!    again (post-ready protocol), where it retries from step 1.
 //!
 //! **Sleep/wake** (no busy spinning when idle, no lost wake-up):
 //! 1. Worker: after `SCHEDULER_SPIN_POLLS` empty polls (spinning is cheaper
@@ -60,27 +125,35 @@
 //!
 //! # Not yet implemented (issue 5)
 //!
-//! * **Admission** (`AdmissionPermit`, byte budgets, reserved critical CPU
-//!   worker and I/O slot) and the admission deadlock test.
+//! * **Admission gaps**: a task refused only because bytes are held outside
+//!   the scheduler (an arena charging the same budget) is retried only when
+//!   a scheduler permit is released; the domain share reserve applies per
+//!   domain only where the domain is limited; estimates are not corrected
+//!   by actual use.
 //! * **Priority inheritance / promotion**: re-pushing a producer chain into
 //!   the critical queue. The claim already tolerates the duplicate entries
 //!   and early entries (`NotReady`) this needs.
 //! * **Look-ahead window** for session tasks (graph distance, bytes in flight).
 //! * **Kernel parallelism lease**: `parallel_for` on these workers.
-//! * **Cancellation propagation and failure**: `TaskState::cancel` exists,
-//!   but no cancel token per submission, no failed-suppressed dependents; a
-//!   panicking run is only counted and its dependents still run.
+//! * **Cancellation details**: a [`CancelToken`] belongs to one pool run and
+//!   holds its shared state (a runner owning its own pool's token leaks it);
+//!   cancelling is an O(tasks) walk by the caller.
 //! * **Several submissions per pool / sessions sharing a pool**: a pool runs
 //!   the one graph it was created with; device lanes are rejected.
-//! * Benchmarks, the random-DAG stress test, the park/unpark and admission
-//!   loom models.
+//! * Benchmarks, the random-DAG stress test (with random failures and
+//!   cancellations, counting allocator), the park/unpark loom model and an
+//!   admission model with non-critical slots.
 
+mod admission;
 mod graph;
+mod outcome;
 mod pool;
 mod queue;
 mod task_state;
 
+pub use admission::{Admission, AdmissionPermit, Refusal};
 pub use graph::{GraphError, TaskGraph};
-pub use pool::{PoolConfig, TaskRunner, WorkerPool};
+pub use outcome::{RunOutcome, TaskFailure};
+pub use pool::{CancelToken, PoolConfig, TaskRunner, WorkerPool};
 pub use queue::{Full, Lane, PRIORITIES, ReadyQueues};
 pub use task_state::{Cancel, Claim, DependencyDone, MAX_DEPENDENCIES, Snapshot, TaskState};

@@ -6,18 +6,24 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::limits::SCHEDULER_SPIN_POLLS;
 use crate::plan::TaskId;
-use crate::sync::{Arc, AtomicBool, AtomicUsize, FutexWord, Latch, Ordering, fence, thread};
+use crate::sync::{
+    Arc, AtomicBool, AtomicU32, AtomicUsize, BoundedQueue, FutexWord, Latch, Ordering, Pool, fence,
+    thread,
+};
 
+use super::admission::{Admission, AdmissionPermit, Refusal};
 use super::graph::TaskGraph;
+use super::outcome::{RunOutcome, TaskFailure, code};
 use super::queue::{Lane, ReadyQueues};
-use super::task_state::{Claim, DependencyDone, TaskState};
+use super::task_state::{Cancel, Claim, DependencyDone, TaskState};
 
 /// Runs a task by id; the scheduler never knows what a task does.
 pub trait TaskRunner: Send + Sync {
     /// Runs `task`. Called at most once per task, on a worker of the task's
-    /// lane, after every dependency's `run` returned (and with its effects
-    /// visible). A panic is caught and counted; dependents still run.
-    fn run(&self, task: TaskId);
+    /// lane, after every dependency's `run` returned `Ok` (and with its
+    /// effects visible). An `Err` or a panic (caught) fails the task: its
+    /// transitive dependents are suppressed and never run.
+    fn run(&self, task: TaskId) -> Result<(), TaskFailure>;
 }
 
 /// How many workers of each kind a pool starts.
@@ -77,8 +83,21 @@ struct Shared {
     /// `[io, cpu]`.
     parking: [Parking; 2],
     has_cpu_workers: bool,
+    /// Runs that finished (completed or failed).
     finished: AtomicUsize,
     panicked: AtomicUsize,
+    /// Tasks that reached a terminal state; the last one opens `all_done`.
+    terminal: AtomicUsize,
+    /// Per task, its [`code`]: written once by the owner of its accounting.
+    outcomes: Box<[AtomicU32]>,
+    /// Id of the first failed task, `usize::MAX` while none failed.
+    first_failed: AtomicUsize,
+    /// The first failure (capacity 1, only `first_failed`'s winner puts).
+    first_failure: Pool<(TaskId, TaskFailure)>,
+    cancel_requested: AtomicBool,
+    admission: Option<Admission>,
+    /// Tasks refused admission, waiting for a permit release (admit step 3).
+    deferred: BoundedQueue<TaskId>,
     all_done: Latch,
     shutdown: AtomicBool,
     runner: RunnerBox,
@@ -122,26 +141,183 @@ impl Shared {
             .map(|(_, task)| task)
     }
 
-    /// Claim protocol: run `task` if this worker wins its claim.
-    fn execute(&self, task: TaskId) {
-        let state = &self.states[task.0 as usize];
-        match state.try_claim() {
-            Claim::Claimed => {}
-            Claim::AlreadyClaimed | Claim::Cancelled | Claim::NotReady => return,
-        }
-        if catch_unwind(AssertUnwindSafe(|| self.runner.0.run(task))).is_err() {
-            self.panicked.fetch_add(1, Ordering::Relaxed);
-        }
-        state.complete();
-        for &d in self.graph.dependents(task) {
-            match self.states[d.0 as usize].dependency_done() {
-                DependencyDone::Fired => self.post(d),
-                DependencyDone::Pending => {}
-            }
-        }
-        if self.finished.fetch_add(1, Ordering::AcqRel) + 1 == self.graph.len() {
+    /// Records `task`'s terminal `code` and counts it; the last terminal
+    /// task opens the completion latch. Called exactly once per task, by the
+    /// owner of its accounting.
+    fn terminate(&self, task: TaskId, outcome: u32) {
+        self.outcomes[task.0 as usize].store(outcome, Ordering::Relaxed);
+        // AcqRel: the last increment acquires every earlier one (a release
+        // sequence), so the opener's `open` publishes every outcome.
+        if self.terminal.fetch_add(1, Ordering::AcqRel) + 1 == self.graph.len() {
             self.all_done.open();
         }
+    }
+
+    /// Admit protocol (steps 1–3): a permit for `task`, `Ok(None)` when
+    /// admission is off, or `Err(None)` after deferring the task /
+    /// `Err(Some(failure))` when it can never be admitted.
+    fn admit(&self, task: TaskId) -> Result<Option<AdmissionPermit<'_>>, Option<TaskFailure>> {
+        let Some(admission) = &self.admission else {
+            return Ok(None);
+        };
+        let epoch = admission.epoch();
+        match admission.try_admit(
+            self.graph.lane(task),
+            self.graph.priority(task),
+            self.graph.domain(task),
+            self.graph.estimated_bytes(task),
+        ) {
+            Ok(permit) => Ok(Some(permit)),
+            Err(Refusal::Never(message)) => Err(Some(TaskFailure::new(message))),
+            Err(Refusal::Busy) => {
+                self.deferred
+                    .push(task)
+                    .expect("a task is in at most one queue at a time");
+                // Admit step 3: the deferral is ordered before the epoch
+                // re-check; a release after our try either sees the task in
+                // `deferred` or changed the epoch we read now.
+                fence(Ordering::SeqCst);
+                if admission.epoch() != epoch {
+                    self.retry_deferred();
+                }
+                Err(None)
+            }
+        }
+    }
+
+    /// Admit step 4: after a permit release, every deferred task is posted
+    /// again.
+    fn retry_deferred(&self) {
+        fence(Ordering::SeqCst);
+        while let Some(task) = self.deferred.pop() {
+            self.post(task);
+        }
+    }
+
+    /// Claim protocol: run `task` if this worker wins its claim (after
+    /// admission, when enabled), then its completion or failure.
+    fn execute(&self, task: TaskId) {
+        let state = &self.states[task.0 as usize];
+        let snapshot = state.snapshot();
+        if snapshot.is_claimed() || snapshot.is_cancelled() || snapshot.remaining() != 0 {
+            return; // What the claim would say, before spending an admission.
+        }
+        let (permit, never) = match self.admit(task) {
+            Ok(permit) => (permit, None),
+            Err(None) => return,
+            Err(Some(failure)) => (None, Some(failure)),
+        };
+        match state.try_claim() {
+            Claim::Claimed => {}
+            Claim::AlreadyClaimed | Claim::Cancelled | Claim::NotReady => {
+                if permit.is_some() {
+                    drop(permit);
+                    self.retry_deferred();
+                }
+                return;
+            }
+        }
+        let result = match never {
+            Some(failure) => Err(failure),
+            None => catch_unwind(AssertUnwindSafe(|| self.runner.0.run(task))).unwrap_or_else(
+                |payload| {
+                    self.panicked.fetch_add(1, Ordering::Relaxed);
+                    Err(TaskFailure::from_panic(payload.as_ref()))
+                },
+            ),
+        };
+        if permit.is_some() {
+            drop(permit);
+            self.retry_deferred();
+        }
+        state.complete();
+        self.finished.fetch_add(1, Ordering::AcqRel);
+        match result {
+            Ok(()) => {
+                for &d in self.graph.dependents(task) {
+                    match self.states[d.0 as usize].dependency_done() {
+                        DependencyDone::Fired => self.post(d),
+                        DependencyDone::Pending => {}
+                    }
+                }
+                self.terminate(task, code::COMPLETED);
+            }
+            Err(failure) => {
+                self.record_failure(task, failure);
+                // Suppress before counting this task: the latch cannot open
+                // while dependents are still being marked.
+                self.suppress_dependents(task);
+                self.terminate(task, code::FAILED);
+            }
+        }
+    }
+
+    /// Failure step 2: the first failure is kept for the outcome.
+    fn record_failure(&self, task: TaskId, failure: TaskFailure) {
+        if self
+            .first_failed
+            .compare_exchange(
+                usize::MAX,
+                task.0 as usize,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
+            let _ = self.first_failure.put((task, failure));
+        }
+    }
+
+    /// Failure step 3: cancels every transitive dependent of the failed
+    /// `task`; each one this call cancels is recorded suppressed.
+    fn suppress_dependents(&self, task: TaskId) {
+        let mut stack: Vec<TaskId> = self.graph.dependents(task).to_vec();
+        while let Some(d) = stack.pop() {
+            match self.states[d.0 as usize].cancel() {
+                Cancel::Cancelled => {
+                    stack.extend_from_slice(self.graph.dependents(d));
+                    self.terminate(d, code::SUPPRESSED);
+                }
+                // Its canceller covers its dependents (cancel step 2 or
+                // another suppression).
+                Cancel::AlreadyCancelled => {}
+                // A dependent of a failed task never reaches zero
+                // dependencies, so it is never claimed.
+                Cancel::TooLate => debug_assert!(false, "dependent of a failed task ran"),
+            }
+        }
+    }
+
+    /// Cancel step 2: cancels every unclaimed task; each one this call
+    /// cancels is recorded cancelled.
+    fn cancel_all(&self) {
+        self.cancel_requested.store(true, Ordering::SeqCst);
+        for (i, state) in self.states.iter().enumerate() {
+            match state.cancel() {
+                Cancel::Cancelled => self.terminate(TaskId(i as u32), code::CANCELLED),
+                Cancel::AlreadyCancelled | Cancel::TooLate => {}
+            }
+        }
+    }
+
+    /// The summary of a finished run (after `all_done` opened).
+    fn outcome(&self) -> RunOutcome {
+        let mut outcome = RunOutcome::default();
+        for (i, o) in self.outcomes.iter().enumerate() {
+            let task = TaskId(i as u32);
+            match o.load(Ordering::Relaxed) {
+                code::COMPLETED => outcome.completed += 1,
+                code::FAILED => outcome.failed_tasks.push(task),
+                code::SUPPRESSED => outcome.suppressed.push(task),
+                code::CANCELLED => outcome.cancelled += 1,
+                _ => debug_assert!(false, "outcome of a run that is not over"),
+            }
+        }
+        if let Some(first) = self.first_failure.take_first(|_| true) {
+            outcome.failed = Some(first.clone());
+            let _ = self.first_failure.put(first);
+        }
+        outcome
     }
 
     /// Sleep/wake step 1 (worker side). Returns when woken, when work or
@@ -184,6 +360,27 @@ fn worker(shared: &Shared, lane: Lane) {
     }
 }
 
+/// Cancels one run: a cheap handle (clone it freely) to a pool's shared
+/// state. Tasks not claimed when [`CancelToken::cancel`] returns never run;
+/// running tasks finish and are joined by [`WorkerPool::wait`].
+#[derive(Debug, Clone)]
+pub struct CancelToken {
+    shared: Arc<Shared>,
+}
+
+impl CancelToken {
+    /// Cancel steps 1–2: marks the run cancelled and cancels every task not
+    /// yet claimed. Idempotent; several callers may race.
+    pub fn cancel(&self) {
+        self.shared.cancel_all();
+    }
+
+    /// Whether `cancel` was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.cancel_requested.load(Ordering::Acquire)
+    }
+}
+
 /// Persistent workers running one [`TaskGraph`]: CPU workers serve the CPU
 /// lane, I/O workers the I/O lane, both serve the inline lane. Dropping the
 /// pool stops and joins every worker.
@@ -210,6 +407,31 @@ impl WorkerPool {
         graph: TaskGraph,
         runner: std::sync::Arc<dyn TaskRunner>,
     ) -> Self {
+        Self::start(config, graph, runner, None)
+    }
+
+    /// Like [`WorkerPool::new`], with every task admitted through
+    /// `admission` before it runs (protocol "admit"; its worker slots are
+    /// set from `config`).
+    ///
+    /// # Panics
+    /// If `config` has no CPU or no I/O worker.
+    pub fn with_admission(
+        config: PoolConfig,
+        graph: TaskGraph,
+        runner: std::sync::Arc<dyn TaskRunner>,
+        mut admission: Admission,
+    ) -> Self {
+        admission.set_workers(config.io_workers, config.cpu_workers);
+        Self::start(config, graph, runner, Some(admission))
+    }
+
+    fn start(
+        config: PoolConfig,
+        graph: TaskGraph,
+        runner: std::sync::Arc<dyn TaskRunner>,
+        admission: Option<Admission>,
+    ) -> Self {
         assert!(
             config.cpu_workers > 0 && config.io_workers > 0,
             "a pool needs both worker kinds"
@@ -224,6 +446,15 @@ impl WorkerPool {
             has_cpu_workers: config.cpu_workers > 0,
             finished: AtomicUsize::new(0),
             panicked: AtomicUsize::new(0),
+            terminal: AtomicUsize::new(0),
+            outcomes: (0..graph.len())
+                .map(|_| AtomicU32::new(code::PENDING))
+                .collect(),
+            first_failed: AtomicUsize::new(usize::MAX),
+            first_failure: Pool::new(1),
+            cancel_requested: AtomicBool::new(false),
+            admission,
+            deferred: BoundedQueue::new(graph.len().max(1)),
             all_done: Latch::new(),
             shutdown: AtomicBool::new(false),
             runner: RunnerBox(runner),
@@ -279,12 +510,36 @@ impl WorkerPool {
         }
     }
 
-    /// Blocks until every task of the graph finished.
-    pub fn wait(&self) {
+    /// Blocks until every task of the graph reached a terminal state
+    /// (completed, failed, suppressed or cancelled; running tasks are always
+    /// joined) and returns the summary.
+    pub fn wait(&self) -> RunOutcome {
         self.shared.all_done.wait();
+        self.shared.outcome()
     }
 
-    /// Tasks whose run finished so far.
+    /// A token that cancels this pool's run (protocol "cancel").
+    ///
+    /// The token keeps the pool's shared state alive; a runner must not own
+    /// a token of its own pool (the cycle would leak that state, though
+    /// dropping the pool still joins every worker).
+    pub fn cancel_token(&self) -> CancelToken {
+        CancelToken {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The admission controller, if the pool has one.
+    pub fn admission(&self) -> Option<&Admission> {
+        self.shared.admission.as_ref()
+    }
+
+    /// Tasks that reached a terminal state so far.
+    pub fn terminal(&self) -> usize {
+        self.shared.terminal.load(Ordering::Acquire)
+    }
+
+    /// Tasks whose run finished (completed or failed) so far.
     pub fn finished(&self) -> usize {
         self.shared.finished.load(Ordering::Acquire)
     }

@@ -90,8 +90,11 @@ pub enum Claim {
 #[must_use]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cancel {
-    /// No run will start.
+    /// This call set the cancel bit: no run will start, and the caller owns
+    /// the task's terminal accounting.
     Cancelled,
+    /// An earlier call cancelled it (that caller owns the accounting).
+    AlreadyCancelled,
     /// Already claimed (running or done); the run is not interrupted.
     TooLate,
 }
@@ -163,7 +166,8 @@ impl TaskState {
         );
     }
 
-    /// Cancels the task unless it was already claimed.
+    /// Cancels the task unless it was already claimed; exactly one call gets
+    /// [`Cancel::Cancelled`].
     pub fn cancel(&self) -> Cancel {
         let mut word = self.0.load(Ordering::Acquire);
         loop {
@@ -172,7 +176,7 @@ impl TaskState {
                 return Cancel::TooLate;
             }
             if s.is_cancelled() {
-                return Cancel::Cancelled;
+                return Cancel::AlreadyCancelled;
             }
             match self.0.compare_exchange_weak(
                 word,
@@ -210,7 +214,7 @@ mod tests {
     fn cancelled_task_is_never_claimed() {
         let s = TaskState::new(0);
         assert_eq!(s.cancel(), Cancel::Cancelled);
-        assert_eq!(s.cancel(), Cancel::Cancelled);
+        assert_eq!(s.cancel(), Cancel::AlreadyCancelled);
         assert_eq!(s.try_claim(), Claim::Cancelled);
         assert!(s.snapshot().is_cancelled());
     }
