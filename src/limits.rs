@@ -14,7 +14,7 @@ pub const EXTERNAL_DATA_ALIGNMENT: u64 = 64;
 pub const MAX_INLINE_CONSTANT_BYTES: u64 = 64 * 1024;
 
 /// Most tasks one scheduler [`crate::scheduler::TaskGraph`] may hold: the
-/// task state word keeps the remaining-dependency count in 29 bits, and each
+/// task state word keeps the remaining-dependency count in 28 bits, and each
 /// ready queue is sized to the graph (every task fires at most once).
 pub const MAX_SCHEDULER_TASKS: usize = 1 << 24;
 

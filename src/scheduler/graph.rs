@@ -60,6 +60,8 @@ pub struct TaskGraph {
     priorities: Vec<Priority>,
     dependency_counts: Vec<u32>,
     dependents: Csr<TaskId>,
+    /// Each task's dependencies (walked by protocol "promote").
+    dependencies: Csr<TaskId>,
     /// Admission domain of each task (default [`Domain::Execution`]).
     domains: Vec<Domain>,
     /// Estimated bytes each task holds while it runs (default 0).
@@ -114,6 +116,7 @@ impl TaskGraph {
             priorities: priorities.to_vec(),
             dependency_counts,
             dependents: Csr::from_rows(&rows),
+            dependencies: deps.clone(),
             domains: vec![Domain::Execution; n],
             estimated_bytes: vec![0; n],
         };
@@ -217,6 +220,11 @@ impl TaskGraph {
     /// The bytes `task` is estimated to hold while it runs.
     pub fn estimated_bytes(&self, task: TaskId) -> usize {
         self.estimated_bytes[task.0 as usize]
+    }
+
+    /// The tasks `task` waits for (a repeated dependency appears repeatedly).
+    pub fn dependencies(&self, task: TaskId) -> &[TaskId] {
+        self.dependencies.row(task.0 as usize)
     }
 
     /// The tasks that wait for `task`.

@@ -5,7 +5,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::limits::SCHEDULER_SPIN_POLLS;
-use crate::plan::TaskId;
+use crate::plan::{Priority, TaskId};
 use crate::sync::{
     Arc, AtomicBool, AtomicU32, AtomicUsize, BoundedQueue, FutexWord, Latch, Ordering, Pool, fence,
     thread,
@@ -15,7 +15,7 @@ use super::admission::{Admission, AdmissionPermit, Refusal};
 use super::graph::TaskGraph;
 use super::outcome::{RunOutcome, TaskFailure, code};
 use super::queue::{Lane, ReadyQueues};
-use super::task_state::{Cancel, Claim, DependencyDone, TaskState};
+use super::task_state::{Cancel, Claim, DependencyDone, Snapshot, TaskState};
 
 /// Runs a task by id; the scheduler never knows what a task does.
 pub trait TaskRunner: Send + Sync {
@@ -122,16 +122,60 @@ impl Shared {
         }
     }
 
+    /// The priority `task` is queued and admitted at: critical once
+    /// promoted (promote step 3), else its graph priority.
+    fn priority(&self, task: TaskId, snapshot: Snapshot) -> Priority {
+        if snapshot.is_promoted() {
+            Priority::Critical
+        } else {
+            self.graph.priority(task)
+        }
+    }
+
     /// Post-ready protocol: enqueue a fired task, then wake one sleeper of
     /// its lane.
     fn post(&self, task: TaskId) {
+        // Read after the caller's decrement of the same word (or after the
+        // task's deferral): promote step 3.
+        let snapshot = self.states[task.0 as usize].snapshot();
+        self.push(task, self.priority(task, snapshot));
+    }
+
+    /// Enqueues `task` at `priority`, then runs sleep/wake step 2.
+    fn push(&self, task: TaskId, priority: Priority) {
         let lane = self.graph.lane(task);
         self.queues
-            .push(lane, self.graph.priority(task), task)
-            .expect("ready queues hold every task of the graph: each fires once");
+            .push(lane, priority, task)
+            .expect("ready queues hold two entries per task: one from firing, one from promotion");
         // Sleep/wake step 2: the push is ordered before the sleeper check.
         fence(Ordering::SeqCst);
         self.parking(lane).wake_one();
+    }
+
+    /// Promote protocol (steps 1–3): marks `task` and its unfinished
+    /// transitive dependencies promoted and pushes each one that is ready
+    /// but unclaimed into its lane's critical queue. Returns how many were
+    /// pushed.
+    fn promote(&self, task: TaskId) -> usize {
+        let mut pushed = 0;
+        let mut stack = vec![task];
+        while let Some(t) = stack.pop() {
+            let before = self.states[t.0 as usize].promote();
+            if before.is_promoted() || before.is_claimed() || before.is_cancelled() {
+                // Step 2: its promoter walks on from it, or it is running,
+                // done or will never run (and so are all its producers).
+                continue;
+            }
+            if before.remaining() == 0 {
+                // Step 3: fired before our mark, so its poster may have
+                // queued it at its own priority; queue it again as critical.
+                self.push(t, Priority::Critical);
+                pushed += 1;
+            } else {
+                stack.extend_from_slice(self.graph.dependencies(t));
+            }
+        }
+        pushed
     }
 
     fn next(&self, lane: Lane) -> Option<TaskId> {
@@ -156,14 +200,18 @@ impl Shared {
     /// Admit protocol (steps 1–3): a permit for `task`, `Ok(None)` when
     /// admission is off, or `Err(None)` after deferring the task /
     /// `Err(Some(failure))` when it can never be admitted.
-    fn admit(&self, task: TaskId) -> Result<Option<AdmissionPermit<'_>>, Option<TaskFailure>> {
+    fn admit(
+        &self,
+        task: TaskId,
+        priority: Priority,
+    ) -> Result<Option<AdmissionPermit<'_>>, Option<TaskFailure>> {
         let Some(admission) = &self.admission else {
             return Ok(None);
         };
         let epoch = admission.epoch();
         match admission.try_admit(
             self.graph.lane(task),
-            self.graph.priority(task),
+            priority,
             self.graph.domain(task),
             self.graph.estimated_bytes(task),
         ) {
@@ -172,7 +220,7 @@ impl Shared {
             Err(Refusal::Busy) => {
                 self.deferred
                     .push(task)
-                    .expect("a task is in at most one queue at a time");
+                    .expect("at most two entries per task circulate (promote step 4)");
                 // Admit step 3: the deferral is ordered before the epoch
                 // re-check; a release after our try either sees the task in
                 // `deferred` or changed the epoch we read now.
@@ -202,7 +250,7 @@ impl Shared {
         if snapshot.is_claimed() || snapshot.is_cancelled() || snapshot.remaining() != 0 {
             return; // What the claim would say, before spending an admission.
         }
-        let (permit, never) = match self.admit(task) {
+        let (permit, never) = match self.admit(task, self.priority(task, snapshot)) {
             Ok(permit) => (permit, None),
             Err(None) => return,
             Err(Some(failure)) => (None, Some(failure)),
@@ -440,7 +488,9 @@ impl WorkerPool {
             .map(|i| TaskState::new(graph.dependency_count(TaskId(i as u32))))
             .collect();
         let shared = Arc::new(Shared {
-            queues: ReadyQueues::with_capacity(graph.len()),
+            // Promote step 4: at most two entries per task are in
+            // circulation.
+            queues: ReadyQueues::with_capacity(graph.len().saturating_mul(2)),
             states,
             parking: [Parking::default(), Parking::default()],
             has_cpu_workers: config.cpu_workers > 0,
@@ -454,7 +504,7 @@ impl WorkerPool {
             first_failure: Pool::new(1),
             cancel_requested: AtomicBool::new(false),
             admission,
-            deferred: BoundedQueue::new(graph.len().max(1)),
+            deferred: BoundedQueue::new(graph.len().saturating_mul(2).max(1)),
             all_done: Latch::new(),
             shutdown: AtomicBool::new(false),
             runner: RunnerBox(runner),
@@ -527,6 +577,22 @@ impl WorkerPool {
         CancelToken {
             shared: self.shared.clone(),
         }
+    }
+
+    /// Promote protocol: raises `task` and the producer chain it still waits
+    /// for to critical priority. Every unfinished transitive dependency (and
+    /// `task`) is marked promoted; each one that is ready but not yet claimed
+    /// is pushed again into its lane's critical queue (its earlier entry is
+    /// dropped by the claim), and each one not yet fired is posted at critical
+    /// priority when it fires. Returns how many tasks were pushed now.
+    /// Promoting a task twice, or a finished one, does nothing. Cold path:
+    /// allocates a walk stack.
+    ///
+    /// # Panics
+    /// If `task` is not a task of the pool's graph.
+    pub fn promote(&self, task: TaskId) -> usize {
+        assert!((task.0 as usize) < self.shared.graph.len(), "no such task");
+        self.shared.promote(task)
     }
 
     /// The admission controller, if the pool has one.

@@ -5,7 +5,8 @@
 //!
 //! | bits  | field                          |
 //! |-------|--------------------------------|
-//! | 0–28  | remaining dependency count     |
+//! | 0–27  | remaining dependency count     |
+//! | 28    | `PROMOTED`: post it critical   |
 //! | 29    | `CLAIMED`: a worker owns a run |
 //! | 30    | `DONE`: the run finished       |
 //! | 31    | `CANCELLED`: must never start  |
@@ -16,20 +17,24 @@
 //! Ordering: `dependency_done` is an `AcqRel` RMW, so the decrements form a
 //! release sequence on the word; the claimer's `Acquire` CAS therefore
 //! synchronizes with every finished dependency, and whatever those
-//! dependencies wrote is visible to the task's run.
+//! dependencies wrote is visible to the task's run. `promote` is an RMW too,
+//! so it does not break that release sequence; and because the mark lives in
+//! the same word as the count, a promoter and the last finishing dependency
+//! are ordered by the word's modification order (protocol "promote").
 
 use crate::sync::{AtomicU32, Ordering};
 
-const COUNT_BITS: u32 = 29;
+const COUNT_BITS: u32 = 28;
 const COUNT_MASK: u32 = (1 << COUNT_BITS) - 1;
+const PROMOTED: u32 = 1 << 28;
 const CLAIMED: u32 = 1 << 29;
 const DONE: u32 = 1 << 30;
 const CANCELLED: u32 = 1 << 31;
 
-const _: () = assert!(COUNT_MASK & (CLAIMED | DONE | CANCELLED) == 0);
-const _: () = assert!(CLAIMED.trailing_zeros() == COUNT_BITS);
-const _: () = assert!(CLAIMED < DONE && DONE < CANCELLED);
-const _: () = assert!((COUNT_MASK | CLAIMED | DONE | CANCELLED) == u32::MAX);
+const _: () = assert!(COUNT_MASK & (PROMOTED | CLAIMED | DONE | CANCELLED) == 0);
+const _: () = assert!(PROMOTED.trailing_zeros() == COUNT_BITS);
+const _: () = assert!(PROMOTED < CLAIMED && CLAIMED < DONE && DONE < CANCELLED);
+const _: () = assert!((COUNT_MASK | PROMOTED | CLAIMED | DONE | CANCELLED) == u32::MAX);
 const _: () = assert!(crate::limits::MAX_SCHEDULER_TASKS as u64 <= COUNT_MASK as u64 + 1);
 
 /// Most dependencies one task may have.
@@ -58,6 +63,11 @@ impl Snapshot {
     /// Whether the task was cancelled.
     pub fn is_cancelled(self) -> bool {
         self.0 & CANCELLED != 0
+    }
+
+    /// Whether the task was promoted: it is posted at critical priority.
+    pub fn is_promoted(self) -> bool {
+        self.0 & PROMOTED != 0
     }
 }
 
@@ -166,6 +176,14 @@ impl TaskState {
         );
     }
 
+    /// Sets the promoted mark and returns the word as it was before: the
+    /// caller that sees it unset owns the promotion of this task (promote
+    /// steps 2–3). Any state accepts the mark; it changes only the priority
+    /// the task is posted at.
+    pub fn promote(&self) -> Snapshot {
+        Snapshot(self.0.fetch_or(PROMOTED, Ordering::AcqRel))
+    }
+
     /// Cancels the task unless it was already claimed; exactly one call gets
     /// [`Cancel::Cancelled`].
     pub fn cancel(&self) -> Cancel {
@@ -217,5 +235,19 @@ mod tests {
         assert_eq!(s.cancel(), Cancel::AlreadyCancelled);
         assert_eq!(s.try_claim(), Claim::Cancelled);
         assert!(s.snapshot().is_cancelled());
+    }
+
+    #[test]
+    fn promoted_mark_keeps_count_and_claim() {
+        let s = TaskState::new(1);
+        assert!(!s.promote().is_promoted());
+        let again = s.promote();
+        assert!(again.is_promoted() && again.remaining() == 1);
+        assert_eq!(s.try_claim(), Claim::NotReady);
+        assert_eq!(s.dependency_done(), DependencyDone::Fired);
+        assert_eq!(s.try_claim(), Claim::Claimed);
+        s.complete();
+        let snap = s.snapshot();
+        assert!(snap.is_promoted() && snap.is_done() && snap.remaining() == 0);
     }
 }
