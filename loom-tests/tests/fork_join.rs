@@ -3,13 +3,9 @@
 //! never run a task of the wrong job (the claim word's generation check).
 #![cfg(loom)]
 
-use onnx_prepared::sync::{AtomicUsize, ForkJoinPool, Ordering};
+use loom_tests::model;
 
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.check(f);
-}
+use onnx_prepared::sync::{AtomicUsize, ForkJoinPool, Ordering};
 
 #[test]
 fn each_task_runs_exactly_once_per_job() {

@@ -2,22 +2,14 @@
 //! before `open` is visible after `wait`.
 #![cfg(loom)]
 
+use loom_tests::model;
+
 use loom::cell::UnsafeCell;
 use onnx_prepared::sync::{Arc, AtomicUsize, Latch, Ordering, thread};
 
 /// A plain (non-atomic) cell written by the opener and read by the waiter;
 /// loom reports a data race if `wait` returned without a happens-before edge.
 struct Payload(UnsafeCell<u64>);
-
-/// Runs `f` under loom with a preemption bound of 2 (as tokio does): every
-/// interleaving with at most two forced context switches. Unbounded, the
-/// three-thread model below takes minutes for no extra coverage of a
-/// protocol whose race window is one lock hand-off.
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.check(f);
-}
 
 // SAFETY: access is ordered by the latch under test; loom checks that claim.
 unsafe impl Sync for Payload {}

@@ -4,6 +4,8 @@
 //! release (admit steps 3–4: no lost retry, else `wait` deadlocks).
 #![cfg(loom)]
 
+use loom_tests::model;
+
 use onnx_prepared::arena::{BudgetLimits, Domain, MemoryBudget};
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
@@ -28,9 +30,7 @@ impl TaskRunner for Runs {
 
 #[test]
 fn refused_task_is_retried_on_release_and_never_over_budget() {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.check(|| {
+    model(|| {
         let graph = TaskGraph::new(
             &[ResourceClass::Io, ResourceClass::Cpu],
             &[Priority::Critical; 2],

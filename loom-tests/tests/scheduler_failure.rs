@@ -4,15 +4,11 @@
 //! every task in exactly one terminal state, and `wait` returns.
 #![cfg(loom)]
 
+use loom_tests::model;
+
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{PoolConfig, TaskFailure, TaskGraph, TaskRunner, WorkerPool};
 use onnx_prepared::sync::{AtomicUsize, Ordering};
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.check(f);
-}
 
 fn config() -> PoolConfig {
     PoolConfig {

@@ -3,15 +3,11 @@
 //! exactly once, after its dependency, and `wait` returns.
 #![cfg(loom)]
 
+use loom_tests::model;
+
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{PoolConfig, TaskFailure, TaskGraph, TaskRunner, WorkerPool};
 use onnx_prepared::sync::{AtomicUsize, Ordering};
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.check(f);
-}
 
 /// Counts runs and records, per task, how many runs had finished before it.
 struct Runs {

@@ -3,6 +3,8 @@
 //! dependency order, and shutdown joins.
 #![cfg(loom)]
 
+use loom_tests::model;
+
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
     Lane, PoolConfig, ReadyQueues, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
@@ -10,12 +12,6 @@ use onnx_prepared::scheduler::{
 use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
 
 // The runner is held in a `std` `Arc` (see `WorkerPool::new`).
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.check(f);
-}
 
 #[test]
 fn queue_pops_every_push_once_critical_first() {

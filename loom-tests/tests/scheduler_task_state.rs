@@ -3,15 +3,11 @@
 //! racing a claim leaves exactly one outcome.
 #![cfg(loom)]
 
+use loom_tests::model;
+
 use loom::cell::UnsafeCell;
 use onnx_prepared::scheduler::{Cancel, Claim, DependencyDone, TaskState};
 use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.check(f);
-}
 
 /// What the two dependencies produced; plain cells, so loom reports a race
 /// if the claimer could read them without a happens-before edge.

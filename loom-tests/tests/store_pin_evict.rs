@@ -4,6 +4,8 @@
 //! and every object is dropped exactly once.
 #![cfg(loom)]
 
+use loom_tests::model;
+
 use loom::cell::UnsafeCell;
 use onnx_prepared::store::{ClaimLoad, Evict, Generation, PreparedObjectStore, Residency};
 use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
@@ -39,12 +41,6 @@ impl Drop for Obj {
         self.0.bytes.with_mut(|p| unsafe { *p = FREED });
         self.0.drops.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.check(f);
 }
 
 /// A one-entry store with 42 resident at generation 1 (8 bytes).

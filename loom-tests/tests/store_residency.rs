@@ -4,6 +4,8 @@
 //! a claim racing an eviction never loses the new generation's object.
 #![cfg(loom)]
 
+use loom_tests::model;
+
 use loom::cell::UnsafeCell;
 use onnx_prepared::store::{ClaimLoad, Evict, Generation, Outcome, PreparedObjectStore, Residency};
 use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
@@ -55,13 +57,6 @@ fn probe() -> Arc<Probe> {
         bytes: UnsafeCell::new(0),
         drops: AtomicUsize::new(0),
     })
-}
-
-/// Runs `f` under loom with a preemption bound of 2 (as tokio does).
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.check(f);
 }
 
 #[derive(Default)]

@@ -27,7 +27,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
-use super::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, thread};
+use super::{Arc, AtomicBool, AtomicU64, AtomicUsize, FutexWord, Ordering, thread};
 
 /// A borrowed task; the pool stores a thin pointer to one on the caller's stack.
 type Task<'a> = &'a (dyn Fn(usize) + Sync);
@@ -64,7 +64,7 @@ struct Shared {
     panicked: AtomicBool,
     busy: AtomicBool,
     sleepers: AtomicUsize,
-    wake: AtomicU32,
+    wake: FutexWord,
     shutdown: AtomicBool,
 }
 
@@ -101,8 +101,7 @@ impl Shared {
 
     fn wake_all(&self) {
         self.wake.fetch_add(1, Ordering::SeqCst);
-        #[cfg(not(loom))]
-        atomic_wait::wake_all(&*self.wake);
+        self.wake.wake_all();
     }
 }
 
@@ -124,7 +123,7 @@ impl ForkJoinPool {
             panicked: AtomicBool::new(false),
             busy: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
-            wake: AtomicU32::new(0),
+            wake: FutexWord::default(),
             shutdown: AtomicBool::new(false),
         });
         let workers = (0..helpers)
@@ -218,13 +217,7 @@ fn worker(shared: &Shared) {
             let wake = shared.wake.load(Ordering::SeqCst);
             let (g, tasks, next) = unpack(shared.claim.load(Ordering::SeqCst));
             if (g == seen || next >= tasks) && !shared.shutdown.load(Ordering::SeqCst) {
-                #[cfg(not(loom))]
-                atomic_wait::wait(&shared.wake, wake);
-                #[cfg(loom)]
-                {
-                    let _ = wake;
-                    thread::yield_now();
-                }
+                shared.wake.wait(wake);
             }
             shared.sleepers.fetch_sub(1, Ordering::SeqCst);
             spins = 0;
