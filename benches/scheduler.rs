@@ -10,22 +10,29 @@
 //!   worker is still spinning; once the delay outlasts
 //!   `SCHEDULER_SPIN_POLLS` empty polls the worker is parked and the latency
 //!   includes the futex wake.
-//! * `dag/<shape>/<runner>`: 1000 empty tasks as a chain or as a wide DAG
-//!   (root → 998 → sink) on the pool (1 or 2 CPU workers) vs a single-thread
-//!   topological replay of the same graph. Timed from the start of the first
-//!   task's run to the end of the last one's (pool start-up excluded).
+//! * `dag/<shape>/<runner>`: empty tasks as a 1000-node chain, a 1000-node
+//!   wide DAG (root → 998 → sink) and a seeded 10,000-node random DAG (0–3
+//!   dependencies among the previous 64 nodes, one source, one sink) on a
+//!   persistent pool (1 or 2 CPU workers; one submission per pass) vs a
+//!   single-thread topological replay of the same graph and vs the naive
+//!   rayon baseline (atomic counters, one `spawn` per ready node, 1 or 2
+//!   threads). Timed from the start of the first task's run to the end of
+//!   the last one's (submission set-up excluded); a per-node median over
+//!   `DAG_SAMPLES` passes of each runner is printed first.
 //!
-//! Pools are created per iteration, outside the timed span; workers are not
+//! `wake` creates a pool per sample, outside the timed span; workers are not
 //! pinned (shared machine).
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
-use onnx_prepared::scheduler::{PoolConfig, TaskFailure, TaskGraph, TaskRunner, WorkerPool};
-use onnx_prepared::sync::{AtomicBool, AtomicU64, Ordering};
+use onnx_prepared::scheduler::{
+    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+};
+use onnx_prepared::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Records, in ns since `base`, the start of `first`'s run and the end of
 /// `last`'s run; `delay_task` busy-waits `delay` (after `warm` ran) before
@@ -70,9 +77,11 @@ impl Span {
     }
 }
 
-impl TaskRunner for Span {
-    fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
-        if task.0 == self.warm_task {
+impl Span {
+    /// The empty task every runner runs: records the span's ends.
+    #[inline]
+    fn task(&self, task: u32) {
+        if task == self.warm_task {
             // Let the pool's creator park in `wait` first, so the two
             // workers have the two cores to themselves.
             let until = Instant::now() + SETTLE;
@@ -81,7 +90,7 @@ impl TaskRunner for Span {
             }
             self.warm.store(true, Ordering::Release);
         }
-        if task.0 == self.delay_task {
+        if task == self.delay_task {
             while !self.warm.load(Ordering::Acquire) {
                 std::hint::spin_loop();
             }
@@ -90,13 +99,19 @@ impl TaskRunner for Span {
                 std::hint::spin_loop();
             }
         }
-        if task.0 == self.first {
+        if task == self.first {
             self.start.store(self.now(), Ordering::Release);
         }
         black_box(task);
-        if task.0 == self.last {
+        if task == self.last {
             self.end.store(self.now(), Ordering::Release);
         }
+    }
+}
+
+impl TaskRunner for Span {
+    fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+        self.task(task.0);
         Ok(())
     }
 }
@@ -108,6 +123,7 @@ fn config(cpu_workers: usize) -> PoolConfig {
     PoolConfig {
         cpu_workers,
         io_workers: 1,
+        devices: 0,
         pin_cpu_workers: false,
     }
 }
@@ -125,9 +141,11 @@ fn wake_once(graph: &TaskGraph, delay_us: u64) -> Duration {
     span.delay_task = 1;
     span.delay = Duration::from_micros(delay_us);
     let span = Arc::new(span);
-    let pool = WorkerPool::new(config(1), graph.clone(), span.clone());
+    let workers = WorkerPool::new(config(1));
+    let pool = workers.submit(graph.clone(), span.clone()).unwrap();
     pool.wait();
     drop(pool);
+    drop(workers);
     span.elapsed()
 }
 
@@ -169,8 +187,18 @@ fn wake(c: &mut Criterion) {
     group.finish();
 }
 
-fn chain(n: usize) -> TaskGraph {
-    let deps: Vec<Vec<TaskId>> = (0..n)
+fn graph_of(deps: &[Vec<TaskId>]) -> TaskGraph {
+    let n = deps.len();
+    TaskGraph::new(
+        &vec![ResourceClass::Cpu; n],
+        &vec![Priority::Critical; n],
+        &Csr::from_rows(deps),
+    )
+    .unwrap()
+}
+
+fn chain(n: usize) -> Vec<Vec<TaskId>> {
+    (0..n)
         .map(|i| {
             if i == 0 {
                 vec![]
@@ -178,33 +206,63 @@ fn chain(n: usize) -> TaskGraph {
                 vec![TaskId(i as u32 - 1)]
             }
         })
-        .collect();
-    TaskGraph::new(
-        &vec![ResourceClass::Cpu; n],
-        &vec![Priority::Critical; n],
-        &Csr::from_rows(&deps),
-    )
-    .unwrap()
+        .collect()
 }
 
-fn wide(n: usize) -> TaskGraph {
-    let deps: Vec<Vec<TaskId>> = (0..n)
+fn wide(n: usize) -> Vec<Vec<TaskId>> {
+    (0..n)
         .map(|i| match i {
             0 => vec![],
             i if i == n - 1 => (1..n - 1).map(|j| TaskId(j as u32)).collect(),
             _ => vec![TaskId(0)],
         })
-        .collect();
-    TaskGraph::new(
-        &vec![ResourceClass::Cpu; n],
-        &vec![Priority::Critical; n],
-        &Csr::from_rows(&deps),
-    )
-    .unwrap()
+        .collect()
+}
+
+/// `n` nodes: a source (0), `n − 2` random nodes each depending on 0–3
+/// distinct nodes among the 64 before it (the source when it has none), and
+/// a sink depending on every node nothing else depends on. Seeded
+/// (SplitMix64), so every run builds the same graph.
+fn random_dag(n: usize, seed: u64) -> Vec<Vec<TaskId>> {
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut deps: Vec<Vec<TaskId>> = vec![vec![]];
+    let mut has_dependent = vec![false; n];
+    for i in 1..n - 1 {
+        let k = (next() % 4) as usize;
+        let mut row: Vec<TaskId> = Vec::with_capacity(k);
+        for _ in 0..k {
+            let lo = i.saturating_sub(64);
+            let d = lo + (next() as usize) % (i - lo);
+            if !row.contains(&TaskId(d as u32)) {
+                row.push(TaskId(d as u32));
+            }
+        }
+        if row.is_empty() {
+            row.push(TaskId(0));
+        }
+        for d in &row {
+            has_dependent[d.0 as usize] = true;
+        }
+        deps.push(row);
+    }
+    deps.push(
+        (0..n - 1)
+            .filter(|&i| !has_dependent[i])
+            .map(|i| TaskId(i as u32))
+            .collect(),
+    );
+    deps
 }
 
 /// Single-thread topological replay (Kahn's algorithm with a stack).
-fn replay(graph: &TaskGraph, counts: &mut [u32], stack: &mut Vec<TaskId>, runner: &dyn TaskRunner) {
+fn replay(graph: &TaskGraph, counts: &mut [u32], stack: &mut Vec<TaskId>, span: &Span) {
     for (i, c) in counts.iter_mut().enumerate() {
         *c = graph.dependency_count(TaskId(i as u32));
         if *c == 0 {
@@ -212,7 +270,7 @@ fn replay(graph: &TaskGraph, counts: &mut [u32], stack: &mut Vec<TaskId>, runner
         }
     }
     while let Some(t) = stack.pop() {
-        runner.run(t).unwrap();
+        span.task(t.0);
         for &d in graph.dependents(t) {
             let c = &mut counts[d.0 as usize];
             *c -= 1;
@@ -223,36 +281,139 @@ fn replay(graph: &TaskGraph, counts: &mut [u32], stack: &mut Vec<TaskId>, runner
     }
 }
 
+/// The naive rayon baseline: atomic dependency counters, one `spawn` per
+/// ready node inside a `scope`.
+fn rayon_dag(pool: &rayon::ThreadPool, graph: &TaskGraph, counts: &[AtomicU32], span: &Span) {
+    fn spawn<'s>(
+        scope: &rayon::Scope<'s>,
+        graph: &'s TaskGraph,
+        counts: &'s [AtomicU32],
+        span: &'s Span,
+        t: TaskId,
+    ) {
+        scope.spawn(move |scope| {
+            span.task(t.0);
+            for &d in graph.dependents(t) {
+                if counts[d.0 as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+                    spawn(scope, graph, counts, span, d);
+                }
+            }
+        });
+    }
+    for (i, c) in counts.iter().enumerate() {
+        c.store(graph.dependency_count(TaskId(i as u32)), Ordering::Relaxed);
+    }
+    pool.install(|| {
+        rayon::scope(|scope| {
+            for i in 0..graph.len() {
+                if graph.dependency_count(TaskId(i as u32)) == 0 {
+                    spawn(scope, graph, counts, span, TaskId(i as u32));
+                }
+            }
+        })
+    });
+}
+
+/// One timed pass of `runner` over `graph`: start of task 0's run to the
+/// end of the last task's run.
+#[derive(Clone, Copy)]
+enum Runner<'a> {
+    Replay,
+    Pool(&'a WorkerPool),
+    Rayon(&'a rayon::ThreadPool),
+}
+
+fn pass(
+    runner: Runner<'_>,
+    graph: &Arc<TaskGraph>,
+    scratch: &mut (Vec<u32>, Vec<TaskId>, Vec<AtomicU32>),
+) -> Duration {
+    let n = graph.len() as u32;
+    match runner {
+        Runner::Replay => {
+            let span = Span::new(0, n - 1);
+            replay(graph, &mut scratch.0, &mut scratch.1, &span);
+            span.elapsed()
+        }
+        Runner::Pool(pool) => {
+            let span = Arc::new(Span::new(0, n - 1));
+            let run = pool.submit(graph.clone(), span.clone()).unwrap();
+            assert!(run.wait().is_success());
+            span.elapsed()
+        }
+        Runner::Rayon(pool) => {
+            let span = Span::new(0, n - 1);
+            rayon_dag(pool, graph, &scratch.2, &span);
+            span.elapsed()
+        }
+    }
+}
+
+/// Runs per runner for the printed per-node medians.
+const DAG_SAMPLES: usize = 200;
+
 fn dag(c: &mut Criterion) {
     const N: usize = 1000;
+    const RANDOM_N: usize = 10_000;
+    let pools: Vec<WorkerPool> = [1, 2].map(|w| WorkerPool::new(config(w))).into();
+    let rayons: Vec<rayon::ThreadPool> = [1, 2]
+        .map(|w| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(w)
+                .build()
+                .unwrap()
+        })
+        .into();
+    let shapes = [
+        ("chain", Arc::new(graph_of(&chain(N)))),
+        ("wide", Arc::new(graph_of(&wide(N)))),
+        (
+            "random10k",
+            Arc::new(graph_of(&random_dag(RANDOM_N, 0x5eed))),
+        ),
+    ];
+    let runners: Vec<(String, Runner<'_>)> = vec![
+        ("replay".into(), Runner::Replay),
+        ("pool-1cpu".into(), Runner::Pool(&pools[0])),
+        ("pool-2cpu".into(), Runner::Pool(&pools[1])),
+        ("rayon-1".into(), Runner::Rayon(&rayons[0])),
+        ("rayon-2".into(), Runner::Rayon(&rayons[1])),
+    ];
+    for (shape, graph) in &shapes {
+        let n = graph.len();
+        let mut scratch = (
+            vec![0u32; n],
+            Vec::with_capacity(n),
+            (0..n).map(|_| AtomicU32::new(0)).collect(),
+        );
+        let mut line = format!(
+            "dag/{shape} ({n} nodes, {} edges) ns/node, median of {DAG_SAMPLES}:",
+            (0..n)
+                .map(|i| graph.dependency_count(TaskId(i as u32)) as usize)
+                .sum::<usize>()
+        );
+        for (name, runner) in &runners {
+            let mut samples: Vec<Duration> = (0..DAG_SAMPLES)
+                .map(|_| pass(*runner, graph, &mut scratch))
+                .collect();
+            samples.sort();
+            let ns = samples[samples.len() / 2].as_nanos() as f64 / n as f64;
+            line.push_str(&format!(" {name} {ns:.1}"));
+        }
+        eprintln!("{line}");
+    }
     let mut group = c.benchmark_group("dag");
-    for (shape, graph) in [("chain", chain(N)), ("wide", wide(N))] {
-        group.bench_function(format!("{shape}/replay"), |b| {
-            let mut counts = vec![0u32; N];
-            let mut stack = Vec::with_capacity(N);
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let span = Span::new(0, N as u32 - 1);
-                    replay(&graph, &mut counts, &mut stack, &span);
-                    total += span.elapsed();
-                }
-                total
-            });
-        });
-        for workers in [1, 2] {
-            group.bench_function(format!("{shape}/pool-{workers}cpu"), |b| {
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        let span = Arc::new(Span::new(0, N as u32 - 1));
-                        let pool = WorkerPool::new(config(workers), graph.clone(), span.clone());
-                        pool.wait();
-                        drop(pool);
-                        total += span.elapsed();
-                    }
-                    total
-                });
+    for (shape, graph) in &shapes {
+        let n = graph.len();
+        group.throughput(Throughput::Elements(n as u64));
+        let mut scratch = (
+            vec![0u32; n],
+            Vec::with_capacity(n),
+            (0..n).map(|_| AtomicU32::new(0)).collect(),
+        );
+        for (name, runner) in &runners {
+            group.bench_function(format!("{shape}/{name}"), |b| {
+                b.iter_custom(|iters| (0..iters).map(|_| pass(*runner, graph, &mut scratch)).sum());
             });
         }
     }

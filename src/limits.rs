@@ -35,6 +35,23 @@ pub const SCHEDULER_SPIN_POLLS: u32 = 1 << 10;
 #[cfg(loom)]
 pub const SCHEDULER_SPIN_POLLS: u32 = 1;
 
+/// Empty polls a CPU worker spins through after helping a kernel's parallel
+/// region: regions come in bursts (one per kernel of a step), so it waits
+/// longer for the next one before it parks.
+#[cfg(not(loom))]
+pub const SCHEDULER_JOB_SPIN_POLLS: u32 = 1 << 13;
+/// Empty polls after a kernel region (loom-sized).
+#[cfg(loom)]
+pub const SCHEDULER_JOB_SPIN_POLLS: u32 = 1;
+
+/// Fired tasks a worker keeps for itself before it shares them through the
+/// ready queues (its buffer is allocated once, at start-up).
+#[cfg(not(loom))]
+pub const SCHEDULER_LOCAL_CAPACITY: usize = 256;
+/// Fired tasks a worker keeps (loom-sized).
+#[cfg(loom)]
+pub const SCHEDULER_LOCAL_CAPACITY: usize = 4;
+
 /// Percent of every byte limit (global and per domain) that scheduler
 /// admission keeps for critical tasks: prefetch and background work may hold
 /// at most the rest, so an inference that needs memory can always start.

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use onnx_prepared::arena::{BudgetLimits, Domain, MemoryBudget};
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    Admission, Lane, PoolConfig, Refusal, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    Admission, Lane, PoolConfig, Refusal, SubmitOptions, TaskContext, TaskFailure, TaskGraph,
+    TaskRunner, WorkerPool,
 };
 use onnx_prepared::sync::Latch;
 
@@ -21,6 +22,7 @@ fn config(cpu: usize, io: usize) -> PoolConfig {
     PoolConfig {
         cpu_workers: cpu,
         io_workers: io,
+        devices: 0,
         pin_cpu_workers: false,
     }
 }
@@ -40,7 +42,7 @@ struct Scenario {
 }
 
 impl TaskRunner for Scenario {
-    fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
+    fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
         self.runs[task.0 as usize].fetch_add(1, Ordering::SeqCst);
         self.max_live
             .fetch_max(self.budget.total_live(), Ordering::SeqCst);
@@ -91,7 +93,16 @@ fn critical_task_runs_while_background_work_fills_the_budget() {
             runs: (0..7).map(|_| AtomicUsize::new(0)).collect(),
         });
         // 4 I/O workers: 3 non-critical I/O slots; 2 CPU workers: 1.
-        let pool = WorkerPool::with_admission(config(2, 4), graph, runner.clone(), admission);
+        let workers = WorkerPool::new(config(2, 4));
+        let pool = workers
+            .submit_with(
+                graph,
+                runner.clone(),
+                SubmitOptions {
+                    admission: Some(Arc::new(admission)),
+                },
+            )
+            .unwrap();
         let outcome = pool.wait();
         assert!(outcome.is_success(), "round {round}: {outcome:?}");
         assert!(runner.runs.iter().all(|r| r.load(Ordering::SeqCst) == 1));
@@ -102,6 +113,7 @@ fn critical_task_runs_while_background_work_fills_the_budget() {
         let admission = pool.admission().unwrap();
         assert_eq!(admission.noncritical_running(Lane::Io), 0);
         drop(pool);
+        drop(workers);
         assert_eq!(budget.total_live(), 0, "every permit returned its bytes");
     }
 }
@@ -117,7 +129,7 @@ fn refused_tasks_are_requeued_until_a_permit_is_released() {
         runs: AtomicUsize,
     }
     impl TaskRunner for Track {
-        fn run(&self, _: TaskId) -> Result<(), TaskFailure> {
+        fn run(&self, _: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
             let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_running.fetch_max(now, Ordering::SeqCst);
             assert!(self.budget.total_live() <= 750);
@@ -144,17 +156,22 @@ fn refused_tasks_are_requeued_until_a_permit_is_released() {
         runs: AtomicUsize::new(0),
     });
     // 3 CPU workers: 2 non-critical slots, and 2 × 300 ≤ 750 < 3 × 300.
-    let pool = WorkerPool::with_admission(
-        config(3, 1),
-        graph,
-        runner.clone(),
-        Admission::new(budget.clone()),
-    );
+    let workers = WorkerPool::new(config(3, 1));
+    let pool = workers
+        .submit_with(
+            graph,
+            runner.clone(),
+            SubmitOptions {
+                admission: Some(Arc::new(Admission::new(budget.clone()))),
+            },
+        )
+        .unwrap();
     let outcome = pool.wait();
     assert_eq!(outcome.completed, n);
     assert_eq!(runner.runs.load(Ordering::SeqCst), n);
     assert!(runner.max_running.load(Ordering::SeqCst) <= 2);
     drop(pool);
+    drop(workers);
     assert_eq!(budget.total_live(), 0);
 }
 
@@ -162,7 +179,7 @@ fn refused_tasks_are_requeued_until_a_permit_is_released() {
 fn a_task_that_can_never_be_admitted_fails_and_suppresses_its_dependents() {
     struct Nop;
     impl TaskRunner for Nop {
-        fn run(&self, _: TaskId) -> Result<(), TaskFailure> {
+        fn run(&self, _: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
             Ok(())
         }
     }
@@ -181,8 +198,16 @@ fn a_task_that_can_never_be_admitted_fails_and_suppresses_its_dependents() {
     .with_estimates(&[Domain::Execution; 3], &[800, 0, 800])
     .unwrap();
     let budget = MemoryBudget::new(BudgetLimits::unlimited().with_global(GLOBAL));
-    let pool =
-        WorkerPool::with_admission(config(2, 1), graph, Arc::new(Nop), Admission::new(budget));
+    let workers = WorkerPool::new(config(2, 1));
+    let pool = workers
+        .submit_with(
+            graph,
+            Arc::new(Nop),
+            SubmitOptions {
+                admission: Some(Arc::new(Admission::new(budget))),
+            },
+        )
+        .unwrap();
     let outcome = pool.wait();
     assert_eq!(outcome.completed, 1);
     assert_eq!(outcome.failed_tasks, [TaskId(0)]);

@@ -9,13 +9,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
-use onnx_prepared::scheduler::{PoolConfig, TaskFailure, TaskGraph, TaskRunner, WorkerPool};
+use onnx_prepared::scheduler::{
+    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+};
 use onnx_prepared::sync::Latch;
 
 fn config(cpu: usize, io: usize) -> PoolConfig {
     PoolConfig {
         cpu_workers: cpu,
         io_workers: io,
+        devices: 0,
         pin_cpu_workers: false,
     }
 }
@@ -32,7 +35,7 @@ fn failed_branch_suppresses_its_dependents_and_the_other_branch_completes() {
         runs: Vec<AtomicUsize>,
     }
     impl TaskRunner for Diamond {
-        fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
+        fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
             self.runs[task.0 as usize].fetch_add(1, Ordering::SeqCst);
             match task.0 {
                 1 => Err(TaskFailure::new("branch 1 broke")),
@@ -70,7 +73,8 @@ fn failed_branch_suppresses_its_dependents_and_the_other_branch_completes() {
         )
         .unwrap();
         let runner = Arc::new(Diamond { runs: runs(n) });
-        let pool = WorkerPool::new(config(2, 1), graph, runner.clone());
+        let workers = WorkerPool::new(config(2, 1));
+        let pool = workers.submit(graph, runner.clone()).unwrap();
         let outcome = pool.wait();
         let ran: Vec<usize> = runner
             .runs
@@ -89,6 +93,7 @@ fn failed_branch_suppresses_its_dependents_and_the_other_branch_completes() {
         assert!(!outcome.is_success());
         assert_eq!((pool.finished(), pool.terminal()), (5, n));
         drop(pool);
+        drop(workers);
         // Nothing ran late.
         let after: Vec<usize> = runner
             .runs
@@ -103,7 +108,7 @@ fn failed_branch_suppresses_its_dependents_and_the_other_branch_completes() {
 fn two_failures_sharing_a_dependent_suppress_it_once() {
     struct FailRoots;
     impl TaskRunner for FailRoots {
-        fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
+        fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
             if task.0 < 2 {
                 Err(TaskFailure::new(format!("root {}", task.0)))
             } else {
@@ -126,7 +131,8 @@ fn two_failures_sharing_a_dependent_suppress_it_once() {
             &Csr::from_rows(&deps),
         )
         .unwrap();
-        let pool = WorkerPool::new(config(2, 1), graph, Arc::new(FailRoots));
+        let workers = WorkerPool::new(config(2, 1));
+        let pool = workers.submit(graph, Arc::new(FailRoots)).unwrap();
         let outcome = pool.wait();
         assert_eq!(outcome.completed, 1);
         assert_eq!(outcome.failed_tasks, [TaskId(0), TaskId(1)]);
@@ -145,7 +151,7 @@ struct Gated {
 }
 
 impl TaskRunner for Gated {
-    fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
+    fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
         self.runs[task.0 as usize].fetch_add(1, Ordering::SeqCst);
         if task.0 == 0 {
             self.started.open();
@@ -190,7 +196,8 @@ fn cancel_mid_run_starts_nothing_new_and_joins_the_running_task() {
             gate: Latch::new(),
             runs: runs(n),
         });
-        let pool = WorkerPool::new(config(1, 1), graph, runner.clone());
+        let workers = WorkerPool::new(config(1, 1));
+        let pool = workers.submit(graph, runner.clone()).unwrap();
         let token = pool.cancel_token();
         let other = token.clone();
         runner.started.wait();
@@ -205,6 +212,7 @@ fn cancel_mid_run_starts_nothing_new_and_joins_the_running_task() {
         assert!(outcome.failed.is_none() && outcome.suppressed.is_empty());
         other.cancel(); // idempotent after the run
         drop(pool);
+        drop(workers);
         for i in 1..n {
             assert_eq!(runner.runs[i].load(Ordering::SeqCst), 0, "task {i} ran");
         }
@@ -216,7 +224,7 @@ fn cancel_mid_run_starts_nothing_new_and_joins_the_running_task() {
 fn cancel_before_any_worker_claims_and_after_the_run_is_harmless() {
     struct Count(AtomicUsize);
     impl TaskRunner for Count {
-        fn run(&self, _: TaskId) -> Result<(), TaskFailure> {
+        fn run(&self, _: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
             self.0.fetch_add(1, Ordering::SeqCst);
             Ok(())
         }
@@ -238,7 +246,8 @@ fn cancel_before_any_worker_claims_and_after_the_run_is_harmless() {
     )
     .unwrap();
     let runner = Arc::new(Count(AtomicUsize::new(0)));
-    let pool = WorkerPool::new(config(2, 1), graph, runner.clone());
+    let workers = WorkerPool::new(config(2, 1));
+    let pool = workers.submit(graph, runner.clone()).unwrap();
     pool.cancel_token().cancel();
     let outcome = pool.wait();
     // A chain: whatever ran before the cancel completed, the rest cancelled.

@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
-use onnx_prepared::scheduler::{PoolConfig, TaskFailure, TaskGraph, TaskRunner, WorkerPool};
+use onnx_prepared::scheduler::{
+    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+};
 
 struct Nop;
 impl TaskRunner for Nop {
-    fn run(&self, _: TaskId) -> Result<(), TaskFailure> {
+    fn run(&self, _: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
         Ok(())
     }
 }
@@ -34,15 +36,13 @@ fn idle_workers_use_near_zero_cpu() {
         &Csr::from_rows(&vec![Vec::<TaskId>::new(); n]),
     )
     .unwrap();
-    let pool = WorkerPool::new(
-        PoolConfig {
-            cpu_workers: 2,
-            io_workers: 2,
-            pin_cpu_workers: true,
-        },
-        graph,
-        Arc::new(Nop),
-    );
+    let workers = WorkerPool::new(PoolConfig {
+        cpu_workers: 2,
+        io_workers: 2,
+        devices: 0,
+        pin_cpu_workers: true,
+    });
+    let pool = workers.submit(graph, Arc::new(Nop)).unwrap();
     pool.wait();
     // Let the workers finish spinning and park.
     std::thread::sleep(Duration::from_millis(20));
@@ -56,4 +56,5 @@ fn idle_workers_use_near_zero_cpu() {
     // two cores); parked ones burn none. Allow scheduler noise.
     assert!(ticks <= 3, "idle pool used {ticks} ticks in {wall:?}");
     drop(pool);
+    drop(workers);
 }

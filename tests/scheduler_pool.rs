@@ -9,7 +9,8 @@ use std::thread::ThreadId;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    GraphError, Lane, PoolConfig, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    GraphError, Lane, PoolConfig, SubmitError, TaskContext, TaskFailure, TaskGraph, TaskRunner,
+    WorkerPool,
 };
 
 /// Records, per task, how often it ran and at which global sequence number,
@@ -34,7 +35,7 @@ impl Recorder {
 }
 
 impl TaskRunner for Recorder {
-    fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
+    fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
         let i = task.0 as usize;
         self.runs[i].fetch_add(1, Ordering::Relaxed);
         let s = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
@@ -51,6 +52,7 @@ fn config(cpu: usize, io: usize) -> PoolConfig {
     PoolConfig {
         cpu_workers: cpu,
         io_workers: io,
+        devices: 0,
         pin_cpu_workers: true,
     }
 }
@@ -95,7 +97,8 @@ fn every_task_runs_once_after_all_its_dependencies() {
     let (resources, priorities, deps) = diamond_chain(n);
     let graph = TaskGraph::new(&resources, &priorities, &Csr::from_rows(&deps)).unwrap();
     let recorder = Recorder::new(n);
-    let pool = WorkerPool::new(config(2, 2), graph, recorder.clone());
+    let workers = WorkerPool::new(config(2, 2));
+    let pool = workers.submit(graph, recorder.clone()).unwrap();
     pool.wait();
     assert_eq!(pool.finished(), n);
     assert_eq!(pool.panicked(), 0);
@@ -110,6 +113,7 @@ fn every_task_runs_once_after_all_its_dependencies() {
         }
     }
     drop(pool);
+    drop(workers);
     // Nothing runs after the pool is gone.
     assert_eq!(recorder.seq.load(Ordering::SeqCst), n as u64);
 }
@@ -122,7 +126,8 @@ fn wide_independent_graph_runs_once_per_task() {
     let deps: Vec<Vec<TaskId>> = vec![Vec::new(); n];
     let graph = TaskGraph::new(&resources, &priorities, &Csr::from_rows(&deps)).unwrap();
     let recorder = Recorder::new(n);
-    let pool = WorkerPool::new(config(2, 1), graph, recorder.clone());
+    let workers = WorkerPool::new(config(2, 1));
+    let pool = workers.submit(graph, recorder.clone()).unwrap();
     pool.wait();
     assert!(recorder.runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
 }
@@ -152,10 +157,11 @@ fn io_tasks_run_only_on_io_workers() {
         .collect();
     let graph = TaskGraph::new(&resources, &priorities, &Csr::from_rows(&deps)).unwrap();
     let recorder = Recorder::new(n);
-    let pool = WorkerPool::new(config(2, 2), graph, recorder.clone());
+    let workers = WorkerPool::new(config(2, 2));
+    let pool = workers.submit(graph, recorder.clone()).unwrap();
     pool.wait();
-    let io: HashSet<ThreadId> = pool.thread_ids(Lane::Io).into_iter().collect();
-    let cpu: HashSet<ThreadId> = pool.thread_ids(Lane::Cpu).into_iter().collect();
+    let io: HashSet<ThreadId> = workers.thread_ids(Lane::Io).into_iter().collect();
+    let cpu: HashSet<ThreadId> = workers.thread_ids(Lane::Cpu).into_iter().collect();
     assert_eq!((io.len(), cpu.len()), (2, 2));
     let threads = recorder.threads.lock().unwrap();
     assert_eq!(threads.len(), n);
@@ -185,7 +191,8 @@ fn critical_runs_before_background_on_one_worker() {
     let deps: Vec<Vec<TaskId>> = vec![Vec::new(); n];
     let graph = TaskGraph::new(&resources, &priorities, &Csr::from_rows(&deps)).unwrap();
     let recorder = Recorder::new(n);
-    let pool = WorkerPool::new(config(1, 1), graph, recorder.clone());
+    let workers = WorkerPool::new(config(1, 1));
+    let pool = workers.submit(graph, recorder.clone()).unwrap();
     pool.wait();
     let last_critical = (n / 2..n)
         .map(|i| recorder.order[i].load(Ordering::SeqCst))
@@ -200,7 +207,7 @@ fn critical_runs_before_background_on_one_worker() {
 fn panicking_task_fails_and_suppresses_its_dependents() {
     struct Panicky;
     impl TaskRunner for Panicky {
-        fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
+        fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
             if task.0 == 1 {
                 panic!("task 1 fails");
             }
@@ -214,7 +221,8 @@ fn panicking_task_fails_and_suppresses_its_dependents() {
         &Csr::from_rows(&deps),
     )
     .unwrap();
-    let pool = WorkerPool::new(config(1, 1), graph, Arc::new(Panicky));
+    let workers = WorkerPool::new(config(1, 1));
+    let pool = workers.submit(graph, Arc::new(Panicky)).unwrap();
     let outcome = pool.wait();
     assert_eq!((pool.finished(), pool.panicked()), (2, 1));
     assert_eq!(outcome.completed, 1);
@@ -230,9 +238,11 @@ fn drop_joins_idle_and_unfinished_pools() {
     for _ in 0..20 {
         let graph =
             TaskGraph::new(&[], &[], &Csr::<TaskId>::from_rows::<Vec<TaskId>>(&[])).unwrap();
-        let pool = WorkerPool::new(config(2, 2), graph, Recorder::new(0));
+        let workers = WorkerPool::new(config(2, 2));
+        let pool = workers.submit(graph, Recorder::new(0)).unwrap();
         pool.wait();
         drop(pool);
+        drop(workers);
     }
     // A pool dropped while tasks are queued: running tasks finish, joins.
     let n = 2000;
@@ -243,8 +253,10 @@ fn drop_joins_idle_and_unfinished_pools() {
     )
     .unwrap();
     let recorder = Recorder::new(n);
-    let pool = WorkerPool::new(config(2, 1), graph, recorder.clone());
+    let workers = WorkerPool::new(config(2, 1));
+    let pool = workers.submit(graph, recorder.clone()).unwrap();
     drop(pool);
+    drop(workers);
     assert!(recorder.runs.iter().all(|r| r.load(Ordering::Relaxed) <= 1));
     // Every worker thread released its `Arc` of the runner.
     assert_eq!(Arc::strong_count(&recorder), 1);
@@ -257,14 +269,66 @@ fn graph_errors() {
         TaskGraph::new(&[ResourceClass::Cpu; 2], &[Priority::Critical; 2], &cycle).unwrap_err(),
         GraphError::Cycle
     );
-    let none = Csr::from_rows(&[Vec::<TaskId>::new()]);
-    assert_eq!(
-        TaskGraph::new(&[ResourceClass::Device(0)], &[Priority::Critical], &none).unwrap_err(),
-        GraphError::UnsupportedResource(TaskId(0))
-    );
     let out = Csr::from_rows(&[vec![TaskId(5)]]);
     assert!(matches!(
         TaskGraph::new(&[ResourceClass::Cpu], &[Priority::Critical], &out),
         Err(GraphError::DependencyOutOfRange { .. })
     ));
+}
+
+/// A device lane is served only by its device's feeder thread; a pool
+/// without that device refuses the graph with a typed error.
+#[test]
+fn device_lanes_run_on_their_feeder_and_are_checked_at_submit() {
+    // 0 io → 1 device0 → 2 cpu; 3 device1 alone.
+    let graph = TaskGraph::new(
+        &[
+            ResourceClass::Io,
+            ResourceClass::Device(0),
+            ResourceClass::Cpu,
+            ResourceClass::Device(1),
+        ],
+        &[Priority::Critical; 4],
+        &Csr::from_rows(&[vec![], vec![TaskId(0)], vec![TaskId(1)], vec![]]),
+    )
+    .unwrap();
+    let one_device = WorkerPool::new(PoolConfig {
+        devices: 1,
+        ..config(1, 1)
+    });
+    assert_eq!(
+        one_device
+            .submit(graph.clone(), Recorder::new(4))
+            .unwrap_err(),
+        SubmitError::NoWorkers {
+            task: TaskId(3),
+            lane: Lane::Device(1)
+        }
+    );
+    drop(one_device);
+
+    let workers = WorkerPool::new(PoolConfig {
+        devices: 2,
+        ..config(1, 1)
+    });
+    let recorder = Recorder::new(4);
+    let run = workers.submit(graph, recorder.clone()).unwrap();
+    assert!(run.wait().is_success());
+    let device0: HashSet<ThreadId> = workers.thread_ids(Lane::Device(0)).into_iter().collect();
+    let device1: HashSet<ThreadId> = workers.thread_ids(Lane::Device(1)).into_iter().collect();
+    assert_eq!((device0.len(), device1.len()), (1, 1));
+    let threads = recorder.threads.lock().unwrap().clone();
+    let thread_of = |t: u32| threads.iter().find(|(x, _)| x.0 == t).unwrap().1;
+    assert!(
+        device0.contains(&thread_of(1)),
+        "device task 1 ran on device 0's feeder"
+    );
+    assert!(
+        device1.contains(&thread_of(3)),
+        "device task 3 ran on device 1's feeder"
+    );
+    assert!(!device0.contains(&thread_of(0)) && !device0.contains(&thread_of(2)));
+    let at = |t: usize| recorder.order[t].load(Ordering::SeqCst);
+    assert!(recorder.runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+    assert!(at(0) < at(1) && at(1) < at(2));
 }

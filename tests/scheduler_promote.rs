@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
-use onnx_prepared::scheduler::{PoolConfig, TaskFailure, TaskGraph, TaskRunner, WorkerPool};
+use onnx_prepared::scheduler::{
+    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+};
 
 const GATE: usize = 0;
 const BACKGROUND: std::ops::Range<usize> = 1..41;
@@ -29,7 +31,7 @@ struct Gate {
 }
 
 impl TaskRunner for Gate {
-    fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
+    fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
         let i = task.0 as usize;
         if i == GATE {
             self.started.store(true, Ordering::SeqCst);
@@ -62,15 +64,13 @@ fn run(promote: bool) -> (Arc<Gate>, usize) {
         order: (0..N).map(|_| AtomicU64::new(0)).collect(),
         runs: (0..N).map(|_| AtomicU64::new(0)).collect(),
     });
-    let pool = WorkerPool::new(
-        PoolConfig {
-            cpu_workers: 1,
-            io_workers: 1,
-            pin_cpu_workers: false,
-        },
-        graph,
-        gate.clone(),
-    );
+    let workers = WorkerPool::new(PoolConfig {
+        cpu_workers: 1,
+        io_workers: 1,
+        devices: 0,
+        pin_cpu_workers: false,
+    });
+    let pool = workers.submit(graph, gate.clone()).unwrap();
     // The only I/O worker took the critical gate; the background tasks and
     // the ready producer wait in its queues.
     while !gate.started.load(Ordering::SeqCst) {
@@ -142,15 +142,13 @@ fn promoting_a_finished_task_does_nothing() {
         order: (0..2).map(|_| AtomicU64::new(0)).collect(),
         runs: (0..2).map(|_| AtomicU64::new(0)).collect(),
     });
-    let pool = WorkerPool::new(
-        PoolConfig {
-            cpu_workers: 1,
-            io_workers: 1,
-            pin_cpu_workers: false,
-        },
-        graph,
-        gate.clone(),
-    );
+    let workers = WorkerPool::new(PoolConfig {
+        cpu_workers: 1,
+        io_workers: 1,
+        devices: 0,
+        pin_cpu_workers: false,
+    });
+    let pool = workers.submit(graph, gate.clone()).unwrap();
     let outcome = pool.wait();
     assert_eq!(outcome.completed, 2);
     assert_eq!(pool.promote(TaskId(1)), 0);

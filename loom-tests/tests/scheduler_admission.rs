@@ -9,9 +9,11 @@ use loom_tests::model;
 use onnx_prepared::arena::{BudgetLimits, Domain, MemoryBudget};
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    Admission, PoolConfig, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    Admission, PoolConfig, SubmitOptions, TaskContext, TaskFailure, TaskGraph, TaskRunner,
+    WorkerPool,
 };
 use onnx_prepared::sync::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 struct Runs {
     budget: MemoryBudget,
@@ -20,7 +22,7 @@ struct Runs {
 }
 
 impl TaskRunner for Runs {
-    fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
+    fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
         self.count[task.0 as usize].fetch_add(1, Ordering::SeqCst);
         self.max_live
             .fetch_max(self.budget.total_live(), Ordering::SeqCst);
@@ -45,19 +47,25 @@ fn refused_task_is_retried_on_release_and_never_over_budget() {
             count: Default::default(),
             max_live: AtomicUsize::new(0),
         });
-        let pool = WorkerPool::with_admission(
-            PoolConfig {
-                cpu_workers: 1,
-                io_workers: 1,
-                pin_cpu_workers: false,
-            },
-            graph,
-            runs.clone(),
-            Admission::new(budget.clone()),
-        );
+        let workers = WorkerPool::new(PoolConfig {
+            cpu_workers: 1,
+            io_workers: 1,
+            devices: 0,
+            pin_cpu_workers: false,
+        });
+        let pool = workers
+            .submit_with(
+                graph,
+                runs.clone(),
+                SubmitOptions {
+                    admission: Some(Arc::new(Admission::new(budget.clone()))),
+                },
+            )
+            .unwrap();
         let outcome = pool.wait();
         assert_eq!(outcome.completed, 2);
         drop(pool);
+        drop(workers);
         assert_eq!(runs.count[0].load(Ordering::SeqCst), 1);
         assert_eq!(runs.count[1].load(Ordering::SeqCst), 1);
         assert_eq!(runs.max_live.load(Ordering::SeqCst), 60);

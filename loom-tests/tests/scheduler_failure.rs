@@ -7,13 +7,16 @@
 use loom_tests::model;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
-use onnx_prepared::scheduler::{PoolConfig, TaskFailure, TaskGraph, TaskRunner, WorkerPool};
+use onnx_prepared::scheduler::{
+    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+};
 use onnx_prepared::sync::{AtomicUsize, Ordering};
 
 fn config() -> PoolConfig {
     PoolConfig {
         cpu_workers: 1,
         io_workers: 1,
+        devices: 0,
         pin_cpu_workers: false,
     }
 }
@@ -25,7 +28,7 @@ struct Runs {
 }
 
 impl TaskRunner for Runs {
-    fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
+    fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
         self.count[task.0 as usize].fetch_add(1, Ordering::SeqCst);
         if self.fail == Some(task.0) {
             Err(TaskFailure::new("read failed"))
@@ -50,7 +53,8 @@ fn failure_suppresses_the_join_exactly_once() {
             count: Default::default(),
             fail: Some(0),
         });
-        let pool = WorkerPool::new(config(), graph, runs.clone());
+        let workers = WorkerPool::new(config());
+        let pool = workers.submit(graph, runs.clone()).unwrap();
         let outcome = pool.wait();
         assert_eq!(outcome.completed, 1);
         assert_eq!(
@@ -61,6 +65,7 @@ fn failure_suppresses_the_join_exactly_once() {
         assert_eq!(outcome.cancelled, 0);
         assert_eq!(pool.terminal(), 3);
         drop(pool);
+        drop(workers);
         let counts: Vec<usize> = runs
             .count
             .iter()
@@ -85,10 +90,12 @@ fn cancel_racing_the_run_gives_one_terminal_state_per_task() {
             count: Default::default(),
             fail: None,
         });
-        let pool = WorkerPool::new(config(), graph, runs.clone());
+        let workers = WorkerPool::new(config());
+        let pool = workers.submit(graph, runs.clone()).unwrap();
         pool.cancel_token().cancel();
         let outcome = pool.wait();
         drop(pool);
+        drop(workers);
         let counts: Vec<usize> = runs
             .count
             .iter()

@@ -6,7 +6,9 @@
 use loom_tests::model;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
-use onnx_prepared::scheduler::{PoolConfig, TaskFailure, TaskGraph, TaskRunner, WorkerPool};
+use onnx_prepared::scheduler::{
+    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+};
 use onnx_prepared::sync::{AtomicUsize, Ordering};
 
 /// Counts runs and records, per task, how many runs had finished before it.
@@ -17,7 +19,7 @@ struct Runs {
 }
 
 impl TaskRunner for Runs {
-    fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
+    fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
         let i = task.0 as usize;
         self.started_after[i].store(self.total.load(Ordering::SeqCst), Ordering::SeqCst);
         self.count[i].fetch_add(1, Ordering::SeqCst);
@@ -42,15 +44,13 @@ fn promoted_chain_runs_exactly_once() {
             started_after: Default::default(),
             total: AtomicUsize::new(0),
         });
-        let pool = WorkerPool::new(
-            PoolConfig {
-                cpu_workers: 1,
-                io_workers: 1,
-                pin_cpu_workers: false,
-            },
-            graph,
-            runs.clone(),
-        );
+        let workers = WorkerPool::new(PoolConfig {
+            cpu_workers: 1,
+            io_workers: 1,
+            devices: 0,
+            pin_cpu_workers: false,
+        });
+        let pool = workers.submit(graph, runs.clone()).unwrap();
         // Races the I/O worker's claim of 0 and its firing of 1: pushes a
         // duplicate of 0 if unclaimed, marks 1 if it has not fired.
         let pushed = pool.promote(TaskId(1));
@@ -58,6 +58,7 @@ fn promoted_chain_runs_exactly_once() {
         let outcome = pool.wait();
         assert_eq!(outcome.completed, 2);
         drop(pool);
+        drop(workers);
         assert_eq!(runs.count[0].load(Ordering::SeqCst), 1);
         assert_eq!(runs.count[1].load(Ordering::SeqCst), 1);
         assert_eq!(runs.started_after[1].load(Ordering::SeqCst), 1);

@@ -7,7 +7,7 @@ use loom_tests::model;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    Lane, PoolConfig, ReadyQueues, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    Lane, PoolConfig, ReadyQueues, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
 };
 use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
 
@@ -56,7 +56,7 @@ struct Runs {
 }
 
 impl TaskRunner for Runs {
-    fn run(&self, task: TaskId) -> Result<(), TaskFailure> {
+    fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
         let i = task.0 as usize;
         self.started_after[i].store(self.total.load(Ordering::SeqCst), Ordering::SeqCst);
         self.count[i].fetch_add(1, Ordering::SeqCst);
@@ -81,18 +81,17 @@ fn pool_runs_a_read_then_prepack_exactly_once() {
             started_after: Default::default(),
             total: AtomicUsize::new(0),
         });
-        let pool = WorkerPool::new(
-            PoolConfig {
-                cpu_workers: 1,
-                io_workers: 1,
-                pin_cpu_workers: false,
-            },
-            graph,
-            runs.clone(),
-        );
+        let workers = WorkerPool::new(PoolConfig {
+            cpu_workers: 1,
+            io_workers: 1,
+            devices: 0,
+            pin_cpu_workers: false,
+        });
+        let pool = workers.submit(graph, runs.clone()).unwrap();
         pool.wait();
         assert_eq!(pool.finished(), 3);
         drop(pool);
+        drop(workers);
         for i in 0..3 {
             assert_eq!(runs.count[i].load(Ordering::SeqCst), 1);
         }

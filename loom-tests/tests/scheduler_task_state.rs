@@ -6,7 +6,7 @@
 use loom_tests::model;
 
 use loom::cell::UnsafeCell;
-use onnx_prepared::scheduler::{Cancel, Claim, DependencyDone, TaskState};
+use onnx_prepared::scheduler::{Cancel, Claim, DependencyDone, FireClaim, TaskState};
 use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
 
 /// What the two dependencies produced; plain cells, so loom reports a race
@@ -29,13 +29,19 @@ fn last_dependency_fires_exactly_once_and_publishes_both_outputs() {
                 // SAFETY: only this thread writes cell `i`, before its
                 // dependency_done.
                 outputs.0[i].with_mut(|p| unsafe { *p = i as u32 + 1 });
-                if state.dependency_done() == DependencyDone::Fired {
+                // Thread 0 uses the plain decrement + claim, thread 1 the
+                // claim-on-fire CAS: both pairs must publish the outputs.
+                let claimed = if i == 0 {
+                    state.dependency_done() == DependencyDone::Fired
+                        && state.try_claim() == Claim::Claimed
+                } else {
+                    state.dependency_done_claiming() == FireClaim::FiredClaimed
+                };
+                if claimed {
                     fired.fetch_add(1, Ordering::Relaxed);
-                    assert_eq!(state.try_claim(), Claim::Claimed);
                     // SAFETY: the claim acquired both decrements.
                     let sum: u32 = outputs.0.iter().map(|c| c.with(|p| unsafe { *p })).sum();
                     assert_eq!(sum, 3);
-                    state.complete();
                 }
             })
         };
@@ -45,7 +51,7 @@ fn last_dependency_fires_exactly_once_and_publishes_both_outputs() {
         b.join().unwrap();
         assert_eq!(fired.load(Ordering::Relaxed), 1);
         let s = state.snapshot();
-        assert!(s.is_done() && s.remaining() == 0);
+        assert!(s.is_claimed() && s.remaining() == 0);
     });
 }
 
@@ -60,7 +66,6 @@ fn duplicate_entries_run_exactly_once() {
                 thread::spawn(move || match state.try_claim() {
                     Claim::Claimed => {
                         runs.fetch_add(1, Ordering::Relaxed);
-                        state.complete();
                     }
                     Claim::AlreadyClaimed => {}
                     other => panic!("unexpected {other:?}"),
@@ -71,7 +76,7 @@ fn duplicate_entries_run_exactly_once() {
             h.join().unwrap();
         }
         assert_eq!(runs.load(Ordering::Relaxed), 1);
-        assert!(state.snapshot().is_done());
+        assert!(state.snapshot().is_claimed());
     });
 }
 
@@ -90,5 +95,32 @@ fn cancel_racing_claim_has_one_outcome() {
             (Cancel::TooLate, Claim::Claimed) => assert!(!state.snapshot().is_cancelled()),
             other => panic!("inconsistent outcome {other:?}"),
         }
+    });
+}
+
+#[test]
+fn cancel_racing_claim_on_fire_has_one_outcome() {
+    model(|| {
+        let state = Arc::new(TaskState::new(1));
+        let finisher = {
+            let state = state.clone();
+            thread::spawn(move || state.dependency_done_claiming())
+        };
+        let cancel = state.cancel();
+        let fired = finisher.join().unwrap();
+        match (cancel, fired) {
+            // Cancelled first: the last decrement fires without claiming, and
+            // the claim of the posted entry drops it.
+            (Cancel::Cancelled, FireClaim::Fired) => {
+                assert_eq!(state.try_claim(), Claim::Cancelled)
+            }
+            // Claimed on fire first: the cancel is too late, the claimer runs
+            // it (or records it cancelled after seeing the run's flag).
+            (Cancel::TooLate, FireClaim::FiredClaimed) => {
+                assert!(!state.snapshot().is_cancelled())
+            }
+            other => panic!("inconsistent outcome {other:?}"),
+        }
+        assert_eq!(state.snapshot().remaining(), 0);
     });
 }

@@ -10,6 +10,7 @@ use crate::plan::Priority;
 use crate::sync::{AtomicU32, AtomicUsize, Ordering};
 
 use super::queue::Lane;
+use super::submission::Deferred;
 
 /// Counter index of the global byte cap among [`Admission`]'s non-critical
 /// byte counters (the domains come first, at [`Domain::index`]).
@@ -48,9 +49,11 @@ pub struct Admission {
     /// Non-critical tasks running per lane `[io, cpu]`.
     running: [AtomicUsize; 2],
     /// Caps of `running`; set by the pool from its worker counts.
-    slots: [usize; 2],
+    slots: [AtomicUsize; 2],
     /// Bumped (SeqCst) by every permit release.
     released: AtomicU32,
+    /// Tasks refused with [`Refusal::Busy`], posted again on a release.
+    deferred: Deferred,
 }
 
 fn cap(limit: usize, reserve_percent: usize) -> usize {
@@ -66,7 +69,7 @@ fn slot_index(lane: Lane) -> Option<usize> {
     match lane {
         Lane::Io => Some(0),
         Lane::Cpu => Some(1),
-        Lane::Inline => None,
+        Lane::Inline | Lane::Device(_) => None,
     }
 }
 
@@ -101,18 +104,23 @@ impl Admission {
             noncritical: std::array::from_fn(|_| AtomicUsize::new(0)),
             caps,
             running: [AtomicUsize::new(0), AtomicUsize::new(0)],
-            slots: [usize::MAX; 2],
+            slots: [AtomicUsize::new(usize::MAX), AtomicUsize::new(usize::MAX)],
             released: AtomicU32::new(0),
+            deferred: Deferred::default(),
         }
     }
 
     /// Sets the slot caps from the pool's worker counts: `workers − 1`, at
-    /// least one.
-    pub(super) fn set_workers(&mut self, io_workers: usize, cpu_workers: usize) {
-        self.slots = [
-            io_workers.saturating_sub(1).max(1),
-            cpu_workers.saturating_sub(1).max(1),
-        ];
+    /// least one (called by each submit; submissions sharing a controller
+    /// run on one pool).
+    pub(super) fn set_workers(&self, io_workers: usize, cpu_workers: usize) {
+        self.slots[0].store(io_workers.saturating_sub(1).max(1), Ordering::Relaxed);
+        self.slots[1].store(cpu_workers.saturating_sub(1).max(1), Ordering::Relaxed);
+    }
+
+    /// The deferred tasks (admit steps 3–4).
+    pub(super) fn deferred(&self) -> &Deferred {
+        &self.deferred
     }
 
     /// The budget bytes come from.
@@ -164,7 +172,7 @@ impl Admission {
         };
         if !critical {
             if let Some(i) = slot_index(lane) {
-                if !try_add(&self.running[i], 1, self.slots[i]) {
+                if !try_add(&self.running[i], 1, self.slots[i].load(Ordering::Relaxed)) {
                     return Err(Refusal::Busy);
                 }
                 permit.slot = Some(i);

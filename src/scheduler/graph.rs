@@ -27,9 +27,6 @@ pub enum GraphError {
     /// More tasks than [`crate::limits::MAX_SCHEDULER_TASKS`].
     #[error("graph has {0} tasks, more than the scheduler's limit")]
     TooManyTasks(usize),
-    /// A task runs on an accelerator, which the scheduler does not serve yet.
-    #[error("task {0:?} runs on a device; device lanes are not implemented")]
-    UnsupportedResource(TaskId),
     /// A dependency names a task that does not exist.
     #[error("task {task:?} depends on {dependency:?}, which is out of range")]
     DependencyOutOfRange {
@@ -57,6 +54,8 @@ pub enum GraphError {
 #[derive(Debug, Clone)]
 pub struct TaskGraph {
     lanes: Vec<Lane>,
+    /// Tasks per lane, by dense [`Lane::index`] (at least the host lanes).
+    lane_tasks: Vec<usize>,
     priorities: Vec<Priority>,
     dependency_counts: Vec<u32>,
     dependents: Csr<TaskId>,
@@ -87,11 +86,15 @@ impl TaskGraph {
         if n > crate::limits::MAX_SCHEDULER_TASKS {
             return Err(GraphError::TooManyTasks(n));
         }
-        let lanes = resources
-            .iter()
-            .enumerate()
-            .map(|(i, &r)| Lane::of(r).ok_or(GraphError::UnsupportedResource(TaskId(i as u32))))
-            .collect::<Result<Vec<_>, _>>()?;
+        let lanes: Vec<Lane> = resources.iter().map(|&r| Lane::of(r)).collect();
+        let mut lane_tasks = vec![0usize; Lane::HOST.len()];
+        for lane in &lanes {
+            let i = lane.index();
+            if i >= lane_tasks.len() {
+                lane_tasks.resize(i + 1, 0);
+            }
+            lane_tasks[i] += 1;
+        }
         let mut rows: Vec<Vec<TaskId>> = vec![Vec::new(); n];
         let mut dependency_counts = Vec::with_capacity(n);
         for i in 0..n {
@@ -113,6 +116,7 @@ impl TaskGraph {
         }
         let graph = Self {
             lanes,
+            lane_tasks,
             priorities: priorities.to_vec(),
             dependency_counts,
             dependents: Csr::from_rows(&rows),
@@ -200,6 +204,12 @@ impl TaskGraph {
     /// The lane that runs `task`.
     pub fn lane(&self, task: TaskId) -> Lane {
         self.lanes[task.0 as usize]
+    }
+
+    /// How many tasks run on each lane, by dense [`Lane::index`] (covers
+    /// at least the host lanes).
+    pub fn lane_tasks(&self) -> &[usize] {
+        &self.lane_tasks
     }
 
     /// The priority `task` is queued at.

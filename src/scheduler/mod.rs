@@ -185,11 +185,17 @@ mod graph;
 mod outcome;
 mod pool;
 mod queue;
+mod submission;
 mod task_state;
 
 pub use admission::{Admission, AdmissionPermit, Refusal};
 pub use graph::{GraphError, TaskGraph};
 pub use outcome::{RunOutcome, TaskFailure};
-pub use pool::{CancelToken, PoolConfig, TaskRunner, WorkerPool};
+pub use pool::{Lease, PoolConfig, WorkerPool};
 pub use queue::{Full, Lane, PRIORITIES, ReadyQueues};
-pub use task_state::{Cancel, Claim, DependencyDone, MAX_DEPENDENCIES, Snapshot, TaskState};
+pub use submission::{
+    CancelToken, Submission, SubmitError, SubmitOptions, TaskContext, TaskRunner,
+};
+pub use task_state::{
+    Cancel, Claim, DependencyDone, FireClaim, MAX_DEPENDENCIES, Snapshot, TaskState,
+};

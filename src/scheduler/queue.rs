@@ -9,37 +9,51 @@ use crate::plan::{Priority, ResourceClass, TaskId};
 use crate::sync::BoundedQueue;
 
 /// Which workers serve a queue: the scheduler's view of a
-/// [`ResourceClass`]. Accelerators are not scheduled yet.
+/// [`ResourceClass`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Lane {
     /// Blocking reads and writes, served by I/O workers only.
     Io,
     /// Computation, served by CPU workers only.
     Cpu,
-    /// Cheap tasks, served by any worker (after its own lane).
+    /// Cheap tasks, served by CPU and I/O workers (after their own lane).
     Inline,
+    /// Work for accelerator `n`, served by that device's feeder threads
+    /// (host threads that submit to the device and wait for it).
+    Device(u16),
 }
 
 impl Lane {
-    /// Every lane, in queue-index order.
-    pub const ALL: [Lane; 3] = [Lane::Io, Lane::Cpu, Lane::Inline];
+    /// The host lanes, in queue-index order (device lanes follow).
+    pub const HOST: [Lane; 3] = [Lane::Io, Lane::Cpu, Lane::Inline];
 
-    /// The lane of `resource`; `None` for [`ResourceClass::Device`], which
-    /// the scheduler does not serve yet.
-    pub fn of(resource: ResourceClass) -> Option<Lane> {
+    /// The lane of `resource`.
+    pub fn of(resource: ResourceClass) -> Lane {
         match resource {
-            ResourceClass::Io => Some(Lane::Io),
-            ResourceClass::Cpu => Some(Lane::Cpu),
-            ResourceClass::Inline => Some(Lane::Inline),
-            ResourceClass::Device(_) => None,
+            ResourceClass::Io => Lane::Io,
+            ResourceClass::Cpu => Lane::Cpu,
+            ResourceClass::Inline => Lane::Inline,
+            ResourceClass::Device(n) => Lane::Device(n),
         }
     }
 
-    fn index(self) -> usize {
+    /// Dense index: io 0, cpu 1, inline 2, device `n` at `3 + n`.
+    pub fn index(self) -> usize {
         match self {
             Lane::Io => 0,
             Lane::Cpu => 1,
             Lane::Inline => 2,
+            Lane::Device(n) => 3 + n as usize,
+        }
+    }
+
+    /// The lane at dense index `i` (inverse of [`Lane::index`]).
+    pub fn from_index(i: usize) -> Lane {
+        match i {
+            0 => Lane::Io,
+            1 => Lane::Cpu,
+            2 => Lane::Inline,
+            n => Lane::Device((n - 3) as u16),
         }
     }
 }
@@ -48,7 +62,8 @@ impl Lane {
 pub const PRIORITIES: [Priority; 3] =
     [Priority::Critical, Priority::Prefetch, Priority::Background];
 
-fn priority_index(priority: Priority) -> usize {
+/// Dense index of `priority` (service order).
+pub(super) fn priority_index(priority: Priority) -> usize {
     match priority {
         Priority::Critical => 0,
         Priority::Prefetch => 1,
@@ -62,45 +77,71 @@ pub struct Full(pub TaskId);
 
 type Queue = BoundedQueue<TaskId>;
 
+/// One bounded FIFO per lane × priority.
 #[derive(Debug)]
 pub struct ReadyQueues {
     /// Indexed by `lane.index() * 3 + priority_index(priority)`.
-    queues: [Queue; 9],
+    queues: Box<[Queue]>,
 }
 
 impl ReadyQueues {
-    /// Queues of [`crate::limits::SCHEDULER_QUEUE_CAPACITY`] entries each.
+    /// Host-lane queues of [`crate::limits::SCHEDULER_QUEUE_CAPACITY`]
+    /// entries each.
     pub fn new() -> Self {
         Self::with_capacity(crate::limits::SCHEDULER_QUEUE_CAPACITY)
     }
 
-    /// Queues of `capacity` entries each (at least one).
+    /// Host-lane queues of `capacity` entries each (at least one).
     pub fn with_capacity(capacity: usize) -> Self {
-        let capacity = capacity.max(1);
+        Self::with_lane_capacities(&[capacity; 3])
+    }
+
+    /// Queues for lanes `0..capacities.len()` (dense [`Lane::index`]); every
+    /// priority of lane `i` holds `capacities[i]` entries (at least one).
+    pub fn with_lane_capacities(capacities: &[usize]) -> Self {
         Self {
-            queues: std::array::from_fn(|_| Queue::new(capacity)),
+            queues: capacities
+                .iter()
+                .flat_map(|&c| (0..3).map(move |_| Queue::new(c.max(1))))
+                .collect(),
         }
     }
 
-    fn queue(&self, lane: Lane, priority: Priority) -> &Queue {
-        &self.queues[lane.index() * 3 + priority_index(priority)]
+    /// Lanes these queues cover.
+    pub fn lanes(&self) -> usize {
+        self.queues.len() / 3
     }
 
-    /// Enqueues `task` at `priority` on `lane`'s queue.
+    fn queue(&self, lane: Lane, priority: Priority) -> Option<&Queue> {
+        self.queues.get(lane.index() * 3 + priority_index(priority))
+    }
+
+    /// Enqueues `task` at `priority` on `lane`'s queue; a lane these queues
+    /// do not cover counts as full.
     pub fn push(&self, lane: Lane, priority: Priority, task: TaskId) -> Result<(), Full> {
-        self.queue(lane, priority).push(task).map_err(Full)
+        match self.queue(lane, priority) {
+            Some(q) => q.push(task).map_err(Full),
+            None => Err(Full(task)),
+        }
     }
 
     /// Dequeues the oldest task of the highest non-empty priority of `lane`.
     pub fn pop(&self, lane: Lane) -> Option<(Priority, TaskId)> {
         PRIORITIES
             .iter()
-            .find_map(|&p| self.queue(lane, p).pop().map(|t| (p, t)))
+            .find_map(|&p| self.queue(lane, p)?.pop().map(|t| (p, t)))
+    }
+
+    /// Dequeues the oldest task of `lane` at exactly `priority`.
+    pub fn pop_at(&self, lane: Lane, priority: Priority) -> Option<TaskId> {
+        self.queue(lane, priority)?.pop()
     }
 
     /// Whether every priority of `lane` looked empty (a racy hint).
     pub fn is_empty(&self, lane: Lane) -> bool {
-        PRIORITIES.iter().all(|&p| self.queue(lane, p).is_empty())
+        PRIORITIES
+            .iter()
+            .all(|&p| self.queue(lane, p).is_none_or(Queue::is_empty))
     }
 }
 

@@ -7,8 +7,8 @@
 //! |-------|--------------------------------|
 //! | 0–27  | remaining dependency count     |
 //! | 28    | `PROMOTED`: post it critical   |
-//! | 29    | `CLAIMED`: a worker owns a run |
-//! | 30    | `DONE`: the run finished       |
+//! | 29    | `CLAIMED`: a worker owns the run (running or finished) |
+//! | 30    | unused                         |
 //! | 31    | `CANCELLED`: must never start  |
 //!
 //! Every transition is one read-modify-write returning a `#[must_use]`
@@ -17,7 +17,11 @@
 //! Ordering: `dependency_done` is an `AcqRel` RMW, so the decrements form a
 //! release sequence on the word; the claimer's `Acquire` CAS therefore
 //! synchronizes with every finished dependency, and whatever those
-//! dependencies wrote is visible to the task's run. `promote` is an RMW too,
+//! dependencies wrote is visible to the task's run. `dependency_done_claiming`
+//! is one `AcqRel` CAS that both takes the count to zero and claims: the
+//! last finisher then runs the task itself (the worker's continuation) with
+//! no queue round trip. Whether a task finished is recorded by the pool's
+//! outcome column, not here. `promote` is an RMW too,
 //! so it does not break that release sequence; and because the mark lives in
 //! the same word as the count, a promoter and the last finishing dependency
 //! are ordered by the word's modification order (protocol "promote").
@@ -28,13 +32,11 @@ const COUNT_BITS: u32 = 28;
 const COUNT_MASK: u32 = (1 << COUNT_BITS) - 1;
 const PROMOTED: u32 = 1 << 28;
 const CLAIMED: u32 = 1 << 29;
-const DONE: u32 = 1 << 30;
 const CANCELLED: u32 = 1 << 31;
 
-const _: () = assert!(COUNT_MASK & (PROMOTED | CLAIMED | DONE | CANCELLED) == 0);
+const _: () = assert!(COUNT_MASK & (PROMOTED | CLAIMED | CANCELLED) == 0);
 const _: () = assert!(PROMOTED.trailing_zeros() == COUNT_BITS);
-const _: () = assert!(PROMOTED < CLAIMED && CLAIMED < DONE && DONE < CANCELLED);
-const _: () = assert!((COUNT_MASK | PROMOTED | CLAIMED | DONE | CANCELLED) == u32::MAX);
+const _: () = assert!(PROMOTED < CLAIMED && CLAIMED < CANCELLED);
 const _: () = assert!(crate::limits::MAX_SCHEDULER_TASKS as u64 <= COUNT_MASK as u64 + 1);
 
 /// Most dependencies one task may have.
@@ -50,14 +52,9 @@ impl Snapshot {
         self.0 & COUNT_MASK
     }
 
-    /// Whether a worker claimed the task (it is running or done).
+    /// Whether a worker claimed the task (it is running or finished).
     pub fn is_claimed(self) -> bool {
         self.0 & CLAIMED != 0
-    }
-
-    /// Whether the task's run finished.
-    pub fn is_done(self) -> bool {
-        self.0 & DONE != 0
     }
 
     /// Whether the task was cancelled.
@@ -76,6 +73,20 @@ impl Snapshot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DependencyDone {
     /// This call took the count to zero: the caller must enqueue the task.
+    Fired,
+    /// Other dependencies remain.
+    Pending,
+}
+
+/// Outcome of [`TaskState::dependency_done_claiming`].
+#[must_use = "a `Fired` task must be enqueued, a `FiredClaimed` one run, by the caller"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FireClaim {
+    /// This call took the count to zero and claimed the task: the caller
+    /// owns its run (as after [`Claim::Claimed`]).
+    FiredClaimed,
+    /// This call took the count to zero of a cancelled task: enqueue it as
+    /// after [`DependencyDone::Fired`] (its claim drops it).
     Fired,
     /// Other dependencies remain.
     Pending,
@@ -140,6 +151,28 @@ impl TaskState {
         }
     }
 
+    /// Records that one dependency finished and, if this call takes the
+    /// count to zero of a task nobody cancelled, claims it in the same CAS.
+    pub fn dependency_done_claiming(&self) -> FireClaim {
+        let mut word = self.0.load(Ordering::Relaxed);
+        loop {
+            let s = Snapshot(word);
+            debug_assert!(s.remaining() > 0, "dependency count underflow");
+            let last = s.remaining() == 1;
+            let claim = last && !s.is_cancelled() && !s.is_claimed();
+            let next = (word - 1) | if claim { CLAIMED } else { 0 };
+            match self
+                .0
+                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) if claim => return FireClaim::FiredClaimed,
+                Ok(_) if last => return FireClaim::Fired,
+                Ok(_) => return FireClaim::Pending,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
     /// Claims the run with a CAS: exactly one caller ever gets `Claimed`.
     pub fn try_claim(&self) -> Claim {
         let mut word = self.0.load(Ordering::Acquire);
@@ -164,16 +197,6 @@ impl TaskState {
                 Err(actual) => word = actual,
             }
         }
-    }
-
-    /// Marks the claimed run finished (Release: its effects are published to
-    /// whoever observes `DONE`).
-    pub fn complete(&self) {
-        let before = Snapshot(self.0.fetch_or(DONE, Ordering::AcqRel));
-        debug_assert!(
-            before.is_claimed() && !before.is_done(),
-            "complete without claim"
-        );
     }
 
     /// Sets the promoted mark and returns the word as it was before: the
@@ -222,9 +245,8 @@ mod tests {
         assert_eq!(s.try_claim(), Claim::Claimed);
         assert_eq!(s.try_claim(), Claim::AlreadyClaimed);
         assert_eq!(s.cancel(), Cancel::TooLate);
-        s.complete();
         let snap = s.snapshot();
-        assert!(snap.is_claimed() && snap.is_done() && !snap.is_cancelled());
+        assert!(snap.is_claimed() && !snap.is_cancelled());
         assert_eq!(snap.remaining(), 0);
     }
 
@@ -246,8 +268,21 @@ mod tests {
         assert_eq!(s.try_claim(), Claim::NotReady);
         assert_eq!(s.dependency_done(), DependencyDone::Fired);
         assert_eq!(s.try_claim(), Claim::Claimed);
-        s.complete();
         let snap = s.snapshot();
-        assert!(snap.is_promoted() && snap.is_done() && snap.remaining() == 0);
+        assert!(snap.is_promoted() && snap.is_claimed() && snap.remaining() == 0);
+    }
+
+    #[test]
+    fn last_finisher_claims_in_the_same_step() {
+        let s = TaskState::new(2);
+        assert_eq!(s.dependency_done_claiming(), FireClaim::Pending);
+        assert_eq!(s.dependency_done_claiming(), FireClaim::FiredClaimed);
+        assert_eq!(s.try_claim(), Claim::AlreadyClaimed);
+        assert_eq!(s.cancel(), Cancel::TooLate);
+
+        let c = TaskState::new(1);
+        assert_eq!(c.cancel(), Cancel::Cancelled);
+        assert_eq!(c.dependency_done_claiming(), FireClaim::Fired);
+        assert_eq!(c.try_claim(), Claim::Cancelled);
     }
 }

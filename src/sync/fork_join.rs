@@ -1,35 +1,41 @@
-//! `ForkJoinPool`: persistent threads that help the caller run `n`
-//! independent tasks and return when all are done (hot path: every parallel
-//! kernel region goes through it).
+//! Fork-join parallel regions (hot path: every parallel kernel region goes
+//! through them): [`JobBoard`], the protocol by which a caller publishes `n`
+//! independent tasks that idle threads help run, and [`ForkJoinPool`], a
+//! board with its own persistent helper threads. The scheduler's
+//! `WorkerPool` serves the same board from its CPU workers instead.
 //!
 //! One atomic word, `claim`, describes the current job: a generation (24
 //! bits), the task count (20 bits) and the next unclaimed index (20 bits).
-//! Workers and the caller claim indices with a CAS on that word, so a task
-//! runs exactly once, and a worker that arrives after the job finished finds
+//! Helpers and the caller claim indices with a CAS on that word, so a task
+//! runs exactly once, and a helper that arrives after the job finished finds
 //! the index exhausted (or a newer generation) and claims nothing.
 //!
 //! Protocols:
-//! 1. **Publish** (caller): store the job pointer, reset `finished`, then
-//!    store `claim = (generation, tasks, 0)` (SeqCst). If `sleepers > 0`,
-//!    bump `wake` and wake every parked worker.
+//! 1. **Publish** (caller, [`JobBoard::run`]): take the board (`busy` CAS;
+//!    taken → run inline, step 4); store the job pointer, reset `finished`,
+//!    then store `claim = (generation, tasks, 0)` (SeqCst) and call the
+//!    owner's `wake` hook (a SeqCst fence, then wake every parked helper if
+//!    any sleeps).
 //! 2. **Run**: claim an index by CAS; run the task; `finished += 1`. The job
 //!    pointer is dereferenced only after a successful claim, and the caller
 //!    cannot return (its stack frame owns the job) until `finished == tasks`,
 //!    so the pointer is valid whenever it is used.
-//! 3. **Sleep** (worker): after spinning `SPIN_LIMIT` checks without a new
-//!    generation: `sleepers += 1` (SeqCst), read `wake`, re-check `claim`
-//!    (SeqCst), then futex-wait on `wake`. Either the re-check sees the new
-//!    job, or the caller's SeqCst load of `sleepers` sees this worker and
-//!    bumps `wake`, which ends the wait: no wake-up is lost.
+//! 3. **Sleep** (helper): after spinning without a new generation:
+//!    `sleepers += 1` (SeqCst), read the wake word, re-check `claim`
+//!    ([`JobBoard::new_job`], SeqCst), then futex-wait on the wake word.
+//!    Either the re-check sees the new job, or the caller's SeqCst load of
+//!    `sleepers` sees this helper and bumps the word, which ends the wait:
+//!    no wake-up is lost.
 //! 4. **Nesting**: a `run` while another is in progress (from inside a task,
 //!    or a second caller) runs its tasks inline on the calling thread.
-//! 5. **Shutdown** (drop): set `shutdown`, bump `wake`, wake all, join.
+//! 5. **Shutdown** (drop of the owner): set `shutdown`, bump the wake word,
+//!    wake all, join.
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
-use super::{Arc, AtomicBool, AtomicU64, AtomicUsize, FutexWord, Ordering, thread};
+use super::{Arc, AtomicBool, AtomicU64, AtomicUsize, FutexWord, Ordering, fence, thread};
 
-/// A borrowed task; the pool stores a thin pointer to one on the caller's stack.
+/// A borrowed task; the board stores a thin pointer to one on the caller's stack.
 type Task<'a> = &'a (dyn Fn(usize) + Sync);
 
 const GEN_BITS: u32 = 24;
@@ -55,22 +61,41 @@ fn unpack(word: u64) -> (u64, u64, u64) {
     )
 }
 
-#[derive(Debug)]
-struct Shared {
+/// The shared state of fork-join jobs: one job at a time, helped by any
+/// thread that polls [`JobBoard::new_job`].
+#[derive(Debug, Default)]
+pub struct JobBoard {
     claim: AtomicU64,
     /// Thin pointer to the caller's `Task`, valid while its job is unfinished.
     job: AtomicUsize,
     finished: AtomicUsize,
     panicked: AtomicBool,
     busy: AtomicBool,
-    sleepers: AtomicUsize,
-    wake: FutexWord,
-    shutdown: AtomicBool,
+    generation: AtomicU64,
 }
 
-impl Shared {
-    /// Claims and runs tasks of generation `generation` until none is left.
-    fn help(&self, generation: u64) {
+impl JobBoard {
+    /// An idle board.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The generation of a job published after `*seen` that still has
+    /// unclaimed tasks; otherwise records the generation it saw in `seen`
+    /// and returns `None` (SeqCst: the re-check of sleep step 3).
+    pub fn new_job(&self, seen: &mut u64) -> Option<u64> {
+        let (g, tasks, next) = unpack(self.claim.load(Ordering::SeqCst));
+        if g != *seen && next < tasks {
+            Some(g)
+        } else {
+            *seen = g;
+            None
+        }
+    }
+
+    /// Run protocol: claims and runs tasks of generation `generation` until
+    /// none is left.
+    pub fn help(&self, generation: u64) {
         loop {
             let word = self.claim.load(Ordering::Acquire);
             let (g, tasks, next) = unpack(word);
@@ -99,44 +124,89 @@ impl Shared {
         }
     }
 
+    /// Runs `task(i)` for every `i` in `0..tasks` on the caller and whoever
+    /// helps; returns when all have finished. `wake` is called once the job
+    /// is published (publish step 1). With `helpers == 0`, a single task, or
+    /// the board taken (nesting, step 4) the tasks run inline. A panic in
+    /// any task is re-raised here after every task finished.
+    pub fn run(
+        &self,
+        helpers: usize,
+        tasks: usize,
+        task: &(dyn Fn(usize) + Sync),
+        wake: impl FnOnce(),
+    ) {
+        let inline = tasks <= 1
+            || helpers == 0
+            || tasks > MAX_TASKS
+            || self
+                .busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err();
+        if inline {
+            (0..tasks).for_each(task);
+            return;
+        }
+        let generation =
+            (self.generation.fetch_add(1, Ordering::Relaxed) + 1) & ((1 << GEN_BITS) - 1);
+        let job: Task<'_> = task;
+        self.job
+            .store(&job as *const Task<'_> as usize, Ordering::Release);
+        self.finished.store(0, Ordering::Relaxed);
+        self.claim
+            .store(pack(generation, tasks as u64, 0), Ordering::SeqCst);
+        wake();
+        self.help(generation);
+        let mut spins = 0u32;
+        while self.finished.load(Ordering::Acquire) < tasks {
+            spins += 1;
+            if spins < SPIN_LIMIT {
+                std::hint::spin_loop();
+            } else {
+                thread::yield_now();
+            }
+        }
+        let panicked = self.panicked.swap(false, Ordering::Relaxed);
+        self.busy.store(false, Ordering::Release);
+        if panicked {
+            resume_unwind(Box::new("a parallel task panicked"));
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    board: JobBoard,
+    sleepers: AtomicUsize,
+    wake: FutexWord,
+    shutdown: AtomicBool,
+}
+
+impl Shared {
     fn wake_all(&self) {
         self.wake.fetch_add(1, Ordering::SeqCst);
         self.wake.wake_all();
     }
 }
 
-/// Persistent helper threads for fork-join parallel regions.
+/// A [`JobBoard`] with persistent helper threads of its own.
 #[derive(Debug)]
 pub struct ForkJoinPool {
     shared: Arc<Shared>,
     workers: Vec<thread::JoinHandle<()>>,
-    generation: AtomicU64,
 }
 
 impl ForkJoinPool {
     /// A pool with `helpers` threads besides the caller.
     pub fn new(helpers: usize) -> Self {
-        let shared = Arc::new(Shared {
-            claim: AtomicU64::new(0),
-            job: AtomicUsize::new(0),
-            finished: AtomicUsize::new(0),
-            panicked: AtomicBool::new(false),
-            busy: AtomicBool::new(false),
-            sleepers: AtomicUsize::new(0),
-            wake: FutexWord::default(),
-            shutdown: AtomicBool::new(false),
-        });
+        let shared = Arc::new(Shared::default());
         let workers = (0..helpers)
             .map(|_| {
                 let shared = shared.clone();
                 thread::spawn(move || worker(&shared))
             })
             .collect();
-        Self {
-            shared,
-            workers,
-            generation: AtomicU64::new(0),
-        }
+        Self { shared, workers }
     }
 
     /// Threads that run tasks: the helpers plus the caller.
@@ -148,47 +218,13 @@ impl ForkJoinPool {
     /// helpers; returns when all have finished. A panic in any task is
     /// re-raised here after every task finished.
     pub fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
-        let inline = tasks <= 1
-            || self.workers.is_empty()
-            || tasks > MAX_TASKS
-            || self
-                .shared
-                .busy
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_err();
-        if inline {
-            (0..tasks).for_each(task);
-            return;
-        }
         let shared = &*self.shared;
-        let generation =
-            (self.generation.fetch_add(1, Ordering::Relaxed) + 1) & ((1 << GEN_BITS) - 1);
-        let job: Task<'_> = task;
-        shared
-            .job
-            .store(&job as *const Task<'_> as usize, Ordering::Release);
-        shared.finished.store(0, Ordering::Relaxed);
-        shared
-            .claim
-            .store(pack(generation, tasks as u64, 0), Ordering::SeqCst);
-        if shared.sleepers.load(Ordering::SeqCst) > 0 {
-            shared.wake_all();
-        }
-        shared.help(generation);
-        let mut spins = 0u32;
-        while shared.finished.load(Ordering::Acquire) < tasks {
-            spins += 1;
-            if spins < SPIN_LIMIT {
-                std::hint::spin_loop();
-            } else {
-                thread::yield_now();
+        shared.board.run(self.workers.len(), tasks, task, || {
+            fence(Ordering::SeqCst);
+            if shared.sleepers.load(Ordering::SeqCst) > 0 {
+                shared.wake_all();
             }
-        }
-        let panicked = shared.panicked.swap(false, Ordering::Relaxed);
-        shared.busy.store(false, Ordering::Release);
-        if panicked {
-            resume_unwind(Box::new("a parallel task panicked"));
-        }
+        });
     }
 }
 
@@ -200,11 +236,9 @@ fn worker(shared: &Shared) {
             if shared.shutdown.load(Ordering::Acquire) {
                 return;
             }
-            let (g, tasks, next) = unpack(shared.claim.load(Ordering::Acquire));
-            if g != seen && next < tasks {
+            if let Some(g) = shared.board.new_job(&mut seen) {
                 break g;
             }
-            seen = g;
             spins += 1;
             if spins < SPIN_LIMIT {
                 std::hint::spin_loop();
@@ -215,15 +249,15 @@ fn worker(shared: &Shared) {
             // Sleep protocol, step 3 of the module docs.
             shared.sleepers.fetch_add(1, Ordering::SeqCst);
             let wake = shared.wake.load(Ordering::SeqCst);
-            let (g, tasks, next) = unpack(shared.claim.load(Ordering::SeqCst));
-            if (g == seen || next >= tasks) && !shared.shutdown.load(Ordering::SeqCst) {
+            if shared.board.new_job(&mut seen).is_none() && !shared.shutdown.load(Ordering::SeqCst)
+            {
                 shared.wake.wait(wake);
             }
             shared.sleepers.fetch_sub(1, Ordering::SeqCst);
             spins = 0;
         };
         seen = generation;
-        shared.help(generation);
+        shared.board.help(generation);
     }
 }
 

@@ -12,13 +12,15 @@ mod event;
 mod fork_join;
 mod futex;
 mod latch;
+mod lock;
 mod pool;
 
 pub use bounded_queue::BoundedQueue;
 pub use event::Event;
-pub use fork_join::{ForkJoinPool, MAX_TASKS};
+pub use fork_join::{ForkJoinPool, JobBoard, MAX_TASKS};
 pub use futex::FutexWord;
 pub use latch::Latch;
+pub use lock::Lock;
 pub use pool::Pool;
 
 #[cfg(not(loom))]

@@ -1,0 +1,653 @@
+//! One run of a [`TaskGraph`] on a [`super::WorkerPool`]: its task words,
+//! ready queues and terminal accounting ([`SubmissionInner`]), the caller's
+//! handle ([`Submission`]), the cancel token and the context a running task
+//! sees ([`TaskContext`]). Hot path: `execute`, once per task.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Weak};
+
+use crate::plan::{Priority, TaskId};
+use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Latch, Lock, Ordering, Pool, fence};
+
+use super::admission::{Admission, AdmissionPermit, Refusal};
+use super::graph::TaskGraph;
+use super::outcome::{RunOutcome, TaskFailure, code};
+use super::pool::{Lease, LocalWork, PoolShared};
+use super::queue::{Lane, ReadyQueues};
+use super::task_state::{Cancel, Claim, DependencyDone, FireClaim, Snapshot, TaskState};
+
+/// Runs a task by id; the scheduler never knows what a task does.
+pub trait TaskRunner: Send + Sync {
+    /// Runs `task`. Called at most once per task, on a worker of the task's
+    /// lane, after every dependency's `run` returned `Ok` (and with its
+    /// effects visible). An `Err` or a panic (caught) fails the task: its
+    /// transitive dependents are suppressed and never run. `ctx` reaches
+    /// the submission (promotion, cancellation) and the pool's CPU workers
+    /// (kernel parallelism).
+    fn run(&self, task: TaskId, ctx: &TaskContext<'_>) -> Result<(), TaskFailure>;
+}
+
+/// Options of one [`super::WorkerPool::submit_with`].
+#[derive(Debug, Clone, Default)]
+pub struct SubmitOptions {
+    /// Admit every task through this controller before it runs (protocol
+    /// "admit"). Several submissions may share one controller (one budget).
+    pub admission: Option<Arc<Admission>>,
+}
+
+/// Why a graph could not be submitted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// A task runs on a lane the pool has no worker for.
+    #[error("task {task:?} runs on lane {lane:?}, which this pool has no worker for")]
+    NoWorkers {
+        /// The first such task.
+        task: TaskId,
+        /// Its lane.
+        lane: Lane,
+    },
+}
+
+/// A local-buffer entry's mark: the task was claimed when it fired.
+pub(super) const CLAIMED_ENTRY: u32 = 1 << 31;
+
+/// The shared state of one submission.
+pub(super) struct SubmissionInner {
+    pub(super) pool: Weak<PoolShared>,
+    pub(super) graph: Arc<TaskGraph>,
+    states: Box<[TaskState]>,
+    pub(super) queues: ReadyQueues,
+    /// Runs that finished (completed or failed).
+    finished: AtomicUsize,
+    panicked: AtomicUsize,
+    /// Tasks that reached a terminal state; the last one opens `all_done`.
+    terminal: AtomicUsize,
+    /// Per task, its [`code`]: written once by the owner of its accounting.
+    outcomes: Box<[AtomicU32]>,
+    /// Id of the first failed task, `usize::MAX` while none failed.
+    first_failed: AtomicUsize,
+    /// The first failure (capacity 1, only `first_failed`'s winner puts).
+    first_failure: Pool<(TaskId, TaskFailure)>,
+    cancel_requested: AtomicBool,
+    admission: Option<Arc<Admission>>,
+    all_done: Latch,
+    runner: Arc<dyn TaskRunner>,
+}
+
+impl std::fmt::Debug for SubmissionInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Submission")
+            .field("tasks", &self.graph.len())
+            .field("terminal", &self.terminal.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Deferred tasks of one [`Admission`], with the submissions they belong
+/// to (admit step 3; cold path).
+#[derive(Debug, Default)]
+pub struct Deferred {
+    entries: Lock<Vec<(Arc<SubmissionInner>, TaskId)>>,
+    len: AtomicUsize,
+}
+
+impl Deferred {
+    fn push(&self, submission: Arc<SubmissionInner>, task: TaskId) {
+        self.entries.with(|e| {
+            e.push((submission, task));
+            self.len.store(e.len(), Ordering::SeqCst);
+        });
+    }
+
+    /// Admit step 4: posts every deferred task again (on its own pool).
+    fn retry_all(&self) {
+        fence(Ordering::SeqCst);
+        if self.len.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let taken = self.entries.with(|e| {
+            self.len.store(0, Ordering::SeqCst);
+            std::mem::take(e)
+        });
+        for (submission, task) in taken {
+            if let Some(pool) = submission.pool.upgrade() {
+                submission.post(&pool, task);
+            }
+        }
+    }
+}
+
+impl SubmissionInner {
+    pub(super) fn new(
+        pool: Weak<PoolShared>,
+        graph: Arc<TaskGraph>,
+        runner: Arc<dyn TaskRunner>,
+        admission: Option<Arc<Admission>>,
+        lanes: usize,
+    ) -> Self {
+        let mut capacities = vec![0usize; lanes];
+        for (i, &n) in graph.lane_tasks().iter().enumerate() {
+            // Promote step 4: at most two entries per task circulate.
+            capacities[i] = n.saturating_mul(2);
+        }
+        Self {
+            pool,
+            states: (0..graph.len())
+                .map(|i| TaskState::new(graph.dependency_count(TaskId(i as u32))))
+                .collect(),
+            queues: ReadyQueues::with_lane_capacities(&capacities),
+            finished: AtomicUsize::new(0),
+            panicked: AtomicUsize::new(0),
+            terminal: AtomicUsize::new(0),
+            outcomes: (0..graph.len())
+                .map(|_| AtomicU32::new(code::PENDING))
+                .collect(),
+            first_failed: AtomicUsize::new(usize::MAX),
+            first_failure: Pool::new(1),
+            cancel_requested: AtomicBool::new(false),
+            admission,
+            all_done: Latch::new(),
+            runner,
+            graph,
+        }
+    }
+
+    /// Opens the completion latch of a submission without tasks.
+    pub(super) fn finish_empty(&self) {
+        debug_assert!(self.graph.is_empty());
+        self.all_done.open();
+    }
+
+    /// Whether every task reached a terminal state.
+    pub(super) fn is_done(&self) -> bool {
+        self.all_done.is_open()
+    }
+
+    /// The priority `task` is queued and admitted at: critical once
+    /// promoted (promote step 3), else its graph priority.
+    fn priority(&self, task: TaskId, snapshot: Snapshot) -> Priority {
+        if snapshot.is_promoted() {
+            Priority::Critical
+        } else {
+            self.graph.priority(task)
+        }
+    }
+
+    /// Post-ready step 2: enqueue a fired task at its priority, then wake
+    /// one sleeper of its lane.
+    pub(super) fn post(&self, pool: &PoolShared, task: TaskId) {
+        // Read after the caller's decrement of the same word (or after the
+        // task's deferral): promote step 3.
+        let snapshot = self.states[task.0 as usize].snapshot();
+        self.push(pool, task, self.priority(task, snapshot));
+    }
+
+    /// Enqueues `task` at `priority`, then runs sleep/wake step 2.
+    fn push(&self, pool: &PoolShared, task: TaskId, priority: Priority) {
+        let lane = self.graph.lane(task);
+        self.queues
+            .push(lane, priority, task)
+            .expect("ready queues hold two entries per task: one from firing, one from promotion");
+        // Sleep/wake step 2: the push is ordered before the sleeper check.
+        fence(Ordering::SeqCst);
+        pool.wake_one(lane);
+    }
+
+    /// Posts every task without dependencies (submit step 1; no wake-up).
+    pub(super) fn post_roots(&self) {
+        for i in 0..self.graph.len() {
+            let task = TaskId(i as u32);
+            if self.graph.dependency_count(task) == 0 {
+                self.queues
+                    .push(self.graph.lane(task), self.graph.priority(task), task)
+                    .expect("a queue holds every task of its lane twice");
+            }
+        }
+    }
+
+    /// Promote protocol (steps 1–3): marks `task` and its unfinished
+    /// transitive dependencies promoted and pushes each one that is ready
+    /// but unclaimed into its lane's critical queue. Returns how many were
+    /// pushed.
+    pub(super) fn promote(&self, pool: &PoolShared, task: TaskId) -> usize {
+        let mut pushed = 0;
+        let mut stack = vec![task];
+        while let Some(t) = stack.pop() {
+            let before = self.states[t.0 as usize].promote();
+            if before.is_promoted() || before.is_claimed() || before.is_cancelled() {
+                // Step 2: its promoter walks on from it, or it is running,
+                // done or will never run (and so are all its producers).
+                continue;
+            }
+            if before.remaining() == 0 {
+                // Step 3: fired before our mark, so its poster may have
+                // queued it at its own priority; queue it again as critical.
+                self.push(pool, t, Priority::Critical);
+                pushed += 1;
+            } else {
+                stack.extend_from_slice(self.graph.dependencies(t));
+            }
+        }
+        pushed
+    }
+
+    /// Adds `n` terminal tasks; the addition that reaches the task count
+    /// opens the completion latch and retires the submission from the pool.
+    pub(super) fn add_terminal(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        // AcqRel: the last addition acquires every earlier one (a release
+        // sequence), so the opener's `open` publishes every outcome.
+        if self.terminal.fetch_add(n, Ordering::AcqRel) + n == self.graph.len() {
+            self.all_done.open();
+            if let Some(pool) = self.pool.upgrade() {
+                pool.retire();
+            }
+        }
+    }
+
+    /// Records `task`'s terminal `code` and counts it at once (cold paths:
+    /// suppression and cancellation).
+    fn terminate(&self, task: TaskId, outcome: u32) {
+        self.outcomes[task.0 as usize].store(outcome, Ordering::Relaxed);
+        self.add_terminal(1);
+    }
+
+    /// Publishes a worker's batched counts (terminal accounting, claim
+    /// step 4).
+    pub(super) fn flush(&self, local: &mut LocalWork) {
+        if local.finished > 0 {
+            self.finished.fetch_add(local.finished, Ordering::AcqRel);
+            local.finished = 0;
+        }
+        let n = std::mem::take(&mut local.terminal);
+        self.add_terminal(n);
+    }
+
+    /// Admit protocol (steps 1–3): a permit for `task`, `Ok(None)` when
+    /// admission is off, or `Err(None)` after deferring the task /
+    /// `Err(Some(failure))` when it can never be admitted.
+    fn admit(
+        self: &Arc<Self>,
+        task: TaskId,
+        priority: Priority,
+    ) -> Result<Option<AdmissionPermit<'_>>, Option<TaskFailure>> {
+        let Some(admission) = &self.admission else {
+            return Ok(None);
+        };
+        let epoch = admission.epoch();
+        match admission.try_admit(
+            self.graph.lane(task),
+            priority,
+            self.graph.domain(task),
+            self.graph.estimated_bytes(task),
+        ) {
+            Ok(permit) => Ok(Some(permit)),
+            Err(Refusal::Never(message)) => Err(Some(TaskFailure::new(message))),
+            Err(Refusal::Busy) => {
+                admission.deferred().push(self.clone(), task);
+                // Admit step 3: the deferral is ordered before the epoch
+                // re-check; a release after our try either sees the task in
+                // `deferred` or changed the epoch we read now.
+                fence(Ordering::SeqCst);
+                if admission.epoch() != epoch {
+                    admission.deferred().retry_all();
+                }
+                Err(None)
+            }
+        }
+    }
+
+    /// Admit step 4 after a permit drop.
+    fn released(&self) {
+        if let Some(admission) = &self.admission {
+            admission.deferred().retry_all();
+        }
+    }
+
+    /// Claim protocol: run `task` if this worker owns its claim (`claimed`:
+    /// claimed when it fired; otherwise after admission and a won claim),
+    /// then its completion or failure. Fired dependents of a completed task
+    /// go to `local` (the first one claimed, as this worker's
+    /// continuation) or to the shared queues.
+    pub(super) fn execute(
+        self: &Arc<Self>,
+        pool: &PoolShared,
+        lane: Lane,
+        task: TaskId,
+        claimed: bool,
+        local: &mut LocalWork,
+    ) {
+        let state = &self.states[task.0 as usize];
+        let mut permit = None;
+        let mut never = None;
+        if claimed {
+            if self.cancel_requested.load(Ordering::Acquire) {
+                // Claimed when it fired, but the run was cancelled before it
+                // started: the claimer owns its accounting (cancel step 2).
+                self.outcomes[task.0 as usize].store(code::CANCELLED, Ordering::Relaxed);
+                local.terminal += 1;
+                return;
+            }
+        } else {
+            let snapshot = state.snapshot();
+            if snapshot.is_claimed() || snapshot.is_cancelled() || snapshot.remaining() != 0 {
+                return; // What the claim would say, before spending an admission.
+            }
+            match self.admit(task, self.priority(task, snapshot)) {
+                Ok(p) => permit = p,
+                Err(None) => return,
+                Err(Some(failure)) => never = Some(failure),
+            }
+            match state.try_claim() {
+                Claim::Claimed => {}
+                Claim::AlreadyClaimed | Claim::Cancelled | Claim::NotReady => {
+                    if permit.is_some() {
+                        drop(permit);
+                        self.released();
+                    }
+                    return;
+                }
+            }
+        }
+        let result = match never {
+            Some(failure) => Err(failure),
+            None => {
+                let ctx = TaskContext {
+                    pool,
+                    submission: self,
+                    task,
+                    worker_lane: lane,
+                };
+                catch_unwind(AssertUnwindSafe(|| self.runner.run(task, &ctx))).unwrap_or_else(
+                    |payload| {
+                        self.panicked.fetch_add(1, Ordering::Relaxed);
+                        Err(TaskFailure::from_panic(payload.as_ref()))
+                    },
+                )
+            }
+        };
+        if permit.is_some() {
+            drop(permit);
+            self.released();
+        }
+        local.finished += 1;
+        match result {
+            Ok(()) => {
+                self.fire_dependents(pool, task, local);
+                self.outcomes[task.0 as usize].store(code::COMPLETED, Ordering::Relaxed);
+                local.terminal += 1;
+            }
+            Err(failure) => {
+                self.record_failure(task, failure);
+                // Suppress before counting this task: the latch cannot open
+                // while dependents are still being marked.
+                self.suppress_dependents(task);
+                self.outcomes[task.0 as usize].store(code::FAILED, Ordering::Relaxed);
+                local.terminal += 1;
+            }
+        }
+    }
+
+    /// Post-ready step 2 for every dependent of the completed `task`.
+    fn fire_dependents(&self, pool: &PoolShared, task: TaskId, local: &mut LocalWork) {
+        // Claim-on-fire skips admission, so only without it.
+        let mut continuation = self.admission.is_some();
+        let mut claimed = None;
+        for &d in self.graph.dependents(task) {
+            let lane = self.graph.lane(d);
+            let keep = local.accepts(lane) && self.graph.priority(d) == Priority::Critical;
+            if keep && !continuation {
+                match self.states[d.0 as usize].dependency_done_claiming() {
+                    FireClaim::FiredClaimed => {
+                        continuation = true;
+                        claimed = Some(d);
+                    }
+                    FireClaim::Fired => self.post(pool, d),
+                    FireClaim::Pending => {}
+                }
+                continue;
+            }
+            if let DependencyDone::Fired = self.states[d.0 as usize].dependency_done() {
+                if keep && local.has_room() && !pool.searching(lane) {
+                    local.tasks.push(d.0);
+                } else {
+                    self.post(pool, d);
+                }
+            }
+        }
+        if let Some(d) = claimed {
+            // Last in, first out: the continuation runs next.
+            local.tasks.push(d.0 | CLAIMED_ENTRY);
+        }
+    }
+
+    /// Failure step 2: the first failure is kept for the outcome.
+    fn record_failure(&self, task: TaskId, failure: TaskFailure) {
+        if self
+            .first_failed
+            .compare_exchange(
+                usize::MAX,
+                task.0 as usize,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
+            let _ = self.first_failure.put((task, failure));
+        }
+    }
+
+    /// Failure step 3: cancels every transitive dependent of the failed
+    /// `task`; each one this call cancels is recorded suppressed.
+    fn suppress_dependents(&self, task: TaskId) {
+        let mut stack: Vec<TaskId> = self.graph.dependents(task).to_vec();
+        while let Some(d) = stack.pop() {
+            match self.states[d.0 as usize].cancel() {
+                Cancel::Cancelled => {
+                    stack.extend_from_slice(self.graph.dependents(d));
+                    self.terminate(d, code::SUPPRESSED);
+                }
+                // Its canceller covers its dependents (cancel step 2 or
+                // another suppression).
+                Cancel::AlreadyCancelled => {}
+                // A dependent of a failed task never reaches zero
+                // dependencies, so it is never claimed.
+                Cancel::TooLate => debug_assert!(false, "dependent of a failed task ran"),
+            }
+        }
+    }
+
+    /// Cancel step 2: cancels every unclaimed task; each one this call
+    /// cancels is recorded cancelled.
+    pub(super) fn cancel_all(&self) {
+        self.cancel_requested.store(true, Ordering::SeqCst);
+        for (i, state) in self.states.iter().enumerate() {
+            match state.cancel() {
+                Cancel::Cancelled => self.terminate(TaskId(i as u32), code::CANCELLED),
+                Cancel::AlreadyCancelled | Cancel::TooLate => {}
+            }
+        }
+    }
+
+    /// The summary of a finished run (after `all_done` opened).
+    fn outcome(&self) -> RunOutcome {
+        let mut outcome = RunOutcome::default();
+        for (i, o) in self.outcomes.iter().enumerate() {
+            let task = TaskId(i as u32);
+            match o.load(Ordering::Relaxed) {
+                code::COMPLETED => outcome.completed += 1,
+                code::FAILED => outcome.failed_tasks.push(task),
+                code::SUPPRESSED => outcome.suppressed.push(task),
+                code::CANCELLED => outcome.cancelled += 1,
+                _ => debug_assert!(false, "outcome of a run that is not over"),
+            }
+        }
+        if let Some(first) = self.first_failure.take_first(|_| true) {
+            outcome.failed = Some(first.clone());
+            let _ = self.first_failure.put(first);
+        }
+        outcome
+    }
+}
+
+/// The caller's handle to one submitted graph. Dropping it neither cancels
+/// nor waits: the pool keeps the submission's state alive until every task
+/// is terminal (and the pool's shutdown cancels what never started).
+#[derive(Debug)]
+pub struct Submission {
+    pub(super) inner: Arc<SubmissionInner>,
+    pub(super) pool: Arc<PoolShared>,
+}
+
+impl Submission {
+    /// Blocks until every task reached a terminal state (completed, failed,
+    /// suppressed or cancelled; running tasks are always joined) and returns
+    /// the summary.
+    pub fn wait(&self) -> RunOutcome {
+        self.inner.all_done.wait();
+        self.inner.outcome()
+    }
+
+    /// Whether every task reached a terminal state.
+    pub fn is_done(&self) -> bool {
+        self.inner.is_done()
+    }
+
+    /// A token that cancels this submission (protocol "cancel"). It does not
+    /// keep the submission alive, so a runner may own one of its own.
+    pub fn cancel_token(&self) -> CancelToken {
+        CancelToken {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Promote protocol: raises `task` and the producer chain it still waits
+    /// for to critical priority. Every unfinished transitive dependency (and
+    /// `task`) is marked promoted; each one that is ready but not yet claimed
+    /// is pushed again into its lane's critical queue (its earlier entry is
+    /// dropped by the claim), and each one not yet fired is posted at critical
+    /// priority when it fires. Returns how many tasks this call pushed.
+    /// Promoting a task twice, or a finished one, does nothing; a second
+    /// promoter racing the first may return while the first is still
+    /// walking (each task's promotion is completed by whoever set its mark).
+    /// Cold path: allocates a walk stack.
+    ///
+    /// # Panics
+    /// If `task` is not a task of the submitted graph.
+    pub fn promote(&self, task: TaskId) -> usize {
+        assert!((task.0 as usize) < self.inner.graph.len(), "no such task");
+        self.inner.promote(&self.pool, task)
+    }
+
+    /// The admission controller, if the submission has one.
+    pub fn admission(&self) -> Option<&Admission> {
+        self.inner.admission.as_deref()
+    }
+
+    /// Tasks that reached a terminal state so far (workers publish their
+    /// counts in batches, at the latest when they run out of local work).
+    pub fn terminal(&self) -> usize {
+        self.inner.terminal.load(Ordering::Acquire)
+    }
+
+    /// Tasks whose run finished (completed or failed) so far, published in
+    /// batches like [`Submission::terminal`].
+    pub fn finished(&self) -> usize {
+        self.inner.finished.load(Ordering::Acquire)
+    }
+
+    /// Runs that panicked so far.
+    pub fn panicked(&self) -> usize {
+        self.inner.panicked.load(Ordering::Acquire)
+    }
+
+    /// The submitted graph.
+    pub fn graph(&self) -> &TaskGraph {
+        &self.inner.graph
+    }
+}
+
+/// Cancels one submission: a cheap handle (clone it freely) that does not
+/// keep the submission alive. Tasks not claimed when [`CancelToken::cancel`]
+/// returns never run; running tasks finish and are joined by
+/// [`Submission::wait`].
+#[derive(Debug, Clone)]
+pub struct CancelToken {
+    inner: Weak<SubmissionInner>,
+}
+
+impl CancelToken {
+    /// Cancel steps 1–2: marks the submission cancelled and cancels every
+    /// task not yet claimed. Idempotent; several callers may race. Does
+    /// nothing once the submission is gone.
+    pub fn cancel(&self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.cancel_all();
+        }
+    }
+
+    /// Whether `cancel` was called (false once the submission is gone).
+    pub fn is_cancelled(&self) -> bool {
+        self.inner
+            .upgrade()
+            .is_some_and(|i| i.cancel_requested.load(Ordering::Acquire))
+    }
+}
+
+/// What a running task sees of its submission and pool.
+#[derive(Debug)]
+pub struct TaskContext<'a> {
+    pool: &'a PoolShared,
+    submission: &'a Arc<SubmissionInner>,
+    task: TaskId,
+    worker_lane: Lane,
+}
+
+impl TaskContext<'_> {
+    /// The running task.
+    pub fn task(&self) -> TaskId {
+        self.task
+    }
+
+    /// The lane of the worker running it (an inline task runs on a CPU or
+    /// an I/O worker).
+    pub fn worker_lane(&self) -> Lane {
+        self.worker_lane
+    }
+
+    /// Promote protocol from inside a task (see [`Submission::promote`]):
+    /// e.g. an invocation that found a requirement not resident raises its
+    /// producer chain. Returns how many tasks this call pushed.
+    ///
+    /// # Panics
+    /// If `task` is not a task of this submission's graph.
+    pub fn promote(&self, task: TaskId) -> usize {
+        assert!(
+            (task.0 as usize) < self.submission.graph.len(),
+            "no such task"
+        );
+        self.submission.promote(self.pool, task)
+    }
+
+    /// Whether the submission was cancelled (a long task may stop early and
+    /// return an error).
+    pub fn is_cancelled(&self) -> bool {
+        self.submission.cancel_requested.load(Ordering::Acquire)
+    }
+
+    /// A token cancelling this submission.
+    pub fn cancel_token(&self) -> CancelToken {
+        CancelToken {
+            inner: Arc::downgrade(self.submission),
+        }
+    }
+
+    /// Kernel parallelism on the pool's CPU workers (protocol "lease"):
+    /// `parallel_for` regions started from this task run on this thread
+    /// and whichever CPU workers are idle, never on a second pool.
+    pub fn parallel(&self) -> Lease<'_> {
+        self.pool.lease(self.worker_lane == Lane::Cpu)
+    }
+}
