@@ -1,19 +1,34 @@
-//! Loom models of `sync::ForkJoinPool`: every task of a job runs exactly
-//! once, `run` returns only after all of them finished, and consecutive jobs
-//! never run a task of the wrong job (the claim word's generation check).
+//! Loom models of the kernel lease (`WorkerPool::lease`, protocol "lease"
+//! over `sync::JobBoard`): every task of a job runs exactly once, `run`
+//! returns only after all of them finished, consecutive jobs never run a
+//! task of the wrong job (the claim word's generation check), and a region
+//! started inside a region runs inline.
 #![cfg(loom)]
 
 use loom_tests::model;
 
-use onnx_prepared::sync::{AtomicUsize, ForkJoinPool, Ordering};
+use onnx_prepared::scheduler::{PoolConfig, WorkerPool};
+use onnx_prepared::sync::{AtomicUsize, Ordering};
+use onnx_prepared_kernels::ParallelFor;
+
+fn one_cpu_worker() -> WorkerPool {
+    WorkerPool::new(PoolConfig {
+        cpu_workers: 1,
+        io_workers: 0,
+        devices: 0,
+        pin_cpu_workers: false,
+    })
+}
 
 #[test]
 fn each_task_runs_exactly_once_per_job() {
     model(|| {
-        let pool = ForkJoinPool::new(1);
+        let pool = one_cpu_worker();
+        let lease = pool.lease();
+        assert_eq!(lease.threads(), 2);
         for round in 0..2 {
             let hits = [AtomicUsize::new(0), AtomicUsize::new(0)];
-            pool.run(2, &|i| {
+            lease.run(2, &|i| {
                 hits[i].fetch_add(1, Ordering::Relaxed);
             });
             // `run` returned: every task of this job finished, exactly once.
@@ -28,11 +43,12 @@ fn each_task_runs_exactly_once_per_job() {
 #[test]
 fn nested_run_executes_inline() {
     model(|| {
-        let pool = ForkJoinPool::new(1);
+        let pool = one_cpu_worker();
+        let lease = pool.lease();
         let total = AtomicUsize::new(0);
-        pool.run(2, &|_| {
-            // A run from inside a task must not wait for the busy pool.
-            pool.run(2, &|_| {
+        lease.run(2, &|_| {
+            // A run from inside a task must not wait for the busy board.
+            lease.run(2, &|_| {
                 total.fetch_add(1, Ordering::Relaxed);
             });
         });

@@ -203,6 +203,9 @@ impl ParallelFor for Lease<'_> {
 #[derive(Debug)]
 pub(super) struct LocalWork {
     lane: Lane,
+    /// This worker is the only one of its lane: nobody could take a shared
+    /// entry of it, so every task it keeps is claimed when it fires.
+    pub(super) exclusive: bool,
     /// Task ids of the current submission; [`CLAIMED_ENTRY`] marks a task
     /// this worker claimed when it fired. Never grows past its capacity.
     pub(super) tasks: Vec<u32>,
@@ -211,9 +214,10 @@ pub(super) struct LocalWork {
 }
 
 impl LocalWork {
-    fn new(lane: Lane) -> Self {
+    fn new(lane: Lane, exclusive: bool) -> Self {
         Self {
             lane,
+            exclusive,
             tasks: Vec::with_capacity(SCHEDULER_LOCAL_CAPACITY),
             terminal: 0,
             finished: 0,
@@ -292,7 +296,13 @@ fn worker(pool: &PoolShared, lane: Lane) {
         submissions: Vec::new(),
         next: 0,
     };
-    let mut local = LocalWork::new(lane);
+    let exclusive = match lane {
+        Lane::Cpu => pool.config.cpu_workers == 1,
+        Lane::Io => pool.config.io_workers == 1,
+        Lane::Device(_) => true,
+        Lane::Inline => false,
+    };
+    let mut local = LocalWork::new(lane, exclusive);
     // Index in `cache` of the submission `local` belongs to.
     let mut current = usize::MAX;
     let mut seen_job = 0u64;

@@ -390,34 +390,42 @@ impl SubmissionInner {
         }
     }
 
-    /// Post-ready step 2 for every dependent of the completed `task`.
+    /// Post-ready step 2 for every dependent of the completed `task`: the
+    /// first critical one this worker may run is claimed as it fires (its
+    /// continuation); further ones are kept unclaimed (claimed too when the
+    /// worker is alone on its lane) unless a peer is searching or the
+    /// buffer is full; the rest are posted.
     fn fire_dependents(&self, pool: &PoolShared, task: TaskId, local: &mut LocalWork) {
         // Claim-on-fire skips admission, so only without it.
-        let mut continuation = self.admission.is_some();
-        let mut claimed = None;
+        let claiming = self.admission.is_none();
+        let mut continuation = None;
         for &d in self.graph.dependents(task) {
             let lane = self.graph.lane(d);
-            let keep = local.accepts(lane) && self.graph.priority(d) == Priority::Critical;
-            if keep && !continuation {
-                match self.states[d.0 as usize].dependency_done_claiming() {
-                    FireClaim::FiredClaimed => {
-                        continuation = true;
-                        claimed = Some(d);
-                    }
+            let keep = local.accepts(lane)
+                && self.graph.priority(d) == Priority::Critical
+                && local.has_room();
+            let state = &self.states[d.0 as usize];
+            if keep
+                && claiming
+                && (continuation.is_none() || (local.exclusive && lane != Lane::Inline))
+            {
+                match state.dependency_done_claiming() {
+                    FireClaim::FiredClaimed if continuation.is_none() => continuation = Some(d),
+                    FireClaim::FiredClaimed => local.tasks.push(d.0 | CLAIMED_ENTRY),
                     FireClaim::Fired => self.post(pool, d),
                     FireClaim::Pending => {}
                 }
                 continue;
             }
-            if let DependencyDone::Fired = self.states[d.0 as usize].dependency_done() {
-                if keep && local.has_room() && !pool.searching(lane) {
+            if let DependencyDone::Fired = state.dependency_done() {
+                if keep && !pool.searching(lane) {
                     local.tasks.push(d.0);
                 } else {
                     self.post(pool, d);
                 }
             }
         }
-        if let Some(d) = claimed {
+        if let Some(d) = continuation {
             // Last in, first out: the continuation runs next.
             local.tasks.push(d.0 | CLAIMED_ENTRY);
         }

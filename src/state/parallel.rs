@@ -1,31 +1,45 @@
 //! `ThreadPool`: the kernels' `ParallelFor` over the caller's thread plus
-//! persistent helpers (hot path).
+//! the CPU workers of a [`WorkerPool`] (hot path), leased the same way a
+//! task running on those workers leases them: one persistent pool under
+//! everything.
 
 use onnx_prepared_kernels::ParallelFor;
 
-use crate::sync::ForkJoinPool;
+use crate::scheduler::{PoolConfig, WorkerPool};
 
-/// Runs kernel parallel regions on the calling thread and `helpers` threads.
+/// Runs kernel parallel regions on the calling thread and `helpers` CPU
+/// workers of a pool of its own (no I/O workers).
 #[derive(Debug)]
 pub struct ThreadPool {
-    pool: ForkJoinPool,
+    pool: WorkerPool,
 }
 
 impl ThreadPool {
-    /// A pool of `helpers` threads besides the caller.
+    /// A pool of `helpers` CPU workers besides the caller (not pinned: the
+    /// caller's thread is not either).
     pub fn new(helpers: usize) -> Self {
         Self {
-            pool: ForkJoinPool::new(helpers),
+            pool: WorkerPool::new(PoolConfig {
+                cpu_workers: helpers,
+                io_workers: 0,
+                devices: 0,
+                pin_cpu_workers: false,
+            }),
         }
+    }
+
+    /// The pool whose CPU workers help.
+    pub fn workers(&self) -> &WorkerPool {
+        &self.pool
     }
 }
 
 impl ParallelFor for ThreadPool {
     fn threads(&self) -> usize {
-        self.pool.threads()
+        self.pool.lease().threads()
     }
 
     fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
-        self.pool.run(tasks, task);
+        self.pool.lease().run(tasks, task);
     }
 }

@@ -1,8 +1,8 @@
 //! Fork-join parallel regions (hot path: every parallel kernel region goes
 //! through them): [`JobBoard`], the protocol by which a caller publishes `n`
-//! independent tasks that idle threads help run, and [`ForkJoinPool`], a
-//! board with its own persistent helper threads. The scheduler's
-//! `WorkerPool` serves the same board from its CPU workers instead.
+//! independent tasks that idle threads help run. The scheduler's
+//! `WorkerPool` serves it from its CPU workers (its kernel lease); there is
+//! no second pool.
 //!
 //! One atomic word, `claim`, describes the current job: a generation (24
 //! bits), the task count (20 bits) and the next unclaimed index (20 bits).
@@ -20,7 +20,7 @@
 //!    pointer is dereferenced only after a successful claim, and the caller
 //!    cannot return (its stack frame owns the job) until `finished == tasks`,
 //!    so the pointer is valid whenever it is used.
-//! 3. **Sleep** (helper): after spinning without a new generation:
+//! 3. **Sleep** (helper, in the owner's worker loop): after spinning without a new generation:
 //!    `sleepers += 1` (SeqCst), read the wake word, re-check `claim`
 //!    ([`JobBoard::new_job`], SeqCst), then futex-wait on the wake word.
 //!    Either the re-check sees the new job, or the caller's SeqCst load of
@@ -33,7 +33,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
-use super::{Arc, AtomicBool, AtomicU64, AtomicUsize, FutexWord, Ordering, fence, thread};
+use super::{AtomicBool, AtomicU64, AtomicUsize, Ordering, thread};
 
 /// A borrowed task; the board stores a thin pointer to one on the caller's stack.
 type Task<'a> = &'a (dyn Fn(usize) + Sync);
@@ -44,6 +44,7 @@ const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// Most tasks one `run` may have.
 pub const MAX_TASKS: usize = COUNT_MASK as usize;
 
+/// Polls of `finished` by a caller waiting for helpers before it yields.
 #[cfg(not(loom))]
 const SPIN_LIMIT: u32 = 1 << 14;
 #[cfg(loom)]
@@ -170,103 +171,6 @@ impl JobBoard {
         self.busy.store(false, Ordering::Release);
         if panicked {
             resume_unwind(Box::new("a parallel task panicked"));
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct Shared {
-    board: JobBoard,
-    sleepers: AtomicUsize,
-    wake: FutexWord,
-    shutdown: AtomicBool,
-}
-
-impl Shared {
-    fn wake_all(&self) {
-        self.wake.fetch_add(1, Ordering::SeqCst);
-        self.wake.wake_all();
-    }
-}
-
-/// A [`JobBoard`] with persistent helper threads of its own.
-#[derive(Debug)]
-pub struct ForkJoinPool {
-    shared: Arc<Shared>,
-    workers: Vec<thread::JoinHandle<()>>,
-}
-
-impl ForkJoinPool {
-    /// A pool with `helpers` threads besides the caller.
-    pub fn new(helpers: usize) -> Self {
-        let shared = Arc::new(Shared::default());
-        let workers = (0..helpers)
-            .map(|_| {
-                let shared = shared.clone();
-                thread::spawn(move || worker(&shared))
-            })
-            .collect();
-        Self { shared, workers }
-    }
-
-    /// Threads that run tasks: the helpers plus the caller.
-    pub fn threads(&self) -> usize {
-        self.workers.len() + 1
-    }
-
-    /// Runs `task(i)` for every `i` in `0..tasks` on the caller and the
-    /// helpers; returns when all have finished. A panic in any task is
-    /// re-raised here after every task finished.
-    pub fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
-        let shared = &*self.shared;
-        shared.board.run(self.workers.len(), tasks, task, || {
-            fence(Ordering::SeqCst);
-            if shared.sleepers.load(Ordering::SeqCst) > 0 {
-                shared.wake_all();
-            }
-        });
-    }
-}
-
-fn worker(shared: &Shared) {
-    let mut seen = 0u64;
-    loop {
-        let mut spins = 0u32;
-        let generation = loop {
-            if shared.shutdown.load(Ordering::Acquire) {
-                return;
-            }
-            if let Some(g) = shared.board.new_job(&mut seen) {
-                break g;
-            }
-            spins += 1;
-            if spins < SPIN_LIMIT {
-                std::hint::spin_loop();
-                #[cfg(loom)]
-                thread::yield_now();
-                continue;
-            }
-            // Sleep protocol, step 3 of the module docs.
-            shared.sleepers.fetch_add(1, Ordering::SeqCst);
-            let wake = shared.wake.load(Ordering::SeqCst);
-            if shared.board.new_job(&mut seen).is_none() && !shared.shutdown.load(Ordering::SeqCst)
-            {
-                shared.wake.wait(wake);
-            }
-            shared.sleepers.fetch_sub(1, Ordering::SeqCst);
-            spins = 0;
-        };
-        seen = generation;
-        shared.board.help(generation);
-    }
-}
-
-impl Drop for ForkJoinPool {
-    fn drop(&mut self) {
-        self.shared.shutdown.store(true, Ordering::SeqCst);
-        self.shared.wake_all();
-        for w in self.workers.drain(..) {
-            let _ = w.join();
         }
     }
 }

@@ -17,7 +17,7 @@ mod pool;
 
 pub use bounded_queue::BoundedQueue;
 pub use event::Event;
-pub use fork_join::{ForkJoinPool, JobBoard, MAX_TASKS};
+pub use fork_join::{JobBoard, MAX_TASKS};
 pub use futex::FutexWord;
 pub use latch::Latch;
 pub use lock::Lock;
