@@ -267,3 +267,42 @@ fn activation_last_use_points_at_the_last_reading_step() {
         .unwrap();
     assert_eq!(last[past], 1);
 }
+
+/// The scheduler's view of tiny-llm's plan gates every session task at the
+/// first step that needs its output, reads no later than their prepacks,
+/// and never gates an invocation task.
+#[test]
+fn tiny_llm_session_tasks_are_gated_by_first_use() {
+    use onnx_prepared::scheduler::TaskGraph;
+    let plan = plan("tiny-llm");
+    let graph = TaskGraph::from_prepared_plan(&plan).unwrap();
+    let tasks = plan.tasks();
+    let mut layer_distance: HashMap<&str, u32> = HashMap::new();
+    for t in 0..tasks.len() {
+        let task = TaskId(t as u32);
+        match tasks.scope[t] {
+            TaskScope::Invocation => assert_eq!(graph.distance(task), None),
+            TaskScope::Session => {
+                let d = graph.distance(task).expect("session tasks are gated");
+                if let Some(r) = tasks.publishes[t] {
+                    assert_eq!(d, plan.requirements().prefetch_distance[r.0 as usize]);
+                }
+                for dep in tasks.dependents.row(t) {
+                    if let Some(dd) = graph.distance(*dep) {
+                        assert!(d <= dd, "{} after its prepack", tasks.name[t]);
+                    }
+                }
+                for layer in ["layer0.", "layer3."] {
+                    if tasks.name[t].contains(layer) {
+                        let e = layer_distance.entry(layer).or_insert(d);
+                        *e = (*e).min(d);
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        layer_distance["layer0."] < layer_distance["layer3."],
+        "{layer_distance:?}"
+    );
+}

@@ -100,6 +100,7 @@ fn critical_task_runs_while_background_work_fills_the_budget() {
                 runner.clone(),
                 SubmitOptions {
                     admission: Some(Arc::new(admission)),
+                    ..SubmitOptions::default()
                 },
             )
             .unwrap();
@@ -163,6 +164,7 @@ fn refused_tasks_are_requeued_until_a_permit_is_released() {
             runner.clone(),
             SubmitOptions {
                 admission: Some(Arc::new(Admission::new(budget.clone()))),
+                ..SubmitOptions::default()
             },
         )
         .unwrap();
@@ -205,6 +207,7 @@ fn a_task_that_can_never_be_admitted_fails_and_suppresses_its_dependents() {
             Arc::new(Nop),
             SubmitOptions {
                 admission: Some(Arc::new(Admission::new(budget))),
+                ..SubmitOptions::default()
             },
         )
         .unwrap();

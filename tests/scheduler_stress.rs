@@ -222,6 +222,7 @@ fn round(pool: &WorkerPool, admission: &Arc<Admission>, rng: &mut Rng, rounds: u
             let case = Arc::new(case);
             let options = SubmitOptions {
                 admission: (rng.below(3) == 0).then(|| admission.clone()),
+                ..SubmitOptions::default()
             };
             let run = pool.submit_with(graph, case.clone(), options).unwrap();
             let cancel = rng.below(8) == 0;

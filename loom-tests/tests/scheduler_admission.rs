@@ -59,6 +59,7 @@ fn refused_task_is_retried_on_release_and_never_over_budget() {
                 runs.clone(),
                 SubmitOptions {
                     admission: Some(Arc::new(Admission::new(budget.clone()))),
+                    ..SubmitOptions::default()
                 },
             )
             .unwrap();

@@ -4,7 +4,9 @@
 //! estimated bytes and their [`Domain`] for admission.
 
 use crate::arena::Domain;
-use crate::plan::{Csr, Priority, ResourceClass, TaskId, TaskKind, TaskTable};
+use crate::plan::{
+    Csr, PreparedExecutionPlan, Priority, ResourceClass, TaskId, TaskKind, TaskScope, TaskTable,
+};
 
 use super::queue::Lane;
 use super::task_state::MAX_DEPENDENCIES;
@@ -45,6 +47,14 @@ pub enum GraphError {
         /// Entries in the byte column.
         bytes: usize,
     },
+    /// The distance column has a different length than the graph.
+    #[error("{distances} look-ahead distances for {tasks} tasks")]
+    DistanceMismatch {
+        /// Tasks in the graph.
+        tasks: usize,
+        /// Entries in the distance column.
+        distances: usize,
+    },
     /// The dependencies contain a cycle, so some task could never fire.
     #[error("the dependencies contain a cycle")]
     Cycle,
@@ -65,7 +75,13 @@ pub struct TaskGraph {
     domains: Vec<Domain>,
     /// Estimated bytes each task holds while it runs (default 0).
     estimated_bytes: Vec<usize>,
+    /// Per task, the inference step that first needs it (look-ahead
+    /// window), [`UNGATED`] for tasks the window never holds.
+    distances: Vec<u32>,
 }
+
+/// The distance of a task the look-ahead window never holds.
+pub const UNGATED: u32 = u32::MAX;
 
 impl TaskGraph {
     /// A graph where task `i` runs on `resources[i]` at `priorities[i]` after
@@ -123,6 +139,7 @@ impl TaskGraph {
             dependencies: deps.clone(),
             domains: vec![Domain::Execution; n],
             estimated_bytes: vec![0; n],
+            distances: vec![UNGATED; n],
         };
         graph.check_acyclic()?;
         Ok(graph)
@@ -144,6 +161,25 @@ impl TaskGraph {
             .map(|&b| usize::try_from(b).unwrap_or(usize::MAX))
             .collect();
         Ok(self)
+    }
+
+    /// This graph with look-ahead distances: task `i` is first needed at
+    /// inference step `distances[i]` ([`UNGATED`]: never held by a window).
+    pub fn with_distances(mut self, distances: &[u32]) -> Result<Self, GraphError> {
+        if distances.len() != self.len() {
+            return Err(GraphError::DistanceMismatch {
+                tasks: self.len(),
+                distances: distances.len(),
+            });
+        }
+        self.distances = distances.to_vec();
+        Ok(self)
+    }
+
+    /// The step at which `task` is first needed, if a window gates it.
+    pub fn distance(&self, task: TaskId) -> Option<u32> {
+        let d = self.distances[task.0 as usize];
+        (d != UNGATED).then_some(d)
     }
 
     /// The scheduler's view of a plan's task table. Estimates: output plus
@@ -168,6 +204,33 @@ impl TaskGraph {
             .map(|(o, t)| o.saturating_add(*t))
             .collect();
         Self::new(&tasks.resource, &tasks.priority, &tasks.deps)?.with_estimates(&domains, &bytes)
+    }
+
+    /// [`TaskGraph::from_plan`] with look-ahead distances: a session task
+    /// that publishes a requirement is gated at that requirement's prefetch
+    /// distance (the first step that needs it); a read feeding prepacks at
+    /// the nearest of theirs. Invocation tasks are ungated.
+    pub fn from_prepared_plan(plan: &PreparedExecutionPlan) -> Result<Self, GraphError> {
+        let tasks = plan.tasks();
+        let distance_of = plan.requirements().prefetch_distance.as_slice();
+        let mut distances = vec![UNGATED; tasks.len()];
+        // Dependents have larger ids: walk backwards so a read sees its
+        // prepacks' distances.
+        for t in (0..tasks.len()).rev() {
+            if tasks.scope[t] != TaskScope::Session {
+                continue;
+            }
+            let own = tasks.publishes[t].map_or(UNGATED, |r| distance_of[r.0 as usize]);
+            let via = tasks
+                .dependents
+                .row(t)
+                .iter()
+                .map(|d| distances[d.0 as usize])
+                .min()
+                .unwrap_or(UNGATED);
+            distances[t] = own.min(via);
+        }
+        Self::from_plan(tasks)?.with_distances(&distances)
     }
 
     fn check_acyclic(&self) -> Result<(), GraphError> {

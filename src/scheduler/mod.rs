@@ -187,15 +187,17 @@ mod pool;
 mod queue;
 mod submission;
 mod task_state;
+mod window;
 
 pub use admission::{Admission, AdmissionPermit, Refusal};
-pub use graph::{GraphError, TaskGraph};
+pub use graph::{GraphError, TaskGraph, UNGATED};
 pub use outcome::{RunOutcome, TaskFailure};
 pub use pool::{Lease, PoolConfig, WorkerPool};
 pub use queue::{Full, Lane, PRIORITIES, ReadyQueues};
 pub use submission::{
-    CancelToken, Submission, SubmitError, SubmitOptions, TaskContext, TaskRunner,
+    CancelToken, Submission, SubmitError, SubmitOptions, TaskContext, TaskRunner, WindowState,
 };
 pub use task_state::{
     Cancel, Claim, DependencyDone, FireClaim, MAX_DEPENDENCIES, Snapshot, TaskState,
 };
+pub use window::LookAheadOptions;

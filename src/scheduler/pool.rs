@@ -512,7 +512,7 @@ impl WorkerPool {
             Arc::downgrade(&self.shared),
             graph,
             runner,
-            options.admission,
+            options,
             self.shared.lanes(),
         ));
         if inner.graph.is_empty() {

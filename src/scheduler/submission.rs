@@ -15,6 +15,7 @@ use super::outcome::{RunOutcome, TaskFailure, code};
 use super::pool::{Lease, LocalWork, PoolShared};
 use super::queue::{Lane, ReadyQueues};
 use super::task_state::{Cancel, Claim, DependencyDone, FireClaim, Snapshot, TaskState};
+use super::window::{LookAhead, LookAheadOptions, Offer};
 
 /// Runs a task by id; the scheduler never knows what a task does.
 pub trait TaskRunner: Send + Sync {
@@ -33,6 +34,21 @@ pub struct SubmitOptions {
     /// Admit every task through this controller before it runs (protocol
     /// "admit"). Several submissions may share one controller (one budget).
     pub admission: Option<Arc<Admission>>,
+    /// Hold the graph's gated tasks (those with a distance,
+    /// [`TaskGraph::with_distances`]) behind a look-ahead window (protocol
+    /// "window"); without one, distances are ignored.
+    pub look_ahead: Option<LookAheadOptions>,
+}
+
+/// A snapshot of a submission's look-ahead window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowState {
+    /// The furthest step the invocation reported.
+    pub frontier: u32,
+    /// The window, in steps beyond the frontier.
+    pub distance: u32,
+    /// Estimated bytes of released, unfinished gated tasks.
+    pub bytes_in_flight: usize,
 }
 
 /// Why a graph could not be submitted.
@@ -70,6 +86,7 @@ pub(super) struct SubmissionInner {
     first_failure: Pool<(TaskId, TaskFailure)>,
     cancel_requested: AtomicBool,
     admission: Option<Arc<Admission>>,
+    window: Option<LookAhead>,
     all_done: Latch,
     runner: Arc<dyn TaskRunner>,
 }
@@ -122,7 +139,7 @@ impl SubmissionInner {
         pool: Weak<PoolShared>,
         graph: Arc<TaskGraph>,
         runner: Arc<dyn TaskRunner>,
-        admission: Option<Arc<Admission>>,
+        options: SubmitOptions,
         lanes: usize,
     ) -> Self {
         let mut capacities = vec![0usize; lanes];
@@ -145,7 +162,8 @@ impl SubmissionInner {
             first_failed: AtomicUsize::new(usize::MAX),
             first_failure: Pool::new(1),
             cancel_requested: AtomicBool::new(false),
-            admission,
+            admission: options.admission,
+            window: options.look_ahead.map(|o| LookAhead::new(o, graph.len())),
             all_done: Latch::new(),
             runner,
             graph,
@@ -193,16 +211,87 @@ impl SubmissionInner {
         pool.wake_one(lane);
     }
 
-    /// Posts every task without dependencies (submit step 1; no wake-up).
+    /// The distance of `task` if this submission's window gates it.
+    fn gated(&self, task: TaskId) -> Option<u32> {
+        self.window.as_ref().and(self.graph.distance(task))
+    }
+
+    /// Whether a fired `task` may be queued now (window step 1): ungated,
+    /// or released by the window (else it is held, or already finished
+    /// through a promoted entry).
+    fn release(&self, task: TaskId) -> bool {
+        match (self.gated(task), &self.window) {
+            (Some(distance), Some(window)) => {
+                window.offer(task, distance, self.graph.estimated_bytes(task)) == Offer::Released
+            }
+            _ => true,
+        }
+    }
+
+    /// Post-ready for a task that just fired: through the window, then
+    /// [`SubmissionInner::post`].
+    fn fire(&self, pool: &PoolShared, task: TaskId) {
+        if self.release(task) {
+            self.post(pool, task);
+        }
+    }
+
+    /// Window steps 2 and 4: posts the held tasks that fit now.
+    fn release_held(&self, pool: &PoolShared) {
+        if let Some(window) = &self.window {
+            let graph = &self.graph;
+            for t in window.release_held(
+                |t| graph.distance(t).unwrap_or(0),
+                |t| graph.estimated_bytes(t),
+            ) {
+                self.post(pool, t);
+            }
+        }
+    }
+
+    /// A gated task reached its terminal state: its bytes leave the
+    /// window's in-flight count. Returns whether held tasks may fit now.
+    fn window_finished(&self, task: TaskId) -> bool {
+        match (self.gated(task), &self.window) {
+            (Some(_), Some(window)) => window.finished(task, self.graph.estimated_bytes(task)),
+            _ => false,
+        }
+    }
+
+    /// Posts every task without dependencies (submit step 2; no wake-up).
     pub(super) fn post_roots(&self) {
         for i in 0..self.graph.len() {
             let task = TaskId(i as u32);
-            if self.graph.dependency_count(task) == 0 {
+            if self.graph.dependency_count(task) == 0 && self.release(task) {
                 self.queues
                     .push(self.graph.lane(task), self.graph.priority(task), task)
                     .expect("a queue holds every task of its lane twice");
             }
         }
+    }
+
+    /// Window step 2: the invocation reached `step`.
+    pub(super) fn advance(&self, pool: &PoolShared, step: u32) {
+        if let Some(window) = &self.window {
+            window.advance(step);
+            self.release_held(pool);
+        }
+    }
+
+    /// Window step 3: the invocation waited on I/O.
+    pub(super) fn stalled(&self, pool: &PoolShared) {
+        if let Some(window) = &self.window {
+            window.stalled();
+            self.release_held(pool);
+        }
+    }
+
+    fn window_state(&self) -> Option<WindowState> {
+        self.window.as_ref().map(|w| WindowState {
+            frontier: w.frontier(),
+            distance: w.distance(),
+            bytes_in_flight: w.in_flight(),
+        })
     }
 
     /// Promote protocol (steps 1–3): marks `task` and its unfinished
@@ -251,6 +340,9 @@ impl SubmissionInner {
     /// suppression and cancellation).
     fn terminate(&self, task: TaskId, outcome: u32) {
         self.outcomes[task.0 as usize].store(outcome, Ordering::Relaxed);
+        // A released, never-run gated task returns its window bytes; what
+        // they would release is posted by the caller's next release.
+        let _ = self.window_finished(task);
         self.add_terminal(1);
     }
 
@@ -373,6 +465,8 @@ impl SubmissionInner {
             self.released();
         }
         local.finished += 1;
+        // A failure's suppressed dependents may return window bytes too.
+        let release = self.window_finished(task) || (self.window.is_some() && result.is_err());
         match result {
             Ok(()) => {
                 self.fire_dependents(pool, task, local);
@@ -387,6 +481,9 @@ impl SubmissionInner {
                 self.outcomes[task.0 as usize].store(code::FAILED, Ordering::Relaxed);
                 local.terminal += 1;
             }
+        }
+        if release {
+            self.release_held(pool);
         }
     }
 
@@ -403,7 +500,8 @@ impl SubmissionInner {
             let lane = self.graph.lane(d);
             let keep = local.accepts(lane)
                 && self.graph.priority(d) == Priority::Critical
-                && local.has_room();
+                && local.has_room()
+                && self.gated(d).is_none();
             let state = &self.states[d.0 as usize];
             if keep
                 && claiming
@@ -412,7 +510,7 @@ impl SubmissionInner {
                 match state.dependency_done_claiming() {
                     FireClaim::FiredClaimed if continuation.is_none() => continuation = Some(d),
                     FireClaim::FiredClaimed => local.tasks.push(d.0 | CLAIMED_ENTRY),
-                    FireClaim::Fired => self.post(pool, d),
+                    FireClaim::Fired => self.fire(pool, d),
                     FireClaim::Pending => {}
                 }
                 continue;
@@ -421,7 +519,7 @@ impl SubmissionInner {
                 if keep && !pool.searching(lane) {
                     local.tasks.push(d.0);
                 } else {
-                    self.post(pool, d);
+                    self.fire(pool, d);
                 }
             }
         }
@@ -575,6 +673,23 @@ impl Submission {
     pub fn graph(&self) -> &TaskGraph {
         &self.inner.graph
     }
+
+    /// Window step 2: the invocation reached inference step `step`; gated
+    /// tasks within the window are released. No-op without a window.
+    pub fn advance(&self, step: u32) {
+        self.inner.advance(&self.pool, step);
+    }
+
+    /// Window step 3: the invocation had to wait for an object (I/O is the
+    /// bottleneck); the window doubles up to its maximum.
+    pub fn stalled(&self) {
+        self.inner.stalled(&self.pool);
+    }
+
+    /// The look-ahead window's state, if the submission has one.
+    pub fn window(&self) -> Option<WindowState> {
+        self.inner.window_state()
+    }
 }
 
 /// Cancels one submission: a cheap handle (clone it freely) that does not
@@ -637,6 +752,16 @@ impl TaskContext<'_> {
             "no such task"
         );
         self.submission.promote(self.pool, task)
+    }
+
+    /// Window step 2 from inside a task (see [`Submission::advance`]).
+    pub fn advance(&self, step: u32) {
+        self.submission.advance(self.pool, step);
+    }
+
+    /// Window step 3 from inside a task (see [`Submission::stalled`]).
+    pub fn stalled(&self) {
+        self.submission.stalled(self.pool);
     }
 
     /// Whether the submission was cancelled (a long task may stop early and
