@@ -9,7 +9,8 @@ use onnx_prepared_kernels::ParallelFor;
 
 use crate::limits::{SCHEDULER_JOB_SPIN_POLLS, SCHEDULER_LOCAL_CAPACITY, SCHEDULER_SPIN_POLLS};
 use crate::sync::{
-    AtomicBool, AtomicU64, AtomicUsize, FutexWord, JobBoard, Lock, Ordering, fence, thread,
+    AtomicBool, AtomicU64, AtomicUsize, FutexWord, HintCounter, JobBoard, Lock, Ordering, fence,
+    thread,
 };
 
 use super::graph::TaskGraph;
@@ -52,7 +53,7 @@ struct Parking {
     /// Bumped by every wake-up; a parked worker waits while it is unchanged.
     wake: FutexWord,
     /// Workers of the lane that found no work and are spinning or parked.
-    searching: AtomicUsize,
+    searching: HintCounter,
 }
 
 impl Parking {
@@ -113,20 +114,11 @@ impl PoolShared {
     pub(super) fn searching(&self, lane: Lane) -> bool {
         match lane {
             Lane::Inline => {
-                self.parking[Lane::Cpu.index()]
-                    .searching
-                    .load(Ordering::Relaxed)
-                    + self.parking[Lane::Io.index()]
-                        .searching
-                        .load(Ordering::Relaxed)
+                self.parking[Lane::Cpu.index()].searching.get()
+                    + self.parking[Lane::Io.index()].searching.get()
                     > 0
             }
-            other => {
-                self.parking[other.index()]
-                    .searching
-                    .load(Ordering::Relaxed)
-                    > 0
-            }
+            other => self.parking[other.index()].searching.get() > 0,
         }
     }
 
@@ -341,7 +333,7 @@ fn worker(pool: &PoolShared, lane: Lane) {
             .flatten()
         {
             if searching {
-                parking.searching.fetch_sub(1, Ordering::Relaxed);
+                parking.searching.decrement();
                 searching = false;
             }
             pool.board.help(g);
@@ -355,7 +347,7 @@ fn worker(pool: &PoolShared, lane: Lane) {
         }
         if let Some((i, task)) = cache.pop(lane) {
             if searching {
-                parking.searching.fetch_sub(1, Ordering::Relaxed);
+                parking.searching.decrement();
                 searching = false;
             }
             current = i;
@@ -368,7 +360,7 @@ fn worker(pool: &PoolShared, lane: Lane) {
             break;
         }
         if !searching {
-            parking.searching.fetch_add(1, Ordering::Relaxed);
+            parking.searching.increment();
             searching = true;
         }
         polls += 1;
@@ -400,7 +392,7 @@ fn worker(pool: &PoolShared, lane: Lane) {
         spin_limit = SCHEDULER_SPIN_POLLS;
     }
     if searching {
-        parking.searching.fetch_sub(1, Ordering::Relaxed);
+        parking.searching.decrement();
     }
 }
 

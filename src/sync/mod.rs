@@ -138,3 +138,27 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// A relaxed counter that no protocol depends on (a heuristic hint, e.g.
+/// "some worker is looking for work"). It is `std`'s atomic even under
+/// `cfg(loom)`: loom would explore every interleaving of its updates for
+/// nothing, since any value read is acceptable to its users.
+#[derive(Debug, Default)]
+pub struct HintCounter(std::sync::atomic::AtomicUsize);
+
+impl HintCounter {
+    /// Adds one.
+    pub fn increment(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Subtracts one.
+    pub fn decrement(&self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The current value (relaxed).
+    pub fn get(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
