@@ -1,184 +1,185 @@
-//! The runtime scheduler (foundation): runs a DAG of tasks, known only by
-//! [`TaskId`](crate::plan::TaskId), on persistent CPU and I/O workers. It
-//! never knows ONNX; a [`TaskRunner`] does the work of each task.
+//! The runtime scheduler: runs DAGs of tasks, known only by
+//! [`TaskId`](crate::plan::TaskId), on one persistent [`WorkerPool`] of
+//! pinned CPU workers, I/O workers and device feeders, shared by every
+//! submission (and every session that passes the same pool). It never
+//! knows ONNX; a [`TaskRunner`] does the work of each task.
 //!
-//! Owns: the ready queues ([`ReadyQueues`], one bounded lock-free FIFO per
-//! lane × priority), one packed state word per task ([`TaskState`]), the
-//! worker threads ([`WorkerPool`]) and their parking words.
+//! Owns: per submission ([`Submission`]) one packed state word per task
+//! ([`TaskState`]), the ready queues ([`ReadyQueues`], one bounded lock-free
+//! FIFO per lane × priority), terminal accounting and an optional look-ahead
+//! window; per pool the worker threads, their parking words, the registry
+//! of live submissions and the kernels' [`JobBoard`](crate::sync::JobBoard)
+//! (protocol "lease").
 //!
-//! Hot path: worker loop → `ReadyQueues::pop` (own lane, then inline;
-//! critical before prefetch before background) → (`Admission::try_admit`,
-//! a few CAS, when enabled) → `TaskState::try_claim`
-//! (one CAS) → `TaskRunner::run` → `TaskState::complete` → one `fetch_sub`
-//! per dependent → push of each fired dependent + a wake-up only if a worker
-//! of its lane sleeps. Nothing on it allocates or takes a lock; the failure
-//! and cancel paths (cold) do.
+//! Hot path (worker loop): pop the worker's local buffer (its continuation,
+//! claimed when it fired) → else help a kernel region (CPU workers) → else
+//! pop the shared queues of the registry's submissions (critical before
+//! prefetch before background; own lane, then inline) → (admission when
+//! enabled) → claim (one CAS; skipped for a continuation) → `TaskRunner::run`
+//! → one RMW per dependent (the first critical one this worker can run is
+//! claimed in the same CAS and kept) → terminal counts batched in the
+//! worker. Nothing on it allocates or takes a lock; submit, retire,
+//! deferral, the window and the failure and cancel paths (cold) do.
+//! Measured (`benches/scheduler.rs`, `BENCHMARKS.md`): a 1000-task chain
+//! costs ~13 ns per task on one worker against ~5 ns for a plain replay.
 //!
 //! # Protocols
 //!
+//! **Submit** ([`WorkerPool::submit_with`]):
+//! 1. Every task's lane must have a worker ([`SubmitError::NoWorkers`]).
+//! 2. The submission's words and queues are built; every task without
+//!    dependencies is pushed (through the window when gated).
+//! 3. It joins the registry (lock), `version += 1` (SeqCst), SeqCst fence,
+//!    then every parked worker of each lane that got a task is woken. A
+//!    worker refreshes its copy of the registry when `version` changed, and
+//!    its sleep re-check compares `version` (sleep/wake step 1), so none
+//!    sleeps through a submission.
+//!
 //! **Post-ready** (a task becomes runnable):
-//! 1. At pool start every task with no dependency is pushed before any
-//!    worker exists.
-//! 2. A finishing task calls `dependency_done` on each dependent; the
-//!    `AcqRel` decrement that takes the count to zero returns `Fired`, and
-//!    exactly that caller pushes the task to its lane's queue at its
-//!    priority (critical when its word shows the promoted mark, promote
-//!    step 3). Queues hold two entries per task (promote step 4), so the
-//!    push cannot fail.
-//! 3. The poster then runs sleep/wake step 2 for the task's lane.
+//! 1. A finishing task decrements each dependent's count (`AcqRel`). For
+//!    the first dependent that is critical, ungated, of a lane this worker
+//!    serves, with room in its buffer (and no admission), it uses
+//!    `dependency_done_claiming`: the decrement that reaches zero also sets
+//!    `CLAIMED`, and the task becomes this worker's continuation (run next,
+//!    no queue, no wake-up). A worker alone on its lane claims every such
+//!    dependent this way.
+//! 2. Other fired dependents of that kind are kept unclaimed in the local
+//!    buffer unless a peer of the lane is searching (the work-sharing hint);
+//!    popping the buffer while a peer searches posts its unclaimed entries.
+//! 3. Everything else is posted: gated tasks through the window (protocol
+//!    "window"), then pushed to its lane's queue at its priority (critical
+//!    when its word shows the promoted mark, promote step 3), then sleep/wake
+//!    step 2. Queues hold two entries per task (promote step 4), so the push
+//!    cannot fail.
 //!
 //! **Claim** (a task runs exactly once):
 //! 1. A worker pops an id; if a snapshot of its state word already shows it
 //!    claimed, cancelled or not ready, it drops the entry. Otherwise it runs
-//!    the admit protocol (when the pool has an [`Admission`]), then CASes
-//!    `CLAIMED` into the state word; only the winner runs it. Losers
-//!    (`AlreadyClaimed`, `Cancelled`, `NotReady`) drop the entry (and their
-//!    permit, admit step 4), so duplicate queue entries are harmless.
+//!    the admit protocol (when the submission has an [`Admission`]), then
+//!    CASes `CLAIMED` into the word; only the winner runs it. Losers drop the
+//!    entry (and their permit, admit step 4), so duplicate entries are
+//!    harmless. A continuation was claimed when it fired; if the submission
+//!    was cancelled since, its claimer records it cancelled instead of
+//!    running it.
 //! 2. The `Acquire` claim synchronizes with the release sequence of
 //!    dependency decrements, so every dependency's effects are visible.
 //! 3. After `run` (a panic is caught and becomes a [`TaskFailure`]), the
-//!    winner drops its permit (admit step 4) and sets `DONE`. On `Ok` it runs
-//!    post-ready step 2 for each dependent; on `Err` it runs the failure
-//!    protocol instead. Then it records the task's terminal state.
-//! 4. **Terminal accounting**: every task reaches exactly one terminal
-//!    state — completed or failed (recorded by its claimer), suppressed or
-//!    cancelled (recorded by the one caller whose `TaskState::cancel` got
-//!    `Cancelled`). Each records its code in the task's outcome word, then
-//!    increments `terminal` (AcqRel); the increment that reaches the task
-//!    count opens the completion latch, and [`WorkerPool::wait`] builds the
-//!    [`RunOutcome`] from the outcome words after it.
+//!    winner drops its permit (admit step 4); on `Ok` it runs post-ready for
+//!    each dependent, on `Err` the failure protocol. Then it records the
+//!    task's terminal code.
+//! 4. **Terminal accounting**: every task reaches exactly one terminal state
+//!    — completed or failed (its claimer), suppressed or cancelled (the one
+//!    caller whose `TaskState::cancel` got `Cancelled`). Each stores its code
+//!    in the task's outcome word. Claimers count in a worker-local batch and
+//!    publish it (`terminal += n`, AcqRel) when the local buffer runs dry;
+//!    cancellers publish at once. The addition that reaches the task count
+//!    opens the completion latch (so [`Submission::wait`] returns after every
+//!    outcome is published) and retires the submission.
 //!
 //! **Failure** (a failed task's dependents never run; other work is joined):
 //! 1. A claimed run fails when it returns `Err`, panics, or can never be
-//!    admitted (admit step 1, [`Refusal::Never`]). Its dependents are *not*
-//!    decremented, so none of them can ever be claimed.
+//!    admitted ([`Refusal::Never`]). Its dependents are *not* decremented,
+//!    so none of them can ever be claimed.
 //! 2. The first failure (CAS on `first_failed`) keeps its [`TaskFailure`]
-//!    for [`RunOutcome::failed`]; every failure is listed in
-//!    `failed_tasks`.
-//! 3. Before counting the failed task terminal, its claimer walks its
-//!    transitive dependents depth-first, calling `TaskState::cancel` on each:
-//!    `Cancelled` → record it suppressed and push its dependents;
-//!    `AlreadyCancelled` → skip (whoever cancelled it walks on from there, or
-//!    the cancel walk covers every task); `TooLate` cannot happen (step 1).
-//! 4. Independent tasks are untouched: running ones finish and their
-//!    dependents fire as usual; `wait` returns only when all are terminal.
+//!    for [`RunOutcome::failed`]; every failure is listed in `failed_tasks`.
+//! 3. Before counting the failed task, its claimer walks its transitive
+//!    dependents calling `TaskState::cancel`: `Cancelled` → record it
+//!    suppressed and walk on; `AlreadyCancelled` → skip (its canceller walks
+//!    on); `TooLate` cannot happen (step 1).
+//! 4. Independent tasks are untouched; `wait` returns only when all are
+//!    terminal.
 //!
-//! **Cancel** ([`CancelToken`], one per pool run; clones share it):
-//! 1. `cancel` stores `cancel_requested` (SeqCst, read by
-//!    `CancelToken::is_cancelled`).
-//! 2. It calls `TaskState::cancel` on every task in id order and records
-//!    each one it cancelled (`Cancelled`) as cancelled. When it returns,
-//!    every task is claimed or cancelled, so no task that had not started
-//!    ever starts (claim sees `CANCELLED`; the cancel-vs-claim race has one
-//!    winner). Running tasks finish and are counted by their claimers, and
-//!    whatever they fire is dropped at its claim.
+//! **Cancel** ([`CancelToken`]; does not keep the submission alive):
+//! 1. `cancel` stores `cancel_requested` (SeqCst).
+//! 2. It calls `TaskState::cancel` on every task and records each one it
+//!    cancelled. When it returns, every task is claimed or cancelled, so no
+//!    task that had not started ever starts (the cancel-vs-claim race has one
+//!    winner; a claimed-on-fire continuation checks step 1's flag before it
+//!    runs). Running tasks finish and are counted by their claimers.
 //! 3. Several cancellers, or a cancel racing a failure walk, are harmless:
 //!    each task's cancel bit has exactly one setter, who records it.
 //!
-//! **Admit** ([`Admission`] over a [`crate::arena::MemoryBudget`]; policy in
-//! its docs: a `SCHEDULER_CRITICAL_RESERVE_PERCENT` share of every byte
-//! limit and one worker per CPU/I/O lane are out of reach of non-critical
-//! work):
-//! 1. The worker reads the release epoch (SeqCst), then `try_admit` takes, in
-//!    this fixed order, a lane slot (non-critical CPU/I/O only), the
-//!    non-critical share of the task's domain and of the global limit
-//!    (non-critical only), and a budget [`crate::arena::Reservation`] of the
-//!    task's estimated bytes in its domain ([`TaskGraph::with_estimates`],
-//!    filled by `from_plan`). Any refusal undoes what this attempt took
-//!    (without bumping the epoch) and returns `Busy`; an estimate larger than
-//!    the priority may ever hold returns `Never` (the task fails).
-//! 2. Granted: the [`AdmissionPermit`] (RAII) is held across the claim and
-//!    the run.
-//! 3. `Busy`: push the task onto the `deferred` queue, SeqCst fence, re-read
-//!    the epoch; if it changed, run step 4's drain itself. Either the
-//!    releaser's drain sees the deferred task or this re-read sees its bump,
-//!    so no refused task waits for a release that already happened. (Because
-//!    resources are taken in one order, a refusal caused by another
-//!    attempt's partial hold traces back to a granted permit, whose release
-//!    comes later.)
-//! 4. Dropping a granted permit returns its bytes and slot, then bumps the
-//!    epoch (SeqCst); the worker then fences and posts every deferred task
-//!    again (post-ready protocol), where it retries from step 1.
+//! **Admit** ([`Admission`] over a [`crate::arena::MemoryBudget`], possibly
+//! shared by several submissions; policy in its docs):
+//! 1. The worker reads the release epoch (SeqCst), then `try_admit` takes,
+//!    in one fixed order, a lane slot (non-critical CPU/I/O only), the
+//!    non-critical share of the task's domain and of the global limit, and a
+//!    budget reservation of the task's estimated bytes. Any refusal undoes
+//!    what this attempt took and returns `Busy`; an estimate larger than the
+//!    priority may ever hold returns `Never` (the task fails).
+//! 2. Granted: the [`AdmissionPermit`] (RAII) is held across claim and run.
+//! 3. `Busy`: the task (with its submission) joins the controller's deferred
+//!    list, SeqCst fence, re-read the epoch; if it changed, run step 4's
+//!    drain itself. Either the releaser's drain sees the deferred task or
+//!    this re-read sees its bump, so no refused task waits for a release
+//!    that already happened.
+//! 4. Dropping a granted permit returns its bytes and slot and bumps the
+//!    epoch (SeqCst); the worker then posts every deferred task again, on
+//!    its own submission's pool, where it retries from step 1.
 //!
 //! **Sleep/wake** (no busy spinning when idle, no lost wake-up):
-//! 1. Worker: after `SCHEDULER_SPIN_POLLS` empty polls (30–60 µs; a
-//!    spinning worker takes a posted task in ~1 µs, a parked one in 12–59 µs,
-//!    `BENCHMARKS.md`), it does
-//!    `sleepers += 1` (SeqCst), reads the lane's `wake` word (SeqCst), a
-//!    SeqCst fence, then re-checks its lane's queues, the inline queues and
-//!    `shutdown`; only if all are empty/unset does it futex-wait on `wake`
-//!    while it still holds the value read. Then `sleepers -= 1` and re-poll.
+//! 1. Worker: after `SCHEDULER_SPIN_POLLS` empty polls
+//!    (`SCHEDULER_JOB_SPIN_POLLS` after a kernel region, which come in
+//!    bursts) and a short `yield_now` phase (under oversubscription the
+//!    poster gets the core), it does `sleepers += 1` (SeqCst), reads its
+//!    lane's `wake` word (SeqCst), a SeqCst fence, then re-checks `version`,
+//!    the queues it serves in every cached submission, the job board (CPU
+//!    workers) and `shutdown`; only if nothing changed does it futex-wait on
+//!    `wake` while it still holds the value read. Then `sleepers -= 1`.
 //! 2. Poster: push, SeqCst fence, read the lane's `sleepers`; if non-zero,
-//!    `wake += 1` and `wake_one` on the lane's word (targeted: an I/O task
-//!    wakes an I/O worker; an inline task wakes a CPU worker).
+//!    `wake += 1` and `wake_one` (targeted: an I/O task wakes an I/O worker,
+//!    an inline task a CPU worker). Submit, retire and a kernel region
+//!    publish, then wake all sleepers of the lanes concerned.
 //! 3. Why both checks: the two SeqCst sequences (increment `sleepers`, then
 //!    read the queue / push, then read `sleepers`) cannot both miss each
-//!    other. Either the worker's re-check sees the task, or the poster sees
-//!    the sleeper and bumps `wake`, which either precedes the worker's read
-//!    of `wake` (then the re-check sees the push) or changes it before the
-//!    wait (the futex returns at once) or wakes the waiter.
+//!    other. Either the re-check sees the task, or the poster sees the
+//!    sleeper and bumps `wake`, which either precedes the worker's read of
+//!    `wake` (then the re-check sees the push) or changes it before the wait
+//!    (the futex returns at once) or wakes the waiter.
 //!
-//! **Promote** ([`WorkerPool::promote`]; priority inheritance: a needed
-//! task's producer chain jumps the queue):
-//! 1. The promoter walks depth-first from the task through its
-//!    dependencies ([`TaskGraph::dependencies`]), calling
-//!    `TaskState::promote` (one `fetch_or` of the `PROMOTED` bit, which
-//!    returns the word as it was) on each task it reaches.
-//! 2. Mark already set → skip (its promoter walks on from it); claimed or
-//!    cancelled → skip (running, done or never running, and so are its
-//!    producers); not ready (count > 0) → walk on into its dependencies.
-//!    So each task's dependencies are walked at most once per run.
-//! 3. Ready but unclaimed (count 0) → push it into its lane's critical queue
-//!    and run sleep/wake step 2. A poster reads the task's word after its
-//!    own decrement (post-ready step 2) and posts a marked task at critical
-//!    priority; admission admits a marked task as critical. Mark and count
-//!    share one word, so either the mark precedes the last decrement (the
-//!    poster sees it) or follows it (the promoter sees count 0 and pushes):
-//!    a promoted task is never left only in a lower queue.
-//! 4. The promoter's entry is a duplicate; the claim runs the task once and
-//!    drops the other entry (`AlreadyClaimed`). At most two entries per task
-//!    circulate (one from firing, one from the single promoter that set the
-//!    mark; deferral moves an entry, never copies it), so every ready queue
-//!    and the deferred queue hold twice the graph's tasks.
+//! **Promote** ([`Submission::promote`], [`TaskContext::promote`]; priority
+//! inheritance: a needed task's producer chain jumps the queue):
+//! 1. The promoter walks depth-first from the task through its dependencies,
+//!    calling `TaskState::promote` (one `fetch_or` of `PROMOTED`, returning
+//!    the word as it was) on each task it reaches.
+//! 2. Mark already set → skip (its promoter walks on from it; a second
+//!    promoter may so return before the first finished); claimed or
+//!    cancelled → skip; not ready → walk on into its dependencies. Each
+//!    task's dependencies are walked at most once per submission.
+//! 3. Ready but unclaimed → push it into its lane's critical queue (bypassing
+//!    the window) and run sleep/wake step 2. A poster reads the word after
+//!    its own decrement and posts a marked task at critical priority;
+//!    admission admits it as critical. Mark and count share one word, so a
+//!    promoted task is never left only in a lower queue.
+//! 4. The promoter's entry is a duplicate; the claim runs the task once. At
+//!    most two entries per task circulate (one from firing — moved, never
+//!    copied, by deferral, the window or work sharing — and one from the
+//!    single promoter that set the mark), so every queue holds twice its
+//!    lane's tasks.
+//!
+//! **Window** (look-ahead for gated session tasks; numbered in
+//! `window.rs`): released by distance from the invocation's frontier and by
+//! bytes in flight; [`Submission::advance`] moves the frontier,
+//! [`Submission::stalled`] grows the window, residency near its limit
+//! shrinks it.
+//!
+//! **Lease** (kernel parallelism on the CPU workers, [`WorkerPool::lease`],
+//! [`TaskContext::parallel`]; numbered in `sync/fork_join.rs`): the caller
+//! publishes a region on the pool's job board and runs its share; idle CPU
+//! workers help between tasks. A region started inside a region runs inline;
+//! there is no second pool.
+//!
+//! **Retire**: the completion latch's opener removes finished submissions
+//! from the registry and bumps `version`; workers drop their copies (and
+//! with them the runner) at their next refresh.
 //!
 //! **Shutdown** (`Drop for WorkerPool`):
-//! 1. Store `shutdown = true` (SeqCst); bump and `wake_all` both lanes'
-//!    words (a worker between its re-check and its wait sees a changed word).
-//! 2. Workers see `shutdown` after their current task and whenever their
-//!    queues look empty, and return; running tasks finish, unclaimed queued
-//!    tasks never run.
-//! 3. Join every worker thread.
-//!
-//! # Not yet implemented (issue 5)
-//!
-//! * **Admission gaps**: a task refused only because bytes are held outside
-//!   the scheduler (an arena charging the same budget) is retried only when
-//!   a scheduler permit is released; the domain share reserve applies per
-//!   domain only where the domain is limited; estimates are not corrected
-//!   by actual use.
-//! * **Promotion from inside a task**: [`WorkerPool::promote`] needs the
-//!   pool, which a [`TaskRunner`] cannot hold; a runner-side handle (and the
-//!   invocation that calls it when a requirement is not resident) is
-//!   missing. A concurrent second promoter of the same chain may return
-//!   before the first finished marking it.
-//! * **Look-ahead window** for session tasks (graph distance, bytes in flight).
-//! * **Kernel parallelism lease**: `parallel_for` on these workers.
-//! * **Cancellation details**: a [`CancelToken`] belongs to one pool run and
-//!   holds its shared state (a runner owning its own pool's token leaks it);
-//!   cancelling is an O(tasks) walk by the caller.
-//! * **Several submissions per pool / sessions sharing a pool**: a pool runs
-//!   the one graph it was created with; device lanes are rejected.
-//! * **Benchmarks**: `benches/scheduler.rs` has the wake-up latency and the
-//!   1000-task chain / wide DAG against a single-thread replay (numbers in
-//!   `BENCHMARKS.md`: ~54–61 ns per task on one worker, 10–11× replay,
-//!   against the issue's 20 ns target; two CPU workers racing for empty
-//!   tasks are 3–6× slower than one). Missing: the tiny-llm session tasks
-//!   sequential vs pooled, the 10,000-node random DAG against rayon, a
-//!   breakdown of the 12–59 µs parked wake, and spinning that backs off
-//!   when cores are oversubscribed (a spinning worker then waits ~57 µs).
-//! * The random-DAG stress test (with random failures, cancellations and
-//!   promotions, counting allocator), the park/unpark loom model and an
-//!   admission model with non-critical slots.
+//! 1. Cancel every registered submission (cancel protocol), so their
+//!    `wait`s return.
+//! 2. Store `shutdown = true` (SeqCst); bump and `wake_all` every lane.
+//! 3. Workers return once their local work is done and their queues look
+//!    empty; running tasks finish.
+//! 4. Join every worker thread.
 
 mod admission;
 mod graph;

@@ -1,5 +1,5 @@
 //! Failure and cancellation types of a run: [`TaskFailure`] (why one task
-//! failed), [`RunOutcome`] (the summary [`super::WorkerPool::wait`] returns)
+//! failed), [`RunOutcome`] (the summary [`super::Submission::wait`] returns)
 //! and the per-task terminal codes the pool records (cold path: touched once
 //! per task).
 
@@ -47,7 +47,7 @@ impl fmt::Display for TaskFailure {
 
 impl std::error::Error for TaskFailure {}
 
-/// How every task of a run ended; returned by [`super::WorkerPool::wait`].
+/// How every task of a submission ended; returned by [`super::Submission::wait`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RunOutcome {
     /// Tasks whose run returned `Ok`.

@@ -96,7 +96,7 @@ pub enum FireClaim {
 #[must_use = "only a `Claimed` caller may run the task"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {
-    /// The caller owns the run and must call [`TaskState::complete`].
+    /// The caller owns the run.
     Claimed,
     /// Someone else claimed it (a duplicate queue entry): drop the entry.
     AlreadyClaimed,
