@@ -353,7 +353,10 @@ fn worker(pool: &PoolShared, lane: Lane) {
             current = i;
             polls = 0;
             spin_limit = SCHEDULER_SPIN_POLLS;
-            cache.submissions[i].execute(pool, lane, task, false, &mut local);
+            // A marked entry is a resumed suspension (already claimed).
+            let claimed = task.0 & CLAIMED_ENTRY != 0;
+            let task = TaskId(task.0 & !CLAIMED_ENTRY);
+            cache.submissions[i].execute(pool, lane, task, claimed, &mut local);
             continue;
         }
         if pool.shutdown.load(Ordering::Acquire) {

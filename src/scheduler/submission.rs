@@ -64,14 +64,43 @@ pub enum SubmitError {
     },
 }
 
-/// A local-buffer entry's mark: the task was claimed when it fired.
+/// A queue entry's mark: the task is already claimed (claimed when it
+/// fired, or a resumed suspension); the popper runs it without a claim.
 pub(super) const CLAIMED_ENTRY: u32 = 1 << 31;
+
+/// A task's suspension state (protocol "suspend").
+mod suspend {
+    /// Not suspended (or resumed and queued).
+    pub const IDLE: u32 = 0;
+    /// Its run called `suspend` and has not returned yet.
+    pub const SUSPENDING: u32 = 1;
+    /// Its run returned suspended; waits for `resume`.
+    pub const SUSPENDED: u32 = 2;
+    /// Resumed before its run returned: the worker runs it again.
+    pub const RESUMED_EARLY: u32 = 3;
+    /// Never resumed again: the run failed or the submission was cancelled.
+    pub const DEAD: u32 = 4;
+}
+
+/// What the worker does after a run that suspended.
+enum Settled {
+    /// Parked until resumed.
+    Suspended,
+    /// Resumed meanwhile: run it again now.
+    RunAgain,
+    /// Cancelled while suspending: record it cancelled.
+    Cancelled,
+    /// It failed: finish it as usual.
+    Finished,
+}
 
 /// The shared state of one submission.
 pub(super) struct SubmissionInner {
     pub(super) pool: Weak<PoolShared>,
     pub(super) graph: Arc<TaskGraph>,
     states: Box<[TaskState]>,
+    /// Per task, its [`suspend`] state.
+    suspension: Box<[AtomicU32]>,
     pub(super) queues: ReadyQueues,
     /// Runs that finished (completed or failed).
     finished: AtomicUsize,
@@ -152,6 +181,9 @@ impl SubmissionInner {
             states: (0..graph.len())
                 .map(|i| TaskState::new(graph.dependency_count(TaskId(i as u32))))
                 .collect(),
+            suspension: (0..graph.len())
+                .map(|_| AtomicU32::new(suspend::IDLE))
+                .collect(),
             queues: ReadyQueues::with_lane_capacities(&capacities),
             finished: AtomicUsize::new(0),
             panicked: AtomicUsize::new(0),
@@ -202,7 +234,7 @@ impl SubmissionInner {
 
     /// Enqueues `task` at `priority`, then runs sleep/wake step 2.
     fn push(&self, pool: &PoolShared, task: TaskId, priority: Priority) {
-        let lane = self.graph.lane(task);
+        let lane = self.graph.lane(TaskId(task.0 & !CLAIMED_ENTRY));
         self.queues
             .push(lane, priority, task)
             .expect("ready queues hold two entries per task: one from firing, one from promotion");
@@ -213,7 +245,7 @@ impl SubmissionInner {
 
     /// The distance of `task` if this submission's window gates it.
     fn gated(&self, task: TaskId) -> Option<u32> {
-        self.window.as_ref().and(self.graph.distance(task))
+        self.window.as_ref().and_then(|_| self.graph.distance(task))
     }
 
     /// Whether a fired `task` may be queued now (window step 1): ungated,
@@ -443,6 +475,7 @@ impl SubmissionInner {
                 }
             }
         }
+        let mut suspended = false;
         let result = match never {
             Some(failure) => Err(failure),
             None => {
@@ -451,18 +484,35 @@ impl SubmissionInner {
                     submission: self,
                     task,
                     worker_lane: lane,
+                    suspended: AtomicBool::new(false),
                 };
-                catch_unwind(AssertUnwindSafe(|| self.runner.run(task, &ctx))).unwrap_or_else(
-                    |payload| {
+                let result = catch_unwind(AssertUnwindSafe(|| self.runner.run(task, &ctx)))
+                    .unwrap_or_else(|payload| {
                         self.panicked.fetch_add(1, Ordering::Relaxed);
                         Err(TaskFailure::from_panic(payload.as_ref()))
-                    },
-                )
+                    });
+                suspended = ctx.suspended.load(Ordering::Relaxed);
+                result
             }
         };
         if permit.is_some() {
             drop(permit);
             self.released();
+        }
+        if suspended {
+            match self.settle_suspension(task, result.is_ok()) {
+                Settled::Suspended => return,
+                Settled::RunAgain => {
+                    self.push(pool, TaskId(task.0 | CLAIMED_ENTRY), Priority::Critical);
+                    return;
+                }
+                Settled::Cancelled => {
+                    self.outcomes[task.0 as usize].store(code::CANCELLED, Ordering::Relaxed);
+                    local.terminal += 1;
+                    return;
+                }
+                Settled::Finished => {}
+            }
         }
         local.finished += 1;
         // A failure's suppressed dependents may return window bytes too.
@@ -484,6 +534,69 @@ impl SubmissionInner {
         }
         if release {
             self.release_held(pool);
+        }
+    }
+
+    /// Suspend steps 2 and 5: after a run that called
+    /// [`TaskContext::suspend`] returned.
+    fn settle_suspension(&self, task: TaskId, ok: bool) -> Settled {
+        let word = &self.suspension[task.0 as usize];
+        if !ok {
+            // A failed run is never resumed.
+            word.store(suspend::DEAD, Ordering::SeqCst);
+            return Settled::Finished;
+        }
+        match word.compare_exchange(
+            suspend::SUSPENDING,
+            suspend::SUSPENDED,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(_) => {
+                // Step 5: a cancel that scanned before our CAS missed us.
+                if self.cancel_requested.load(Ordering::SeqCst)
+                    && word
+                        .compare_exchange(
+                            suspend::SUSPENDED,
+                            suspend::DEAD,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        )
+                        .is_ok()
+                {
+                    return Settled::Cancelled;
+                }
+                Settled::Suspended
+            }
+            Err(_) => {
+                // Resumed while still running (step 3): run again.
+                word.store(suspend::IDLE, Ordering::SeqCst);
+                Settled::RunAgain
+            }
+        }
+    }
+
+    /// Suspend step 3: resumes a suspended `task` (or marks it to run again
+    /// once its run returns).
+    fn resume(&self, task: TaskId) {
+        let word = &self.suspension[task.0 as usize];
+        let mut state = word.load(Ordering::SeqCst);
+        loop {
+            let next = match state {
+                suspend::SUSPENDING => suspend::RESUMED_EARLY,
+                suspend::SUSPENDED => suspend::IDLE,
+                _ => return, // Dead (failed or cancelled) or already resumed.
+            };
+            match word.compare_exchange(state, next, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) if next == suspend::IDLE => {
+                    if let Some(pool) = self.pool.upgrade() {
+                        self.push(&pool, TaskId(task.0 | CLAIMED_ENTRY), Priority::Critical);
+                    }
+                    return;
+                }
+                Ok(_) => return,
+                Err(actual) => state = actual,
+            }
         }
     }
 
@@ -572,7 +685,21 @@ impl SubmissionInner {
         for (i, state) in self.states.iter().enumerate() {
             match state.cancel() {
                 Cancel::Cancelled => self.terminate(TaskId(i as u32), code::CANCELLED),
-                Cancel::AlreadyCancelled | Cancel::TooLate => {}
+                Cancel::AlreadyCancelled => {}
+                // Suspend step 5: a suspended task never runs again.
+                Cancel::TooLate => {
+                    if self.suspension[i]
+                        .compare_exchange(
+                            suspend::SUSPENDED,
+                            suspend::DEAD,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        )
+                        .is_ok()
+                    {
+                        self.terminate(TaskId(i as u32), code::CANCELLED);
+                    }
+                }
             }
         }
     }
@@ -719,6 +846,34 @@ impl CancelToken {
     }
 }
 
+/// Resumes a suspended task (protocol "suspend"). Owns what the resumed
+/// run needs (`Send`, `'static`), so it can be handed to any event source.
+/// Dropping it resumes too: a suspended task is never forgotten.
+#[derive(Debug)]
+pub struct ResumeHandle {
+    submission: Arc<SubmissionInner>,
+    task: TaskId,
+}
+
+impl ResumeHandle {
+    /// Suspend step 3: queues the task again (critical), or — if its run has
+    /// not returned yet — makes the worker run it again when it does.
+    pub fn resume(self) {
+        drop(self);
+    }
+
+    /// The suspended task.
+    pub fn task(&self) -> TaskId {
+        self.task
+    }
+}
+
+impl Drop for ResumeHandle {
+    fn drop(&mut self) {
+        self.submission.resume(self.task);
+    }
+}
+
 /// What a running task sees of its submission and pool.
 #[derive(Debug)]
 pub struct TaskContext<'a> {
@@ -726,9 +881,29 @@ pub struct TaskContext<'a> {
     submission: &'a Arc<SubmissionInner>,
     task: TaskId,
     worker_lane: Lane,
+    /// Set by [`TaskContext::suspend`].
+    suspended: AtomicBool,
 }
 
 impl TaskContext<'_> {
+    /// Suspend step 1: when this run returns `Ok`, the task is not finished
+    /// but parked (still claimed, its dependents not fired, no worker held);
+    /// it runs again — with the same task id, on a worker of its lane, at
+    /// critical priority — after the returned handle's
+    /// [`ResumeHandle::resume`] (or drop). This is how a task waits for an
+    /// event without blocking a worker. A run that returns `Err` is never
+    /// resumed. Call at most once per run.
+    pub fn suspend(&self) -> ResumeHandle {
+        let word = &self.submission.suspension[self.task.0 as usize];
+        let before = word.swap(suspend::SUSPENDING, Ordering::SeqCst);
+        debug_assert_eq!(before, suspend::IDLE, "suspend called twice in one run");
+        self.suspended.store(true, Ordering::Relaxed);
+        ResumeHandle {
+            submission: self.submission.clone(),
+            task: self.task,
+        }
+    }
+
     /// The running task.
     pub fn task(&self) -> TaskId {
         self.task
