@@ -204,4 +204,15 @@ impl<'a> Waiter<'a> {
     pub fn wait(&self) -> Outcome {
         Outcome::from_stamp(self.event.wait_for(stamp(self.generation, false)))
     }
+
+    /// Calls `f` with the outcome once the generation completes, instead of
+    /// blocking: at once if it already has, else on the producer's thread
+    /// as it publishes or fails (it must not block; e.g. it resumes a
+    /// suspended task).
+    pub fn on_complete(&self, f: impl FnOnce(Outcome) + Send + 'static) {
+        self.event.on_complete(
+            stamp(self.generation, false),
+            Box::new(move |seen| f(Outcome::from_stamp(seen))),
+        );
+    }
 }

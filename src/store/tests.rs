@@ -417,3 +417,33 @@ fn auto_traits() {
     send_sync::<Waiter<'static>>();
     send_sync::<LoadClaim<'static, Vec<u8>>>();
 }
+
+#[test]
+fn continuations_run_once_on_publish_or_failure() {
+    let store: PreparedObjectStore<u64> = PreparedObjectStore::new(2);
+    let seen = Arc::new(crate::sync::Lock::new(Vec::new()));
+    let record = |tag: &'static str| {
+        let seen = seen.clone();
+        move |o: Outcome| seen.with(|s| s.push((tag, o)))
+    };
+    // Registered while in flight: called by the publisher, once.
+    let c = claim(&store, 0);
+    let g = c.generation();
+    store.waiter(0, g).on_complete(record("before"));
+    assert!(seen.with(|s| s.is_empty()));
+    c.publish(7, 8);
+    assert_eq!(
+        seen.with(|s| s.clone()),
+        vec![("before", Outcome::Resident(g))]
+    );
+    // Registered after: called at once.
+    store.waiter(0, g).on_complete(record("after"));
+    assert_eq!(seen.with(|s| s.len()), 2);
+    // A dropped claim fails the generation: the continuation sees it.
+    let c = claim(&store, 1);
+    let g1 = c.generation();
+    store.waiter(1, g1).on_complete(record("failed"));
+    drop(c);
+    assert_eq!(seen.with(|s| s[2]), ("failed", Outcome::Failed(g1)));
+    assert_eq!(seen.with(|s| s.len()), 3);
+}

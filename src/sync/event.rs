@@ -23,17 +23,38 @@
 //! `stamp`, so everything the completer wrote before completing is visible to
 //! a waiter that observed the stamp.
 //!
-//! The core is this small struct so that a list of continuations (registered
-//! instead of blocking) can later live beside the condition variable.
+//! Continuations (registered instead of blocking, [`Event::on_complete`])
+//! live beside the condition variable, under the same lock:
+//! 4. `on_complete(s, f)` checks the stamp; if it is below `s` it takes the
+//!    lock, re-checks and, still below, keeps `f`; otherwise it calls `f` at
+//!    once (after releasing the lock).
+//! 5. `complete(s)` takes, under the lock, every kept continuation whose
+//!    target is now reached and calls them after releasing it. A
+//!    continuation is so called exactly once: either its registrant saw the
+//!    raised stamp, or it was kept before the completer took the lock and
+//!    the completer takes it.
 
 use super::{AtomicU64, Condvar, Mutex, Ordering, lock};
 
+/// A continuation kept until its target stamp: called once, with the stamp
+/// that satisfied it.
+pub type Continuation = Box<dyn FnOnce(u64) + Send>;
+
 /// A completion event whose stamp only grows.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Event {
     stamp: AtomicU64,
-    lock: Mutex<()>,
+    /// Continuations waiting for a stamp, with their targets.
+    lock: Mutex<Vec<(u64, Continuation)>>,
     cond: Condvar,
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Event")
+            .field("stamp", &self.stamp())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Event {
@@ -51,8 +72,47 @@ impl Event {
     /// the current one leaves it unchanged (but still wakes, harmlessly).
     pub fn complete(&self, stamp: u64) {
         self.stamp.fetch_max(stamp, Ordering::Release);
-        let _guard = lock(&self.lock);
-        self.cond.notify_all();
+        let seen = self.stamp();
+        let due: Vec<(u64, Continuation)> = {
+            let mut kept = lock(&self.lock);
+            self.cond.notify_all();
+            if kept.is_empty() {
+                Vec::new()
+            } else {
+                let (due, waiting) = std::mem::take(&mut *kept)
+                    .into_iter()
+                    .partition(|(target, _)| *target <= seen);
+                *kept = waiting;
+                due
+            }
+        };
+        for (_, f) in due {
+            f(seen);
+        }
+    }
+
+    /// Calls `f` once the stamp is at least `target`: at once (on this
+    /// thread) if it already is, else on the thread that completes it
+    /// (protocol steps 4–5). `f` must not block.
+    pub fn on_complete(&self, target: u64, f: Continuation) {
+        let seen = self.stamp();
+        if seen >= target {
+            f(seen);
+            return;
+        }
+        let ready = {
+            let mut kept = lock(&self.lock);
+            let seen = self.stamp.load(Ordering::Acquire);
+            if seen >= target {
+                Some((seen, f))
+            } else {
+                kept.push((target, f));
+                None
+            }
+        };
+        if let Some((seen, f)) = ready {
+            f(seen);
+        }
     }
 
     /// Blocks until the stamp is at least `target`; returns the stamp seen.
