@@ -1,5 +1,7 @@
-//! Mutable execution state: [`DirectReplay`], the eager baseline (load and
-//! prepack everything, then replay a compact action list), built on the
+//! Mutable execution state: [`PreparedExecutionState`] (the session's store
+//! and arenas, on-demand sequential runs), [`SessionTasks`] (one session task
+//! by id, from any thread), and [`DirectReplay`], the eager baseline (load and
+//! prepack everything, then replay a compact action list), all built on the
 //! shared lowering and replay of [`lowering`].
 
 mod direct;
@@ -7,9 +9,11 @@ mod lowering;
 mod object;
 mod parallel;
 mod prepared;
+mod session;
 
 pub(crate) use direct::graph_input;
 pub use direct::{Dim, DirectReplay, DirectReplayOptions, GraphInput};
 pub use object::PreparedObject;
 pub use parallel::ThreadPool;
 pub use prepared::{InvocationState, PreparedExecutionState, ResidentObject};
+pub use session::SessionTasks;

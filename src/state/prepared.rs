@@ -11,6 +11,13 @@
 //! parallel scheduler replaces "produce here" with submitting the producer
 //! chain at critical priority; the step protocol stays the same.
 //!
+//! They also run one at a time by id, from any thread, through
+//! [`SessionTasks`](super::SessionTasks) (`session.rs`). Both paths share the
+//! pieces defined here: the claim policy (`claim`), the read
+//! (`read_source`) and the build-admit-publish step (`publish`);
+//! they differ only in where decoded sources wait for their prepacks (a
+//! per-call map here, per-task inboxes there).
+//!
 //! [`LoadClaim`]: crate::store::LoadClaim
 
 use std::collections::{HashMap, HashSet};
@@ -28,7 +35,7 @@ use crate::arena::{
 use crate::error::RunError;
 use crate::model::PayloadSource;
 use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
-use crate::store::{ClaimLoad, Outcome, Pin, PreparedObjectStore};
+use crate::store::{ClaimLoad, LoadClaim, Outcome, Pin, PreparedObjectStore, Waiter};
 
 /// A resident prepared object and the prepared-arena bytes it holds.
 #[derive(Debug)]
@@ -43,6 +50,8 @@ pub struct ResidentObject {
 pub struct PreparedExecutionState {
     plan: Arc<PreparedExecutionPlan>,
     store: PreparedObjectStore<ResidentObject>,
+    /// The task publishing each requirement, indexed by `RequirementId`.
+    publisher: Box<[TaskId]>,
     budget: MemoryBudget,
     preparation: PreparationArena,
     prepared: PreparedArena,
@@ -58,11 +67,72 @@ pub struct InvocationState {
     execution: Option<Reservation>,
 }
 
-/// Decoded sources of read tasks still needed by a pending prepack, with the
-/// preparation bytes they hold.
+/// A read task's decoded source and the preparation-domain bytes it holds;
+/// dropping it returns them to the budget.
+#[derive(Debug)]
+pub(super) struct HeldSource {
+    /// The decoded tensor (shared with a published `Source` object).
+    pub(super) tensor: Arc<Tensor>,
+    _reservation: Reservation,
+}
+
+/// How a producer of a requirement proceeds: the claim policy shared by the
+/// on-demand path (`ensure`) and the per-task path
+/// ([`SessionTasks`](super::SessionTasks)).
+pub(super) enum Claim<'a> {
+    /// Produce the object and publish it through the claim (dropping the
+    /// claim instead fails the generation and wakes its waiters).
+    Produce(LoadClaim<'a, ResidentObject>),
+    /// Another producer's generation is in flight.
+    InFlight(Waiter<'a>),
+    /// Already resident.
+    Resident,
+}
+
+/// Decoded sources of read tasks still needed by a pending prepack, for one
+/// on-demand call (`run`, `prepare`, `prepare_each`).
 #[derive(Default)]
 struct Sources {
-    held: HashMap<TaskId, (Arc<Tensor>, Reservation)>,
+    held: HashMap<TaskId, HeldSource>,
+}
+
+impl Sources {
+    /// The source of read task `t`: held, or read now and held.
+    fn get_or_read(
+        &mut self,
+        state: &PreparedExecutionState,
+        t: TaskId,
+    ) -> Result<Arc<Tensor>, Error> {
+        if let Some(held) = self.held.get(&t) {
+            return Ok(held.tensor.clone());
+        }
+        let held = state.read_source(t)?;
+        let tensor = held.tensor.clone();
+        self.held.insert(t, held);
+        Ok(tensor)
+    }
+
+    /// Releases the sources in `reads` (just used for `r`) that no prepack
+    /// of an unpublished requirement other than `r` needs.
+    fn release_after(
+        &mut self,
+        state: &PreparedExecutionState,
+        r: RequirementId,
+        reads: &[TaskId],
+    ) {
+        let tasks = state.plan.tasks();
+        for &t in reads {
+            let pending = tasks.dependents.row(t.0 as usize).iter().any(|d| {
+                tasks.kind[d.0 as usize] == TaskKind::Prepack
+                    && tasks.publishes[d.0 as usize].is_some_and(|q| {
+                        q != r && !state.store.snapshot(q.0 as usize).is_resident()
+                    })
+            });
+            if !pending {
+                self.held.remove(&t);
+            }
+        }
+    }
 }
 
 /// Pins taken by one run, by requirement.
@@ -84,8 +154,16 @@ impl PreparedExecutionState {
         source: Arc<dyn PayloadSource>,
         budget: MemoryBudget,
     ) -> Self {
+        let tasks = plan.tasks();
+        let mut publisher = vec![TaskId(u32::MAX); plan.requirements().len()];
+        for (t, publishes) in tasks.publishes.iter().enumerate() {
+            if let Some(r) = publishes {
+                publisher[r.0 as usize] = TaskId(t as u32);
+            }
+        }
         Self {
             store: PreparedObjectStore::new(plan.requirements().len()),
+            publisher: publisher.into_boxed_slice(),
             preparation: PreparationArena::new(&budget),
             prepared: PreparedArena::new(&budget),
             budget,
@@ -109,7 +187,8 @@ impl PreparedExecutionState {
         &self.budget
     }
 
-    /// Makes every requirement resident (eager preparation).
+    /// Makes every requirement resident (eager preparation), requirement by
+    /// requirement, producing each one's chain on demand.
     pub fn prepare(&self) -> Result<(), Error> {
         let mut sources = Sources::default();
         for r in 0..self.plan.requirements().len() {
@@ -131,36 +210,63 @@ impl PreparedExecutionState {
         Ok(())
     }
 
+    /// Runs every session task of the plan on the calling thread, in task-id
+    /// order (a topological order), through
+    /// [`SessionTasks::execute`](super::SessionTasks::execute); stops at the
+    /// first error. The sequential baseline of a pooled preparation.
+    pub fn prepare_sequential(&self) -> Result<(), Error> {
+        let tasks = self.session_tasks();
+        for t in self.plan.session_tasks() {
+            tasks.execute(t)?;
+        }
+        Ok(())
+    }
+
     /// Makes requirement `r` resident: already resident, produced by
     /// someone else (wait for its event), or produced here.
     fn ensure(&self, r: RequirementId, sources: &mut Sources) -> Result<(), Error> {
         let mut retried = false;
         loop {
-            match self.store.try_claim_load(r.0 as usize) {
-                ClaimLoad::Resident(_) => return Ok(()),
-                ClaimLoad::InFlight(waiter) => {
+            match self.claim(r, &mut retried)? {
+                Claim::Resident => return Ok(()),
+                Claim::InFlight(waiter) => {
                     if let Outcome::Failed(_) = waiter.wait() {
                         return Err(self.not_resident(r));
                     }
                 }
-                ClaimLoad::Failed(generation) if !retried => {
-                    retried = true;
-                    if let ClaimLoad::Claimed(claim) =
-                        self.store.retry_load(r.0 as usize, generation)
-                    {
-                        let object = self.produce(r, sources)?;
-                        claim.publish(object.0, object.1);
-                        return Ok(());
+                Claim::Produce(claim) => {
+                    // An error drops the claim: the generation fails and its
+                    // waiters wake.
+                    let reads = self.source_tasks(r)?;
+                    let mut inputs = Vec::with_capacity(reads.len());
+                    for &t in reads {
+                        inputs.push(sources.get_or_read(self, t)?);
                     }
-                }
-                ClaimLoad::Failed(_) => return Err(self.not_resident(r)),
-                ClaimLoad::Claimed(claim) => {
-                    // Dropping the claim on error fails the generation and wakes waiters.
-                    let (object, bytes) = self.produce(r, sources)?;
-                    claim.publish(object, bytes);
+                    self.publish(claim, r, &inputs)?;
+                    drop(inputs);
+                    sources.release_after(self, r, reads);
                     return Ok(());
                 }
             }
+        }
+    }
+
+    /// Claims the production of `r` (store protocol 1). A failed generation
+    /// is retried once per `retried` flag; a second failure is an error.
+    pub(super) fn claim(&self, r: RequirementId, retried: &mut bool) -> Result<Claim<'_>, Error> {
+        let index = r.0 as usize;
+        let found = match self.store.try_claim_load(index) {
+            ClaimLoad::Failed(generation) if !*retried => {
+                *retried = true;
+                self.store.retry_load(index, generation)
+            }
+            found => found,
+        };
+        match found {
+            ClaimLoad::Claimed(claim) => Ok(Claim::Produce(claim)),
+            ClaimLoad::InFlight(waiter) => Ok(Claim::InFlight(waiter)),
+            ClaimLoad::Resident(_) => Ok(Claim::Resident),
+            ClaimLoad::Failed(_) => Err(self.not_resident(r)),
         }
     }
 
@@ -174,70 +280,63 @@ impl PreparedExecutionState {
         .into()
     }
 
-    /// Runs the producer chain of `r` (its read tasks, then its prepack).
-    fn produce(
-        &self,
-        r: RequirementId,
-        sources: &mut Sources,
-    ) -> Result<(ResidentObject, usize), Error> {
+    /// The read tasks whose sources `r`'s object is built from, in source
+    /// order: the publisher itself for a source used as is, the prepack's
+    /// dependencies otherwise.
+    pub(super) fn source_tasks(&self, r: RequirementId) -> Result<&[TaskId], Error> {
         let tasks = self.plan.tasks();
-        let publisher = (0..tasks.len())
-            .find(|&t| tasks.publishes[t] == Some(r))
-            .map(|t| TaskId(t as u32))
-            .expect("validated: one publisher per requirement");
-        let requirement = &self.plan.resolved().requirements()[r.0 as usize];
-        let reads: Vec<TaskId> = match tasks.kind[publisher.0 as usize] {
-            TaskKind::ReadSource => vec![publisher],
-            TaskKind::Prepack => tasks.deps.row(publisher.0 as usize).to_vec(),
-            other => {
-                return Err(RunError::Unsupported {
-                    what: format!("executing a {} task without a prepared cache", other.name()),
-                }
-                .into());
+        let publisher = &self.publisher[r.0 as usize];
+        match tasks.kind[publisher.0 as usize] {
+            TaskKind::ReadSource => Ok(std::slice::from_ref(publisher)),
+            TaskKind::Prepack => Ok(tasks.deps.row(publisher.0 as usize)),
+            other => Err(RunError::Unsupported {
+                what: format!("executing a {} task without a prepared cache", other.name()),
             }
-        };
-        let mut inputs = Vec::with_capacity(reads.len());
-        for &t in &reads {
-            inputs.push(self.read(t, sources)?);
+            .into()),
         }
-        let object = prepare(requirement, &inputs)?;
-        drop(inputs);
-        // A read's source is released once no unpublished prepack needs it.
-        for t in reads {
-            let pending = tasks.dependents.row(t.0 as usize).iter().any(|d| {
-                tasks.publishes[d.0 as usize]
-                    .is_some_and(|q| q != r && !self.store.snapshot(q.0 as usize).is_resident())
-            });
-            if !pending {
-                sources.held.remove(&t);
-            }
-        }
-        let bytes = object.byte_len();
-        let allocation = self.prepared.admit(bytes)?;
-        Ok((
-            ResidentObject {
-                object,
-                _allocation: allocation,
-            },
-            bytes,
-        ))
     }
 
-    /// Runs read task `t` (or reuses its held result).
-    fn read(&self, t: TaskId, sources: &mut Sources) -> Result<Arc<Tensor>, Error> {
-        if let Some((tensor, _)) = sources.held.get(&t) {
-            return Ok(tensor.clone());
-        }
+    /// Reads and decodes read task `t`'s weight through the preparation
+    /// arena; the result holds the decoded bytes in the preparation domain.
+    pub(super) fn read_source(&self, t: TaskId) -> Result<HeldSource, Error> {
         let w = self.plan.tasks().reads[t.0 as usize].expect("read tasks name their weight");
         let len = self.plan.resolved().model().weights()[w.index()].byte_len() as usize;
         let mut buffer = self.preparation.alloc_zeroed(len)?;
         self.source.read(w, &mut buffer)?;
         let tensor = Arc::new(source_tensor(self.plan.resolved(), w, &buffer)?);
         // The decoded tensor replaces the read buffer in the preparation domain.
-        let held = self.budget.reserve(Domain::Preparation, len)?;
+        let reservation = self.budget.reserve(Domain::Preparation, len)?;
         drop(buffer);
-        sources.held.insert(t, (tensor.clone(), held));
-        Ok(tensor)
+        Ok(HeldSource {
+            tensor,
+            _reservation: reservation,
+        })
+    }
+
+    /// Builds `r`'s object from its sources (in [`source_tasks`] order),
+    /// admits it in the prepared arena and publishes it through `claim`. On
+    /// error the claim is dropped, failing its generation.
+    ///
+    /// [`source_tasks`]: Self::source_tasks
+    pub(super) fn publish(
+        &self,
+        claim: LoadClaim<'_, ResidentObject>,
+        r: RequirementId,
+        inputs: &[Arc<Tensor>],
+    ) -> Result<(), Error> {
+        claim.set_preparing();
+        let requirement = &self.plan.resolved().requirements()[r.0 as usize];
+        let object = prepare(requirement, inputs)?;
+        let bytes = object.byte_len();
+        let allocation = self.prepared.admit(bytes)?;
+        claim.publish(
+            ResidentObject {
+                object,
+                _allocation: allocation,
+            },
+            bytes,
+        );
+        Ok(())
     }
 
     /// Runs one inference sequentially: each step waits for exactly the

@@ -1,0 +1,197 @@
+//! `SessionTasks`: runs one session task of the plan by id, from any thread
+//! (cold path) — the runner a parallel scheduler calls for read and prepack
+//! tasks, and what [`PreparedExecutionState::prepare_sequential`] replays on
+//! one thread.
+//!
+//! A read task hands its decoded source to the prepacks that consume it
+//! through per-task *inboxes*: one share (`Arc<HeldSource>`) per consuming
+//! prepack. The source's preparation-domain bytes return to the budget when
+//! the last share is dropped, i.e. once every consuming prepack has run (or
+//! when the `SessionTasks` is dropped, for a prepack that never ran because
+//! another of its reads failed).
+//!
+//! # Protocols
+//!
+//! 1. **Read** task `t` of weight `w`:
+//!    (a) if `t` publishes requirement `r` (the source used as is), claim `r`
+//!    (store protocol 1; resident or in flight means someone else produces
+//!    it: no claim, no wait);
+//!    (b) the *consumers* are the prepack dependents whose requirement is
+//!    neither resident nor in flight now;
+//!    (c) with no claim and no consumer, return: nothing is read;
+//!    (d) read and decode `w` through the preparation arena;
+//!    (e) with a claim, publish `r` (an error drops the claim: `r`'s
+//!    generation fails and its waiters wake);
+//!    (f) put one share of the source into each consumer's inbox.
+//! 2. **Prepack** task `p` publishing `q`:
+//!    (a) take every share from `p`'s inbox (so they are released however
+//!    `p` ends);
+//!    (b) claim `q`: resident or in flight (an on-demand run produces it)
+//!    means done;
+//!    (c) collect the sources in dependency order, from the shares, or read
+//!    now where a share is missing (the read saw `q` resident at 1(b) and it
+//!    was evicted since, or the read was not executed);
+//!    (d) build, admit and publish `q` under the claim (an error drops it).
+//!
+//! Why the skip in 1(b)–(c) is safe: deciding "no consumer" only saves the
+//! read; a prepack that finds its requirement absent after all falls back to
+//! reading in 2(c), so correctness never depends on the order tasks run in,
+//! only the avoidance of duplicate reads does. A task executed twice is
+//! harmless (the second finds its requirement resident; a share that does
+//! not fit an inbox is dropped).
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::PreparedExecutionState;
+use super::prepared::{Claim, HeldSource};
+use crate::Error;
+use crate::error::RunError;
+use crate::plan::{TaskId, TaskKind, TaskScope};
+use crate::sync::Pool;
+
+/// Runs the plan's session tasks one at a time by id; `Sync`, so a worker
+/// pool may call [`execute`](Self::execute) from any thread (see module
+/// docs for the protocols). Created by
+/// [`PreparedExecutionState::session_tasks`]; dropping it releases every
+/// source still waiting for a prepack.
+pub struct SessionTasks<'a> {
+    state: &'a PreparedExecutionState,
+    /// Indexed by task id: sources delivered to a prepack by its reads, with
+    /// the read task that delivered each. Capacity: the prepack's
+    /// dependency count (0 for every other task).
+    inbox: Box<[Pool<Share>]>,
+}
+
+/// One consumer's share of a read task's source, tagged with the read.
+type Share = (TaskId, Arc<HeldSource>);
+
+impl fmt::Debug for SessionTasks<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionTasks")
+            .field("tasks", &self.inbox.len())
+            .field("held_shares", &self.held_shares())
+            .finish()
+    }
+}
+
+impl PreparedExecutionState {
+    /// A runner of this state's session tasks by id.
+    pub fn session_tasks(&self) -> SessionTasks<'_> {
+        let tasks = self.plan().tasks();
+        let inbox = (0..tasks.len())
+            .map(|t| {
+                let capacity = match tasks.kind[t] {
+                    TaskKind::Prepack => tasks.deps.row(t).len(),
+                    _ => 0,
+                };
+                Pool::new(capacity)
+            })
+            .collect();
+        SessionTasks { state: self, inbox }
+    }
+}
+
+impl<'a> SessionTasks<'a> {
+    /// The state the tasks act on.
+    pub fn state(&self) -> &'a PreparedExecutionState {
+        self.state
+    }
+
+    /// Source shares delivered to prepacks that have not run yet.
+    pub fn held_shares(&self) -> usize {
+        self.inbox.iter().map(Pool::len).sum()
+    }
+
+    /// Runs session task `task`: a `ReadSource` (protocol 1) or a `Prepack`
+    /// (protocol 2). Call it at most once per task, after its dependencies
+    /// returned `Ok`, for the work to be done once; any order is correct.
+    ///
+    /// # Errors
+    /// A read's payload error (short read, checksum, injected fault), a
+    /// budget refusal, a kernel's packing error, a requirement whose retry
+    /// failed again; `Unsupported` for tasks that are not session reads or
+    /// prepacks. The store stays consistent: a claimed requirement whose
+    /// producer fails is marked failed.
+    ///
+    /// # Panics
+    /// If `task` is not a task of the plan.
+    pub fn execute(&self, task: TaskId) -> Result<(), Error> {
+        let tasks = self.state.plan().tasks();
+        let t = task.0 as usize;
+        match (tasks.scope[t], tasks.kind[t]) {
+            (TaskScope::Session, TaskKind::ReadSource) => self.read(task),
+            (TaskScope::Session, TaskKind::Prepack) => self.prepack(task),
+            (_, kind) => Err(RunError::Unsupported {
+                what: format!(
+                    "executing task {t} `{}` ({}) as a session read or prepack",
+                    tasks.name[t],
+                    kind.name()
+                ),
+            }
+            .into()),
+        }
+    }
+
+    /// Protocol 1.
+    fn read(&self, task: TaskId) -> Result<(), Error> {
+        let state = self.state;
+        let tasks = state.plan().tasks();
+        let t = task.0 as usize;
+        let claim = match tasks.publishes[t] {
+            Some(r) => match state.claim(r, &mut false)? {
+                Claim::Produce(claim) => Some((r, claim)),
+                Claim::InFlight(_) | Claim::Resident => None,
+            },
+            None => None,
+        };
+        let consumers = tasks.dependents.row(t).iter().filter(|d| {
+            let d = d.0 as usize;
+            tasks.kind[d] == TaskKind::Prepack
+                && tasks.publishes[d].is_some_and(|q| {
+                    let now = state.store().snapshot(q.0 as usize);
+                    !now.is_resident() && !now.is_in_flight()
+                })
+        });
+        if claim.is_none() && consumers.clone().next().is_none() {
+            return Ok(());
+        }
+        let held = Arc::new(state.read_source(task)?);
+        if let Some((r, claim)) = claim {
+            state.publish(claim, r, std::slice::from_ref(&held.tensor))?;
+        }
+        for d in consumers {
+            // Full only when this read ran twice: the prepack has its share.
+            let _ = self.inbox[d.0 as usize].put((task, held.clone()));
+        }
+        Ok(())
+    }
+
+    /// Protocol 2.
+    fn prepack(&self, task: TaskId) -> Result<(), Error> {
+        let state = self.state;
+        let tasks = state.plan().tasks();
+        let p = task.0 as usize;
+        let shares = self.inbox[p].drain();
+        let q = tasks.publishes[p].expect("prepacks publish a requirement");
+        let claim = match state.claim(q, &mut false)? {
+            Claim::Produce(claim) => claim,
+            Claim::InFlight(_) | Claim::Resident => return Ok(()),
+        };
+        let reads = tasks.deps.row(p);
+        let mut inputs = Vec::with_capacity(reads.len());
+        // Sources read here stay charged until the object is published.
+        let mut fresh = Vec::new();
+        for &t in reads {
+            match shares.iter().find(|(from, _)| *from == t) {
+                Some((_, held)) => inputs.push(held.tensor.clone()),
+                None => {
+                    let held = state.read_source(t)?;
+                    inputs.push(held.tensor.clone());
+                    fresh.push(held);
+                }
+            }
+        }
+        state.publish(claim, q, &inputs)
+    }
+}

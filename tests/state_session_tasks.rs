@@ -1,0 +1,356 @@
+//! Session tasks run one at a time by id (`SessionTasks::execute`) on
+//! tiny-llm: from one thread in task-id order and from two threads in a
+//! valid concurrent order, every requirement becomes resident, preparation
+//! bytes return, and a following run matches DirectReplay bit for bit
+//! without reading another byte; a failed read fails exactly what depends
+//! on it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use onnx_prepared::arena::{Domain, MemoryBudget};
+use onnx_prepared::model::{
+    FaultInjectingSource, FileSource, Model, PayloadSource, ReadFault, ResolveOptions,
+    ResolvedModel,
+};
+use onnx_prepared::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
+use onnx_prepared::state::{
+    DirectReplay, DirectReplayOptions, InvocationState, PreparedExecutionState, SessionTasks,
+};
+use onnx_prepared::store::Residency;
+use onnx_prepared::sync::{AtomicU32, Ordering, thread};
+use onnx_prepared_kernels::{CpuFeatures, Tensor};
+
+fn tiny_llm() -> PathBuf {
+    let dir = onnx_prepared_fixtures::default_dir();
+    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
+    dir.join("tiny-llm.onnx")
+}
+
+fn plan(path: &Path) -> Arc<PreparedExecutionPlan> {
+    let model = Model::open(path).unwrap();
+    let resolved = ResolvedModel::resolve(model, &ResolveOptions::default()).unwrap();
+    Arc::new(PreparedExecutionPlan::build(resolved).unwrap())
+}
+
+fn state(path: &Path, source: Arc<dyn PayloadSource>) -> PreparedExecutionState {
+    PreparedExecutionState::new(plan(path), source, MemoryBudget::unlimited())
+}
+
+/// tiny-llm prefill T=8, P=0 with a causal bias.
+fn prefill_inputs() -> Vec<(String, Tensor)> {
+    let t = 8;
+    let mut inputs = vec![
+        (
+            "input_ids".to_owned(),
+            Tensor::from_i64(vec![1, t], (0..t as i64).map(|i| i * 97 % 8192).collect()).unwrap(),
+        ),
+        (
+            "attn_bias".to_owned(),
+            Tensor::from_f32(
+                vec![1, 1, t, t],
+                (0..t * t)
+                    .map(|k| if k % t <= k / t { 0.0 } else { -10000.0 })
+                    .collect(),
+            )
+            .unwrap(),
+        ),
+    ];
+    for b in 0..4 {
+        for kv in ["key", "value"] {
+            inputs.push((
+                format!("past_{kv}_{b}"),
+                Tensor::from_f32(vec![1, 8, 0, 64], vec![]).unwrap(),
+            ));
+        }
+    }
+    inputs
+}
+
+fn direct(path: &Path, inputs: &[(&str, &Tensor)]) -> Vec<(String, Tensor)> {
+    let model = Model::open(path).unwrap();
+    let source = FileSource::open(&model).unwrap();
+    let options = DirectReplayOptions {
+        threads: 1,
+        cpu: CpuFeatures::detect(),
+    };
+    DirectReplay::new(&model, &source, options)
+        .unwrap()
+        .run(inputs)
+        .unwrap()
+}
+
+fn external_bytes(path: &Path) -> u64 {
+    Model::open(path)
+        .unwrap()
+        .weights()
+        .iter()
+        .filter(|w| w.is_external())
+        .map(|w| w.byte_len())
+        .sum()
+}
+
+/// After every session task ran: all requirements resident, every external
+/// weight read exactly once, preparation bytes returned, and a prefill run
+/// that matches DirectReplay and reads nothing more.
+fn check_prepared(path: &Path, s: &PreparedExecutionState, source: &dyn PayloadSource) {
+    let requirements = s.plan().requirements().len();
+    assert!(
+        (0..requirements).all(|r| s.store().snapshot(r).is_resident()),
+        "every requirement resident"
+    );
+    assert_eq!(s.store().resident_count(), requirements);
+    assert_eq!(s.budget().live(Domain::Preparation), 0);
+    assert_eq!(
+        s.budget().live(Domain::Prepared),
+        s.store().resident_bytes()
+    );
+    let read = source.counters().total();
+    assert_eq!(read, external_bytes(path), "each weight read once");
+
+    let owned = prefill_inputs();
+    let inputs: Vec<(&str, &Tensor)> = owned.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let got = s.run(&mut InvocationState::default(), &inputs).unwrap();
+    assert_eq!(got, direct(path, &inputs), "bit for bit");
+    assert_eq!(source.counters().total(), read, "the run read nothing more");
+}
+
+#[test]
+fn session_tasks_are_send_and_sync() {
+    fn both<T: Send + Sync>() {}
+    both::<SessionTasks<'static>>();
+}
+
+#[test]
+fn one_thread_in_task_order_prepares_everything() {
+    let path = tiny_llm();
+    let model = Model::open(&path).unwrap();
+    let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
+    let s = state(&path, source.clone());
+    let tasks = s.session_tasks();
+    let mut kinds = Vec::new();
+    for t in s.plan().session_tasks() {
+        kinds.push(s.plan().tasks().kind[t.0 as usize]);
+        tasks.execute(t).unwrap();
+    }
+    assert!(kinds.contains(&TaskKind::ReadSource) && kinds.contains(&TaskKind::Prepack));
+    assert_eq!(tasks.held_shares(), 0, "every share was consumed");
+    check_prepared(&path, &s, &*source);
+}
+
+#[test]
+fn prepare_sequential_prepares_everything() {
+    let path = tiny_llm();
+    let model = Model::open(&path).unwrap();
+    let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
+    let s = state(&path, source.clone());
+    s.prepare_sequential().unwrap();
+    check_prepared(&path, &s, &*source);
+}
+
+#[test]
+fn any_order_is_correct_and_reads_each_weight_once() {
+    // Reverse order: each prepack reads its sources itself, and the reads
+    // that run afterwards find their consumers resident and skip.
+    let path = tiny_llm();
+    let model = Model::open(&path).unwrap();
+    let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
+    let s = state(&path, source.clone());
+    let tasks = s.session_tasks();
+    let order: Vec<TaskId> = s.plan().session_tasks().collect();
+    for &t in order.iter().rev() {
+        tasks.execute(t).unwrap();
+    }
+    assert_eq!(tasks.held_shares(), 0);
+    check_prepared(&path, &s, &*source);
+}
+
+#[test]
+fn invocation_tasks_are_refused() {
+    let path = tiny_llm();
+    let model = Model::open(&path).unwrap();
+    let s = state(&path, Arc::new(FileSource::open(&model).unwrap()));
+    let step = s.plan().steps()[0].task;
+    let err = s.session_tasks().execute(step).unwrap_err();
+    assert!(err.to_string().contains("not supported"), "{err}");
+}
+
+const PENDING: u32 = 0;
+const DONE: u32 = 1;
+const FAILED: u32 = 2;
+
+#[test]
+// Scoped threads borrow the state; the sync seam has no `scope`.
+#[allow(clippy::disallowed_methods)]
+fn two_threads_reads_then_dependent_prepacks() {
+    let path = tiny_llm();
+    let model = Model::open(&path).unwrap();
+    let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
+    let s = state(&path, source.clone());
+    let plan = s.plan().clone();
+    let table = plan.tasks();
+    let (reads, prepacks): (Vec<TaskId>, Vec<TaskId>) = plan
+        .session_tasks()
+        .partition(|t| table.kind[t.0 as usize] == TaskKind::ReadSource);
+    assert!(
+        prepacks
+            .iter()
+            .all(|p| table.kind[p.0 as usize] == TaskKind::Prepack)
+    );
+    let status: Vec<AtomicU32> = (0..table.len()).map(|_| AtomicU32::new(PENDING)).collect();
+    let tasks = s.session_tasks();
+    let run = |t: TaskId| {
+        let result = tasks.execute(t);
+        let word = if result.is_ok() { DONE } else { FAILED };
+        status[t.0 as usize].store(word, Ordering::Release);
+        result.unwrap();
+    };
+    std::thread::scope(|scope| {
+        scope.spawn(|| reads.iter().for_each(|&t| run(t)));
+        scope.spawn(|| {
+            for &p in &prepacks {
+                for d in table.deps.row(p.0 as usize) {
+                    loop {
+                        match status[d.0 as usize].load(Ordering::Acquire) {
+                            DONE => break,
+                            FAILED => panic!("dependency {d:?} of {p:?} failed"),
+                            _ => thread::yield_now(),
+                        }
+                    }
+                }
+                run(p);
+            }
+        });
+    });
+    assert!(
+        reads
+            .iter()
+            .chain(&prepacks)
+            .all(|t| status[t.0 as usize].load(Ordering::Relaxed) == DONE)
+    );
+    assert_eq!(tasks.held_shares(), 0);
+    check_prepared(&path, &s, &*source);
+}
+
+/// Requirements published by `read` or by a prepack depending on it.
+fn published_from(plan: &PreparedExecutionPlan, read: TaskId) -> Vec<RequirementId> {
+    let table = plan.tasks();
+    let mut out: Vec<RequirementId> = table.publishes[read.0 as usize].into_iter().collect();
+    for d in table.dependents.row(read.0 as usize) {
+        if table.kind[d.0 as usize] == TaskKind::Prepack {
+            out.extend(table.publishes[d.0 as usize]);
+        }
+    }
+    out
+}
+
+/// Runs every session task but the dependents of `failing`, whose weight
+/// reads fail; checks exactly the requirements produced from it are not
+/// resident, with `expected` as their residency.
+fn fail_one_read(path: &Path, failing: TaskId, expected: Residency) {
+    let plan = plan(path);
+    let table = plan.tasks();
+    let weight = table.reads[failing.0 as usize].unwrap();
+    let model = Model::open(path).unwrap();
+    let faulty =
+        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
+            .with_fault(weight, ReadFault::Fail);
+    let s = PreparedExecutionState::new(plan.clone(), Arc::new(faulty), MemoryBudget::unlimited());
+    let tasks = s.session_tasks();
+    let skipped = table.dependents.row(failing.0 as usize);
+    for t in s.plan().session_tasks() {
+        if skipped.contains(&t) {
+            continue;
+        }
+        let result = tasks.execute(t);
+        if t == failing {
+            let err = result.unwrap_err();
+            assert!(err.to_string().contains("injected"), "{err}");
+        } else {
+            result.unwrap();
+        }
+    }
+    let lost = published_from(s.plan(), failing);
+    assert!(!lost.is_empty());
+    for r in 0..s.plan().requirements().len() {
+        let now = s.store().snapshot(r);
+        if lost.contains(&RequirementId(r as u32)) {
+            assert!(!now.is_resident(), "requirement {r} must not be resident");
+            assert_eq!(now.residency(), expected, "requirement {r}");
+        } else {
+            assert!(now.is_resident(), "requirement {r} resident: {now:?}");
+        }
+    }
+    // The other reads of a skipped prepack delivered shares nobody takes.
+    let orphaned = skipped
+        .iter()
+        .filter(|p| table.kind[p.0 as usize] == TaskKind::Prepack)
+        .flat_map(|p| table.deps.row(p.0 as usize))
+        .filter(|&&d| d != failing)
+        .count();
+    assert_eq!(tasks.held_shares(), orphaned);
+    drop(tasks);
+    assert_eq!(
+        s.budget().live(Domain::Preparation),
+        0,
+        "sources waiting for a prepack that never ran are released with the tasks"
+    );
+}
+
+#[test]
+fn a_failed_read_fails_only_what_it_feeds() {
+    let path = tiny_llm();
+    let plan = plan(&path);
+    let table = plan.tasks();
+    let reads: Vec<TaskId> = plan
+        .session_tasks()
+        .filter(|t| table.kind[t.0 as usize] == TaskKind::ReadSource)
+        .collect();
+    let prepacks_of = |t: TaskId| -> Vec<TaskId> {
+        table
+            .dependents
+            .row(t.0 as usize)
+            .iter()
+            .copied()
+            .filter(|d| table.kind[d.0 as usize] == TaskKind::Prepack)
+            .collect()
+    };
+    // A weight packed by exactly one prepack (with its scales): that
+    // requirement was never claimed, so it stays absent.
+    let packed = reads
+        .iter()
+        .rev()
+        .copied()
+        .find(|&t| table.publishes[t.0 as usize].is_none() && prepacks_of(t).len() == 1)
+        .expect("tiny-llm has a weight packed once");
+    fail_one_read(&path, packed, Residency::Absent);
+    // A weight used as is: its read claimed the requirement, so the dropped
+    // claim marks it failed.
+    if let Some(plain) = reads
+        .iter()
+        .rev()
+        .copied()
+        .find(|&t| table.publishes[t.0 as usize].is_some() && prepacks_of(t).is_empty())
+    {
+        fail_one_read(&path, plain, Residency::Failed);
+    }
+}
+
+#[test]
+fn tasks_after_an_on_demand_run_read_nothing() {
+    let path = tiny_llm();
+    let model = Model::open(&path).unwrap();
+    let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
+    let s = state(&path, source.clone());
+    let owned = prefill_inputs();
+    let inputs: Vec<(&str, &Tensor)> = owned.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    s.run(&mut InvocationState::default(), &inputs).unwrap();
+    let read = source.counters().total();
+    s.prepare_sequential().unwrap();
+    assert_eq!(
+        source.counters().total(),
+        read,
+        "resident requirements are done"
+    );
+    assert_eq!(s.budget().live(Domain::Preparation), 0);
+}
