@@ -8,6 +8,11 @@
 //!   state are outside the measured time. Reads hit the page cache after the
 //!   first iteration, so "read" time is copying, checksumming and decoding.
 //!
+//! * `session_tasks/tiny-llm/pool-<n>cpu-<m>io`: the same tasks submitted to
+//!   a persistent `WorkerPool` (`TaskGraph::session_graph`): reads on the
+//!   I/O workers, prepacks on the CPU workers, as soon as their reads are
+//!   done. Same fresh-state setup, outside the measured time.
+//!
 //! Before the group runs, one sequential run is timed task by task and the
 //! split between read and prepack tasks is printed (stderr), to tell whether
 //! preparation is I/O- or CPU-bound.
@@ -20,6 +25,7 @@ use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use onnx_prepared::arena::MemoryBudget;
 use onnx_prepared::model::{FileSource, Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::{PreparedExecutionPlan, TaskKind};
+use onnx_prepared::scheduler::{PoolConfig, Remapped, TaskGraph, WorkerPool};
 use onnx_prepared::state::PreparedExecutionState;
 
 fn fresh(model: &Model, plan: &Arc<PreparedExecutionPlan>) -> PreparedExecutionState {
@@ -86,7 +92,31 @@ fn session_tasks(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
-    // pooled: added with the scheduler's submit API
+    let (graph, ids) = TaskGraph::session_graph(&plan).expect("session graph");
+    let graph = Arc::new(graph);
+    for (name, cpu, io) in [("pool-1cpu-1io", 1, 1), ("pool-2cpu-2io", 2, 2)] {
+        let workers = WorkerPool::new(PoolConfig {
+            cpu_workers: cpu,
+            io_workers: io,
+            devices: 0,
+            pin_cpu_workers: false,
+        });
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || Arc::new(fresh(&model, &plan)),
+                |state| {
+                    let runner = Arc::new(Remapped {
+                        runner: state.shared_session_tasks(),
+                        ids: ids.clone(),
+                    });
+                    let outcome = workers.submit(graph.clone(), runner).unwrap().wait();
+                    assert!(outcome.is_success(), "{outcome:?}");
+                    black_box(state)
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
     group.finish();
 }
 

@@ -354,3 +354,32 @@ fn tasks_after_an_on_demand_run_read_nothing() {
     );
     assert_eq!(s.budget().live(Domain::Preparation), 0);
 }
+
+/// The session tasks as a scheduler submission: 2 CPU + 2 I/O workers run
+/// the reads and prepacks in parallel with the same result, each weight
+/// read once.
+#[test]
+fn pooled_session_tasks_prepare_everything() {
+    use onnx_prepared::scheduler::{PoolConfig, Remapped, TaskGraph, WorkerPool};
+    let path = tiny_llm();
+    let model = Model::open(&path).unwrap();
+    let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
+    let s = Arc::new(state(&path, source.clone()));
+    let (graph, ids) = TaskGraph::session_graph(s.plan()).unwrap();
+    assert_eq!(graph.len(), s.plan().session_tasks().count());
+    let workers = WorkerPool::new(PoolConfig {
+        cpu_workers: 2,
+        io_workers: 2,
+        devices: 0,
+        pin_cpu_workers: false,
+    });
+    let runner = Arc::new(Remapped {
+        runner: s.shared_session_tasks(),
+        ids,
+    });
+    let outcome = workers.submit(graph, runner.clone()).unwrap().wait();
+    assert!(outcome.is_success(), "{outcome:?}");
+    assert_eq!(runner.runner.held_shares(), 0);
+    drop(runner);
+    check_prepared(&path, &s, &*source);
+}

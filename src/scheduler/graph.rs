@@ -233,6 +233,52 @@ impl TaskGraph {
         Self::from_plan(tasks)?.with_distances(&distances)
     }
 
+    /// The session tasks of `plan` alone (reads, prepacks: what eager or
+    /// streaming preparation runs), renumbered densely in plan order, with
+    /// estimates and look-ahead distances; `ids[i]` is the plan task of
+    /// graph task `i`. Session tasks never depend on invocation tasks.
+    pub fn session_graph(
+        plan: &PreparedExecutionPlan,
+    ) -> Result<(Self, Box<[TaskId]>), GraphError> {
+        let full = Self::from_prepared_plan(plan)?;
+        let tasks = plan.tasks();
+        let ids: Box<[TaskId]> = (0..tasks.len())
+            .filter(|&t| tasks.scope[t] == TaskScope::Session)
+            .map(|t| TaskId(t as u32))
+            .collect();
+        let mut local = vec![u32::MAX; tasks.len()];
+        for (i, t) in ids.iter().enumerate() {
+            local[t.0 as usize] = i as u32;
+        }
+        let rows: Vec<Vec<TaskId>> = ids
+            .iter()
+            .map(|t| {
+                tasks
+                    .deps
+                    .row(t.0 as usize)
+                    .iter()
+                    .map(|d| TaskId(local[d.0 as usize]))
+                    .collect()
+            })
+            .collect();
+        let resources: Vec<ResourceClass> =
+            ids.iter().map(|&t| tasks.resource[t.0 as usize]).collect();
+        let priorities: Vec<Priority> = ids.iter().map(|&t| tasks.priority[t.0 as usize]).collect();
+        let domains: Vec<Domain> = ids.iter().map(|&t| full.domain(t)).collect();
+        let bytes: Vec<u64> = ids
+            .iter()
+            .map(|&t| full.estimated_bytes(t) as u64)
+            .collect();
+        let distances: Vec<u32> = ids
+            .iter()
+            .map(|&t| full.distance(t).unwrap_or(UNGATED))
+            .collect();
+        let graph = Self::new(&resources, &priorities, &Csr::from_rows(&rows))?
+            .with_estimates(&domains, &bytes)?
+            .with_distances(&distances)?;
+        Ok((graph, ids))
+    }
+
     fn check_acyclic(&self) -> Result<(), GraphError> {
         let mut remaining = self.dependency_counts.clone();
         let mut ready: Vec<usize> = (0..self.len()).filter(|&i| remaining[i] == 0).collect();

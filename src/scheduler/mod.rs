@@ -196,8 +196,8 @@ pub use outcome::{RunOutcome, TaskFailure};
 pub use pool::{Lease, PoolConfig, WorkerPool};
 pub use queue::{Full, Lane, PRIORITIES, ReadyQueues};
 pub use submission::{
-    CancelToken, ResumeHandle, Submission, SubmitError, SubmitOptions, TaskContext, TaskRunner,
-    WindowState,
+    CancelToken, Remapped, ResumeHandle, Submission, SubmitError, SubmitOptions, TaskContext,
+    TaskRunner, WindowState,
 };
 pub use task_state::{
     Cancel, Claim, DependencyDone, FireClaim, MAX_DEPENDENCIES, Snapshot, TaskState,

@@ -28,6 +28,22 @@ pub trait TaskRunner: Send + Sync {
     fn run(&self, task: TaskId, ctx: &TaskContext<'_>) -> Result<(), TaskFailure>;
 }
 
+/// A runner of a renumbered graph: graph task `i` runs as `ids[i]` of the
+/// inner runner (e.g. the session tasks of a plan, [`TaskGraph::session_graph`]).
+#[derive(Debug)]
+pub struct Remapped<R> {
+    /// The runner of the original ids.
+    pub runner: R,
+    /// Original id of each graph task.
+    pub ids: Box<[TaskId]>,
+}
+
+impl<R: TaskRunner> TaskRunner for Remapped<R> {
+    fn run(&self, task: TaskId, ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+        self.runner.run(self.ids[task.0 as usize], ctx)
+    }
+}
+
 /// Options of one [`super::WorkerPool::submit_with`].
 #[derive(Debug, Clone, Default)]
 pub struct SubmitOptions {

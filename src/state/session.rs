@@ -48,6 +48,7 @@ use super::prepared::{Claim, HeldSource};
 use crate::Error;
 use crate::error::RunError;
 use crate::plan::{TaskId, TaskKind, TaskScope};
+use crate::scheduler::{TaskContext, TaskFailure, TaskRunner};
 use crate::sync::Pool;
 
 /// Runs the plan's session tasks one at a time by id; `Sync`, so a worker
@@ -56,7 +57,7 @@ use crate::sync::Pool;
 /// [`PreparedExecutionState::session_tasks`]; dropping it releases every
 /// source still waiting for a prepack.
 pub struct SessionTasks<'a> {
-    state: &'a PreparedExecutionState,
+    state: StateRef<'a>,
     /// Indexed by task id: sources delivered to a prepack by its reads, with
     /// the read task that delivered each. Capacity: the prepack's
     /// dependency count (0 for every other task).
@@ -65,6 +66,33 @@ pub struct SessionTasks<'a> {
 
 /// One consumer's share of a read task's source, tagged with the read.
 type Share = (TaskId, Arc<HeldSource>);
+
+/// The state a [`SessionTasks`] acts on: borrowed, or shared (so the runner
+/// can be handed to a scheduler as a `'static` [`TaskRunner`]).
+enum StateRef<'a> {
+    Borrowed(&'a PreparedExecutionState),
+    Shared(Arc<PreparedExecutionState>),
+}
+
+impl std::ops::Deref for StateRef<'_> {
+    type Target = PreparedExecutionState;
+
+    fn deref(&self) -> &PreparedExecutionState {
+        match self {
+            StateRef::Borrowed(s) => s,
+            StateRef::Shared(s) => s,
+        }
+    }
+}
+
+/// A scheduler runs session tasks through [`SessionTasks::execute`]; the
+/// typed error becomes the task's failure message.
+impl TaskRunner for SessionTasks<'static> {
+    fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+        self.execute(task)
+            .map_err(|e| TaskFailure::new(e.to_string()))
+    }
+}
 
 impl fmt::Debug for SessionTasks<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -75,27 +103,42 @@ impl fmt::Debug for SessionTasks<'_> {
     }
 }
 
+fn inboxes(state: &PreparedExecutionState) -> Box<[Pool<Share>]> {
+    let tasks = state.plan().tasks();
+    (0..tasks.len())
+        .map(|t| {
+            let capacity = match tasks.kind[t] {
+                TaskKind::Prepack => tasks.deps.row(t).len(),
+                _ => 0,
+            };
+            Pool::new(capacity)
+        })
+        .collect()
+}
+
 impl PreparedExecutionState {
     /// A runner of this state's session tasks by id.
     pub fn session_tasks(&self) -> SessionTasks<'_> {
-        let tasks = self.plan().tasks();
-        let inbox = (0..tasks.len())
-            .map(|t| {
-                let capacity = match tasks.kind[t] {
-                    TaskKind::Prepack => tasks.deps.row(t).len(),
-                    _ => 0,
-                };
-                Pool::new(capacity)
-            })
-            .collect();
-        SessionTasks { state: self, inbox }
+        SessionTasks {
+            inbox: inboxes(self),
+            state: StateRef::Borrowed(self),
+        }
+    }
+
+    /// A runner of the session tasks of a shared state: `'static`, so it
+    /// is a [`TaskRunner`] a [`crate::scheduler::WorkerPool`] can run.
+    pub fn shared_session_tasks(self: &Arc<Self>) -> SessionTasks<'static> {
+        SessionTasks {
+            inbox: inboxes(self),
+            state: StateRef::Shared(self.clone()),
+        }
     }
 }
 
 impl<'a> SessionTasks<'a> {
     /// The state the tasks act on.
-    pub fn state(&self) -> &'a PreparedExecutionState {
-        self.state
+    pub fn state(&self) -> &PreparedExecutionState {
+        &self.state
     }
 
     /// Source shares delivered to prepacks that have not run yet.
@@ -135,7 +178,7 @@ impl<'a> SessionTasks<'a> {
 
     /// Protocol 1.
     fn read(&self, task: TaskId) -> Result<(), Error> {
-        let state = self.state;
+        let state = &*self.state;
         let tasks = state.plan().tasks();
         let t = task.0 as usize;
         let claim = match tasks.publishes[t] {
@@ -169,7 +212,7 @@ impl<'a> SessionTasks<'a> {
 
     /// Protocol 2.
     fn prepack(&self, task: TaskId) -> Result<(), Error> {
-        let state = self.state;
+        let state = &*self.state;
         let tasks = state.plan().tasks();
         let p = task.0 as usize;
         let shares = self.inbox[p].drain();
