@@ -47,7 +47,7 @@ pub const SCHEDULER_JOB_SPIN_POLLS: u32 = 1;
 /// Fired tasks a worker keeps for itself before it shares them through the
 /// ready queues (its buffer is allocated once, at start-up).
 #[cfg(not(loom))]
-pub const SCHEDULER_LOCAL_CAPACITY: usize = 256;
+pub const SCHEDULER_LOCAL_CAPACITY: usize = 1024;
 /// Fired tasks a worker keeps (loom-sized).
 #[cfg(loom)]
 pub const SCHEDULER_LOCAL_CAPACITY: usize = 4;
