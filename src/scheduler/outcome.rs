@@ -75,10 +75,9 @@ impl RunOutcome {
 /// once, by the owner of the task's terminal accounting (the claimer, or the
 /// caller whose `cancel` set the bit).
 pub(super) mod code {
-    /// Not terminal yet.
+    /// Nothing recorded: not terminal yet, or — once the submission is over
+    /// — completed (the hot path records nothing for a completed task).
     pub const PENDING: u32 = 0;
-    /// Ran and returned `Ok`.
-    pub const COMPLETED: u32 = 1;
     /// Ran and failed (error or panic), or could never be admitted.
     pub const FAILED: u32 = 2;
     /// Never ran: a dependency failed or was suppressed.

@@ -536,7 +536,9 @@ impl SubmissionInner {
         match result {
             Ok(()) => {
                 self.fire_dependents(pool, task, local);
-                self.outcomes[task.0 as usize].store(code::COMPLETED, Ordering::Relaxed);
+                // Completed is the one terminal state left unrecorded: after
+                // the latch, a task still `PENDING` completed (hot path: no
+                // store).
                 local.terminal += 1;
             }
             Err(failure) => {
@@ -726,11 +728,14 @@ impl SubmissionInner {
         for (i, o) in self.outcomes.iter().enumerate() {
             let task = TaskId(i as u32);
             match o.load(Ordering::Relaxed) {
-                code::COMPLETED => outcome.completed += 1,
+                code::PENDING => {
+                    debug_assert!(self.states[i].snapshot().is_claimed());
+                    outcome.completed += 1;
+                }
                 code::FAILED => outcome.failed_tasks.push(task),
                 code::SUPPRESSED => outcome.suppressed.push(task),
                 code::CANCELLED => outcome.cancelled += 1,
-                _ => debug_assert!(false, "outcome of a run that is not over"),
+                _ => unreachable!("unknown outcome code"),
             }
         }
         if let Some(first) = self.first_failure.take_first(|_| true) {
