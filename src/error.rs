@@ -164,6 +164,20 @@ pub enum RunError {
         /// The requirement.
         requirement: String,
     },
+    /// A prepared object a step needs could not be produced: its
+    /// preparation task failed (or was suppressed by a failed read).
+    #[error("step `{step}` needs `{requirement}`, whose preparation failed: {cause}")]
+    PreparationFailed {
+        /// The invocation step (name scope) that needed it.
+        step: String,
+        /// The requirement.
+        requirement: String,
+        /// The failing preparation task and why, as far as known.
+        cause: String,
+    },
+    /// The run was cancelled before it finished.
+    #[error("the run was cancelled")]
+    Cancelled,
     /// The runtime cannot do this yet.
     #[error("not supported: {what}")]
     Unsupported {
@@ -198,6 +212,10 @@ pub enum ErrorKind {
     Kernel,
     /// A memory budget refused an allocation.
     Budget,
+    /// A prepared object the run needed could not be produced.
+    Preparation,
+    /// The run was cancelled.
+    Cancelled,
 }
 
 impl Error {
@@ -209,6 +227,8 @@ impl Error {
             Error::Payload(_) => ErrorKind::Payload,
             Error::Resolve(_) | Error::Plan(_) => ErrorKind::Resolve,
             Error::Run(RunError::Kernel { .. } | RunError::KernelPanic { .. }) => ErrorKind::Kernel,
+            Error::Run(RunError::PreparationFailed { .. }) => ErrorKind::Preparation,
+            Error::Run(RunError::Cancelled) => ErrorKind::Cancelled,
             Error::Run(_) => ErrorKind::Input,
             Error::Arena(_) => ErrorKind::Budget,
         }

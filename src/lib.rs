@@ -32,6 +32,7 @@ pub mod model;
 pub mod npz;
 pub mod plan;
 pub mod scheduler;
+pub mod session;
 pub mod state;
 pub mod store;
 pub mod sync;

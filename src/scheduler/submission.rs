@@ -817,6 +817,14 @@ impl Submission {
         self.inner.panicked.load(Ordering::Acquire)
     }
 
+    /// Whether `task` was claimed: it is running, suspended or finished.
+    ///
+    /// # Panics
+    /// If `task` is not a task of the submitted graph.
+    pub fn is_claimed(&self, task: TaskId) -> bool {
+        self.inner.states[task.0 as usize].snapshot().is_claimed()
+    }
+
     /// The submitted graph.
     pub fn graph(&self) -> &TaskGraph {
         &self.inner.graph

@@ -15,5 +15,5 @@ pub(crate) use direct::graph_input;
 pub use direct::{Dim, DirectReplay, DirectReplayOptions, GraphInput};
 pub use object::PreparedObject;
 pub use parallel::ThreadPool;
-pub use prepared::{InvocationState, PreparedExecutionState, ResidentObject};
+pub use prepared::{InvocationState, PreparedExecutionState, Progress, ResidentObject};
 pub use session::SessionTasks;

@@ -23,7 +23,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use onnx_prepared_kernels::{Sequential, Tensor};
+use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 
 use super::PreparedObject;
 use super::lowering::{Lowered, Objects, lower_all, order_inputs};
@@ -35,7 +35,8 @@ use crate::arena::{
 use crate::error::RunError;
 use crate::model::PayloadSource;
 use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
-use crate::store::{ClaimLoad, LoadClaim, Outcome, Pin, PreparedObjectStore, Waiter};
+use crate::store::{ClaimLoad, LoadClaim, Outcome, Pin, PreparedObjectStore, ReadGuard, Waiter};
+use crate::sync::Lock;
 
 /// A resident prepared object and the prepared-arena bytes it holds.
 #[derive(Debug)]
@@ -56,6 +57,8 @@ pub struct PreparedExecutionState {
     preparation: PreparationArena,
     prepared: PreparedArena,
     source: Arc<dyn PayloadSource>,
+    /// Per requirement, why its latest failed generation failed (cold).
+    failures: Box<[Lock<Option<String>>]>,
 }
 
 /// One caller's invocation state: its lowering, shape-operand inputs, and
@@ -65,6 +68,8 @@ pub struct InvocationState {
     lowered: Option<Lowered>,
     value_inputs: HashSet<usize>,
     execution: Option<Reservation>,
+    /// The next step a suspendable run replays.
+    next_step: usize,
 }
 
 /// A read task's decoded source and the preparation-domain bytes it holds;
@@ -135,6 +140,29 @@ impl Sources {
     }
 }
 
+/// Where a suspendable run stands after [`PreparedExecutionState::resume_run`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Every step ran; the outputs are ready.
+    Done,
+    /// Step `step` needs `requirement`, which is not resident.
+    Waiting {
+        /// The step index (the look-ahead frontier).
+        step: usize,
+        /// The missing requirement.
+        requirement: RequirementId,
+    },
+}
+
+/// Objects read through one epoch guard (the hot path's run-level pin).
+struct GuardObjects<'a>(ReadGuard<'a, ResidentObject>);
+
+impl Objects for GuardObjects<'_> {
+    fn object(&self, r: u32) -> Option<&PreparedObject> {
+        self.0.get(r as usize).map(|o| &o.object)
+    }
+}
+
 /// Pins taken by one run, by requirement.
 struct RunPins<'a> {
     pins: Vec<Option<Pin<'a, ResidentObject>>>,
@@ -163,6 +191,9 @@ impl PreparedExecutionState {
         }
         Self {
             store: PreparedObjectStore::new(plan.requirements().len()),
+            failures: (0..plan.requirements().len())
+                .map(|_| Lock::new(None))
+                .collect(),
             publisher: publisher.into_boxed_slice(),
             preparation: PreparationArena::new(&budget),
             prepared: PreparedArena::new(&budget),
@@ -337,6 +368,126 @@ impl PreparedExecutionState {
             bytes,
         );
         Ok(())
+    }
+
+    /// Lowers for `inputs` if their shapes changed, copies them into their
+    /// buffers and rewinds the step cursor (run step 1 of a suspendable
+    /// run).
+    pub fn begin_run(
+        &self,
+        invocation: &mut InvocationState,
+        inputs: &[(&str, &Tensor)],
+    ) -> Result<(), Error> {
+        let resolved = self.plan.resolved();
+        let ordered = order_inputs(resolved.inputs(), inputs)?;
+        if !invocation
+            .lowered
+            .as_ref()
+            .is_some_and(|l| l.matches(&ordered, &invocation.value_inputs))
+        {
+            invocation.lowered = None;
+            invocation.execution = None;
+            let lowered = lower_all(resolved, &ordered, &mut invocation.value_inputs)?;
+            // Activation buffers live in the execution domain for as long as
+            // this lowering is kept; over the limit, the run is refused.
+            invocation.execution = Some(
+                self.budget
+                    .reserve(Domain::Execution, lowered.buffer_bytes())?,
+            );
+            invocation.lowered = Some(lowered);
+        }
+        invocation.next_step = 0;
+        invocation
+            .lowered
+            .as_mut()
+            .expect("lowered above")
+            .load_inputs(&ordered)
+    }
+
+    /// Replays steps from the invocation's cursor while their requirements
+    /// are resident (each step pins what it needs for as long as it runs);
+    /// stops at the first step with a requirement that is not, without
+    /// producing it (run step 2). `Done` after the last step.
+    pub fn resume_run(
+        &self,
+        invocation: &mut InvocationState,
+        par: &dyn ParallelFor,
+    ) -> Result<Progress, Error> {
+        let resolved = self.plan.resolved();
+        let lowered = invocation.lowered.as_mut().expect("begin_run comes first");
+        let steps = self.plan.steps();
+        let mut pins = RunPins {
+            pins: (0..self.plan.requirements().len()).map(|_| None).collect(),
+        };
+        while invocation.next_step < steps.len() {
+            let step = &steps[invocation.next_step];
+            for bit in step.needs.iter_ones() {
+                match self.store.pin(bit) {
+                    Some(pin) => pins.pins[bit] = Some(pin),
+                    None => {
+                        return Ok(Progress::Waiting {
+                            step: invocation.next_step,
+                            requirement: RequirementId(bit as u32),
+                        });
+                    }
+                }
+            }
+            let actions = lowered.actions_of(step.nodes.clone());
+            lowered.replay(resolved, &pins, actions, par)?;
+            for bit in step.needs.iter_ones() {
+                pins.pins[bit] = None;
+            }
+            invocation.next_step += 1;
+        }
+        Ok(Progress::Done)
+    }
+
+    /// The hot path (run steps 1–2 at once): every step replayed under one
+    /// epoch guard, with no pin, event or queue per node. `Ok(false)` if an
+    /// object turned out not to be resident (evicted since the caller's
+    /// readiness check): nothing is lost, the caller reloads the inputs and
+    /// takes the cold path.
+    pub fn run_hot(
+        &self,
+        invocation: &mut InvocationState,
+        par: &dyn ParallelFor,
+    ) -> Result<bool, Error> {
+        let resolved = self.plan.resolved();
+        let lowered = invocation.lowered.as_mut().expect("begin_run comes first");
+        let guard = GuardObjects(self.store.read_guard());
+        let all = 0..lowered.len();
+        match lowered.replay(resolved, &guard, all, par) {
+            Ok(()) => {
+                invocation.next_step = self.plan.steps().len();
+                Ok(true)
+            }
+            Err(Error::Run(RunError::NotResident { .. })) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The graph outputs of a finished run, by name, in graph order (run
+    /// step 3); outputs that are prepared objects are read under an epoch
+    /// guard.
+    pub fn outputs(&self, invocation: &InvocationState) -> Vec<(String, Tensor)> {
+        let lowered = invocation.lowered.as_ref().expect("begin_run comes first");
+        lowered.outputs(self.plan.resolved(), &GuardObjects(self.store.read_guard()))
+    }
+
+    /// Records why requirement `r`'s latest generation failed (before the
+    /// claim is dropped, so a woken waiter finds it).
+    pub(super) fn record_failure(&self, r: RequirementId, cause: &str) {
+        self.failures[r.0 as usize].with(|f| *f = Some(cause.to_owned()));
+    }
+
+    /// Why requirement `r`'s latest failed generation failed, if recorded.
+    pub fn failure_cause(&self, r: RequirementId) -> Option<String> {
+        self.failures[r.0 as usize].with(|f| f.clone())
+    }
+
+    /// Whether every requirement is resident now.
+    pub fn all_resident(&self) -> bool {
+        (0..self.store.len()).all(|i| self.store.snapshot(i).is_resident())
     }
 
     /// Runs one inference sequentially: each step waits for exactly the

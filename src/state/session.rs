@@ -22,7 +22,9 @@
 //!    (d) read and decode `w` through the preparation arena;
 //!    (e) with a claim, publish `r` (an error drops the claim: `r`'s
 //!    generation fails and its waiters wake);
-//!    (f) put one share of the source into each consumer's inbox.
+//!    (f) put one share of the source into each consumer's inbox;
+//!    (g) if the read fails, claim and drop each consumer's requirement (a
+//!    failed generation): waiters of those objects wake with the failure.
 //! 2. **Prepack** task `p` publishing `q`:
 //!    (a) take every share from `p`'s inbox (so they are released however
 //!    `p` ends);
@@ -49,6 +51,7 @@ use crate::Error;
 use crate::error::RunError;
 use crate::plan::{TaskId, TaskKind, TaskScope};
 use crate::scheduler::{TaskContext, TaskFailure, TaskRunner};
+use crate::store::ClaimLoad;
 use crate::sync::Pool;
 
 /// Runs the plan's session tasks one at a time by id; `Sync`, so a worker
@@ -162,7 +165,7 @@ impl<'a> SessionTasks<'a> {
     pub fn execute(&self, task: TaskId) -> Result<(), Error> {
         let tasks = self.state.plan().tasks();
         let t = task.0 as usize;
-        match (tasks.scope[t], tasks.kind[t]) {
+        let result = match (tasks.scope[t], tasks.kind[t]) {
             (TaskScope::Session, TaskKind::ReadSource) => self.read(task),
             (TaskScope::Session, TaskKind::Prepack) => self.prepack(task),
             (_, kind) => Err(RunError::Unsupported {
@@ -173,7 +176,14 @@ impl<'a> SessionTasks<'a> {
                 ),
             }
             .into()),
+        };
+        if let (Err(e), Some(q)) = (&result, tasks.publishes[t]) {
+            // The claim was dropped already (a waiter may read this a
+            // moment late and report an unknown cause).
+            self.state
+                .record_failure(q, &format!("task `{}` failed: {e}", tasks.name[t]));
         }
+        result
     }
 
     /// Protocol 1.
@@ -199,7 +209,33 @@ impl<'a> SessionTasks<'a> {
         if claim.is_none() && consumers.clone().next().is_none() {
             return Ok(());
         }
-        let held = Arc::new(state.read_source(task)?);
+        let held = match state.read_source(task) {
+            Ok(held) => Arc::new(held),
+            Err(e) => {
+                // Protocol 1(g): every consumer's generation fails with the
+                // read, so whoever waits for those objects wakes and sees
+                // the failure (its cause recorded first) instead of waiting
+                // for a producer that will never run.
+                let cause = format!("task `{}` failed: {e}", tasks.name[t]);
+                for d in consumers {
+                    if let Some(q) = tasks.publishes[d.0 as usize] {
+                        state.record_failure(q, &cause);
+                        let store = state.store();
+                        match store.try_claim_load(q.0 as usize) {
+                            ClaimLoad::Claimed(claim) => drop(claim),
+                            ClaimLoad::Failed(g) => {
+                                if let ClaimLoad::Claimed(claim) = store.retry_load(q.0 as usize, g)
+                                {
+                                    drop(claim);
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        };
         if let Some((r, claim)) = claim {
             state.publish(claim, r, std::slice::from_ref(&held.tensor))?;
         }

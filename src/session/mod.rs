@@ -1,0 +1,777 @@
+//! The asynchronous session API: [`RuntimeSession`] owns the plan, the
+//! mutable state and a lease of a [`WorkerPool`]; [`prepare_async`] and
+//! [`run_async`] return an [`ExecutionHandle`] at once; `prepare` and `run`
+//! are exactly the async call followed by [`ExecutionHandle::wait`].
+//!
+//! # Protocols
+//!
+//! **Preparation** (session tasks: every read and prepack of the plan):
+//! 1. The session keeps at most one live preparation submission
+//!    ([`TaskGraph::session_graph`], run by [`SessionTasks`]). A streaming
+//!    one (started by the first `run_async`) holds its tasks behind the
+//!    look-ahead window; an eager one ([`RuntimeSession::prepare_async`])
+//!    releases everything. Asking for eager preparation while a streaming
+//!    one is live opens its window fully instead of starting a second.
+//! 2. A preparation that finished (or whose producer of a needed object
+//!    already ran, the object having been evicted since) is replaced by a
+//!    new one: tasks whose objects are resident skip at once, so only the
+//!    missing generations are produced again.
+//!
+//! **Run** (one suspendable continuation per inference, not a task per
+//! node):
+//! 1. `run_async` moves the [`RuntimeContext`] into a one-task submission
+//!    on the CPU lane; it never blocks and never waits for preparation.
+//! 2. The task lowers (once per input shapes) and loads the inputs. If the
+//!    session's readiness epoch equals the store's (every object resident
+//!    since the last publish or eviction), it replays every action under one
+//!    epoch guard: the hot path.
+//! 3. Otherwise it replays steps while their objects are resident. At a
+//!    missing object it advances the preparation's window to its step,
+//!    promotes the object's producer chain to critical, reports a stall
+//!    (the window grows), registers a continuation on the object's next
+//!    completion and suspends; the continuation resumes it exactly once.
+//! 4. Resumed, it re-checks the object: resident → go on; failed → the run
+//!    fails with the typed error and the failing preparation task in its
+//!    diagnostics.
+//! 5. Kernels' parallel regions run on the pool's CPU workers (the lease).
+//!
+//! **Handles**: [`ExecutionHandle::wait`] returns after the submission
+//! reached its single terminal state, with the context (outputs filled) or
+//! an [`ExecutionError`] carrying the context back. Dropping a live handle
+//! waits; forgetting one is sound (the submission owns the context and the
+//! session state through `Arc`s, never borrows from the caller).
+//!
+//! [`prepare_async`]: RuntimeSession::prepare_async
+//! [`run_async`]: RuntimeSession::run_async
+
+use std::fmt;
+use std::sync::Arc;
+
+use onnx_prepared_kernels::Tensor;
+
+use crate::Error;
+use crate::arena::{BudgetLimits, MemoryBudget};
+use crate::error::RunError;
+use crate::model::{FileSource, PayloadSource};
+use crate::plan::{Csr, PreparedExecutionPlan, Priority, RequirementId, ResourceClass, TaskId};
+use crate::scheduler::{
+    LookAheadOptions, PoolConfig, Remapped, RunOutcome, Submission, SubmitOptions, TaskContext,
+    TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+};
+use crate::state::{InvocationState, PreparedExecutionState, Progress};
+use crate::store::{Outcome, Residency};
+use crate::sync::{AtomicU64, Lock, Ordering};
+
+/// How a session runs: its workers, memory limits and look-ahead.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// CPU workers of the session's own pool (kernels and prepacks).
+    pub cpu_threads: usize,
+    /// I/O workers of the session's own pool (reads).
+    pub io_workers: usize,
+    /// Pin CPU workers to cores.
+    pub pin_threads: bool,
+    /// Per-arena and global memory limits.
+    pub budget: BudgetLimits,
+    /// The streaming preparation's look-ahead window.
+    pub look_ahead: LookAheadOptions,
+    /// Run on this pool (shared with other sessions) instead of one of the
+    /// session's own.
+    pub pool: Option<Arc<WorkerPool>>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self {
+            cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            io_workers: 2,
+            pin_threads: false,
+            budget: BudgetLimits::unlimited(),
+            look_ahead: LookAheadOptions::default(),
+            pool: None,
+        }
+    }
+}
+
+/// The live preparation submission and what its tasks hold.
+struct Preparation {
+    submission: Submission,
+    streaming: bool,
+}
+
+struct SessionInner {
+    state: Arc<PreparedExecutionState>,
+    pool: Arc<WorkerPool>,
+    session_graph: Arc<TaskGraph>,
+    session_ids: Box<[TaskId]>,
+    /// Per requirement, the session-graph task that publishes it.
+    publisher: Box<[TaskId]>,
+    preparation: Lock<Option<Arc<Preparation>>>,
+    /// The store's readiness epoch at which every object was seen resident
+    /// (`u64::MAX`: not known to be).
+    ready_epoch: AtomicU64,
+    options: SessionOptions,
+    /// The one-task graph of a run continuation.
+    run_graph: Arc<TaskGraph>,
+}
+
+/// A prepared-execution session over one plan.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+/// use onnx_prepared::plan::PreparedExecutionPlan;
+/// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+/// use onnx_prepared_kernels::Tensor;
+///
+/// let model = Model::open("target/fixtures/gemm-chain.onnx")?; // reads no weight bytes
+/// let resolved = ResolvedModel::resolve(model, &ResolveOptions::default())?;
+/// let plan = PreparedExecutionPlan::build(resolved)?;
+/// let session = RuntimeSession::new(plan, SessionOptions::default())?;
+/// let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256])?;
+/// let ctx = RuntimeContext::new(&session).with_input("A", a)?;
+/// let run = session.run_async(ctx); // returns at once; weights stream in
+/// let ctx = run.wait()?; // outputs filled
+/// println!("{:?}", ctx.outputs()[0].1.shape());
+/// # Ok(()) }
+/// ```
+pub struct RuntimeSession {
+    inner: Arc<SessionInner>,
+}
+
+impl fmt::Debug for RuntimeSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RuntimeSession")
+            .field("requirements", &self.inner.publisher.len())
+            .field("session_tasks", &self.inner.session_ids.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuntimeSession {
+    /// A session over `plan`, reading payloads from the model's files.
+    ///
+    /// # Errors
+    /// The model's external data files cannot be opened.
+    pub fn new(plan: PreparedExecutionPlan, options: SessionOptions) -> Result<Self, Error> {
+        let source = Arc::new(FileSource::open(plan.resolved().model())?);
+        Self::with_source(plan, source, options)
+    }
+
+    /// A session over `plan` reading payloads through `source` (a
+    /// memory-mapped or fault-injecting source, for example).
+    ///
+    /// # Errors
+    /// The plan's session tasks do not form a valid graph (a plan bug).
+    pub fn with_source(
+        plan: PreparedExecutionPlan,
+        source: Arc<dyn PayloadSource>,
+        options: SessionOptions,
+    ) -> Result<Self, Error> {
+        let plan = Arc::new(plan);
+        let (graph, ids) = TaskGraph::session_graph(&plan).map_err(plan_error)?;
+        let mut publisher = vec![TaskId(u32::MAX); plan.requirements().len()];
+        for (local, t) in ids.iter().enumerate() {
+            if let Some(r) = plan.tasks().publishes[t.0 as usize] {
+                publisher[r.0 as usize] = TaskId(local as u32);
+            }
+        }
+        let pool = match &options.pool {
+            Some(pool) => pool.clone(),
+            None => Arc::new(WorkerPool::new(PoolConfig {
+                cpu_workers: options.cpu_threads.max(1),
+                io_workers: options.io_workers.max(1),
+                devices: 0,
+                pin_cpu_workers: options.pin_threads,
+            })),
+        };
+        let run_graph = TaskGraph::new(
+            &[ResourceClass::Cpu],
+            &[Priority::Critical],
+            &Csr::from_rows(&[Vec::<TaskId>::new()]),
+        )
+        .map_err(plan_error)?;
+        let budget = MemoryBudget::new(options.budget);
+        let state = Arc::new(PreparedExecutionState::new(plan, source, budget));
+        Ok(Self {
+            inner: Arc::new(SessionInner {
+                state,
+                pool,
+                session_graph: Arc::new(graph),
+                session_ids: ids,
+                publisher: publisher.into(),
+                preparation: Lock::new(None),
+                ready_epoch: AtomicU64::new(u64::MAX),
+                options,
+                run_graph: Arc::new(run_graph),
+            }),
+        })
+    }
+
+    /// The session's state: plan, prepared-object store, budget.
+    pub fn state(&self) -> &Arc<PreparedExecutionState> {
+        &self.inner.state
+    }
+
+    /// The pool the session runs on.
+    pub fn pool(&self) -> &Arc<WorkerPool> {
+        &self.inner.pool
+    }
+
+    /// Eager preparation: every session task is submitted (under admission
+    /// and priorities, no window); the handle completes once every prepared
+    /// object is resident. Never blocks.
+    pub fn prepare_async(&self) -> ExecutionHandle<()> {
+        let preparation = self.inner.preparation(false, None);
+        ExecutionHandle {
+            inner: Some(HandleInner {
+                session: self.inner.clone(),
+                kind: Kind::Prepare(preparation),
+            }),
+            _output: std::marker::PhantomData,
+        }
+    }
+
+    /// `prepare_async().wait()`.
+    ///
+    /// # Errors
+    /// The first failed preparation task, with diagnostics.
+    pub fn prepare(&self) -> Result<(), ExecutionError> {
+        self.prepare_async().wait()
+    }
+
+    /// Starts an inference on `ctx`'s inputs and returns at once (protocol
+    /// "run"); `ctx` comes back from [`ExecutionHandle::wait`] with its
+    /// outputs. Never blocks and never refuses because preparation is still
+    /// running.
+    pub fn run_async(&self, ctx: RuntimeContext) -> ExecutionHandle<RuntimeContext> {
+        let runner = Arc::new(RunContinuation {
+            session: self.inner.clone(),
+            slot: Lock::new(RunSlot {
+                ctx: Some(ctx),
+                started: false,
+                error: None,
+                waited: None,
+            }),
+        });
+        let submission = self
+            .inner
+            .pool
+            .submit(self.inner.run_graph.clone(), runner.clone())
+            .expect("the session's pool has CPU workers");
+        ExecutionHandle {
+            inner: Some(HandleInner {
+                session: self.inner.clone(),
+                kind: Kind::Run { submission, runner },
+            }),
+            _output: std::marker::PhantomData,
+        }
+    }
+
+    /// `run_async(ctx).wait()`.
+    ///
+    /// # Errors
+    /// Invalid inputs, a kernel error, a prepared object that could not be
+    /// produced, or cancellation; the error carries the context back.
+    pub fn run(&self, ctx: RuntimeContext) -> Result<RuntimeContext, ExecutionError> {
+        self.run_async(ctx).wait()
+    }
+
+    /// Whether every prepared object is resident now (the next run takes
+    /// the hot path).
+    pub fn is_hot(&self) -> bool {
+        self.inner.is_hot()
+    }
+}
+
+fn plan_error(e: crate::scheduler::GraphError) -> Error {
+    RunError::Unsupported {
+        what: format!("the plan's task graph: {e}"),
+    }
+    .into()
+}
+
+impl SessionInner {
+    /// Preparation step 1–2: the live preparation (eager: window open), or
+    /// a new one. `needed`: a requirement the caller waits for, whose
+    /// producer must still be able to run in the returned submission.
+    fn preparation(&self, streaming: bool, needed: Option<RequirementId>) -> Arc<Preparation> {
+        self.preparation.with(|slot| {
+            if let Some(p) = slot.as_ref() {
+                let stale = p.submission.is_done()
+                    || needed.is_some_and(|r| {
+                        let publisher = self.publisher[r.0 as usize];
+                        p.submission.is_claimed(publisher)
+                            && !self.state.store().snapshot(r.0 as usize).is_in_flight()
+                    });
+                if !stale {
+                    if !streaming && p.streaming {
+                        p.submission.advance(u32::MAX - 1);
+                    }
+                    return p.clone();
+                }
+            }
+            let runner = Arc::new(Remapped {
+                runner: self.state.shared_session_tasks(),
+                ids: self.session_ids.clone(),
+            });
+            let options = SubmitOptions {
+                look_ahead: streaming.then(|| self.options.look_ahead.clone()),
+                ..SubmitOptions::default()
+            };
+            let submission = self
+                .pool
+                .submit_with(self.session_graph.clone(), runner, options)
+                .expect("the session's pool has CPU and I/O workers");
+            let p = Arc::new(Preparation {
+                submission,
+                streaming,
+            });
+            *slot = Some(p.clone());
+            p
+        })
+    }
+
+    /// Run step 2's check: one compare when nothing changed since every
+    /// object was last seen resident.
+    fn is_hot(&self) -> bool {
+        let store = self.state.store();
+        let epoch = store.readiness_epoch();
+        if self.ready_epoch.load(Ordering::Acquire) == epoch {
+            return true;
+        }
+        if self.state.all_resident() && store.readiness_epoch() == epoch {
+            self.ready_epoch.store(epoch, Ordering::Release);
+            return true;
+        }
+        false
+    }
+}
+
+/// What a run carries between its suspensions.
+struct RunSlot {
+    ctx: Option<RuntimeContext>,
+    started: bool,
+    error: Option<Error>,
+    /// The requirement and generation the last suspension waited for.
+    waited: Option<(RequirementId, u64)>,
+}
+
+/// The run continuation (protocol "run"): one scheduler task per inference.
+struct RunContinuation {
+    session: Arc<SessionInner>,
+    slot: Lock<RunSlot>,
+}
+
+impl TaskRunner for RunContinuation {
+    fn run(&self, _task: TaskId, tctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+        self.slot.with(|slot| match self.step(slot, tctx) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let message = e.to_string();
+                slot.error = Some(e);
+                Err(TaskFailure::new(message))
+            }
+        })
+    }
+}
+
+impl RunContinuation {
+    fn step(&self, slot: &mut RunSlot, tctx: &TaskContext<'_>) -> Result<(), Error> {
+        let session = &*self.session;
+        let state = &*session.state;
+        let RunSlot {
+            ctx,
+            started,
+            waited,
+            ..
+        } = slot;
+        let ctx = ctx
+            .as_mut()
+            .expect("the context stays in the slot until wait");
+        let par = tctx.parallel();
+        if !*started {
+            *started = true;
+            let inputs: Vec<(&str, &Tensor)> =
+                ctx.inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            state.begin_run(&mut ctx.invocation, &inputs)?;
+            if session.is_hot() {
+                if state.run_hot(&mut ctx.invocation, &par)? {
+                    ctx.outputs = state.outputs(&ctx.invocation);
+                    return Ok(());
+                }
+                // Evicted since the check: reload and take the cold path.
+                state.begin_run(&mut ctx.invocation, &inputs)?;
+            }
+        }
+        match state.resume_run(&mut ctx.invocation, &par)? {
+            Progress::Done => {
+                ctx.outputs = state.outputs(&ctx.invocation);
+                Ok(())
+            }
+            Progress::Waiting { step, requirement } => {
+                let index = requirement.0 as usize;
+                let snapshot = state.store().snapshot(index);
+                let generation = snapshot.generation().0;
+                if snapshot.residency() == Residency::Failed
+                    && waited.is_some_and(|(r, g)| r == requirement && generation >= g)
+                {
+                    return Err(self.failure(step, requirement));
+                }
+                let preparation = session.preparation(true, Some(requirement));
+                let sub = &preparation.submission;
+                sub.advance(step as u32);
+                sub.promote(session.publisher[index]);
+                sub.stalled();
+                // The generation to wait for: the one in flight, else
+                // the next one a producer will claim.
+                let target = if snapshot.is_in_flight() || snapshot.is_resident() {
+                    generation
+                } else {
+                    generation + 1
+                };
+                *waited = Some((requirement, target));
+                let handle = tctx.suspend();
+                state
+                    .store()
+                    .waiter(index, crate::store::Generation(target))
+                    .on_complete(move |_outcome: Outcome| handle.resume());
+                Ok(())
+            }
+        }
+    }
+
+    /// The error of a run whose object's production failed, naming the
+    /// failing preparation task when the preparation has finished.
+    fn failure(&self, step: usize, requirement: RequirementId) -> Error {
+        let session = &*self.session;
+        let plan = session.state.plan();
+        let cause = session
+            .state
+            .failure_cause(requirement)
+            .unwrap_or_else(|| "its producer failed".to_owned());
+        RunError::PreparationFailed {
+            step: plan.steps()[step].scope.clone(),
+            requirement: plan.resolved().requirements()[requirement.0 as usize]
+                .name
+                .clone(),
+            cause,
+        }
+        .into()
+    }
+}
+
+/// Inputs, outputs and per-inference state of one run; moved into
+/// [`RuntimeSession::run_async`] and handed back by
+/// [`ExecutionHandle::wait`], so a submission owns everything its task
+/// touches. Reusing a context for the next run reuses its lowering and
+/// activation buffers.
+#[derive(Debug, Default)]
+pub struct RuntimeContext {
+    inputs: Vec<(String, Tensor)>,
+    outputs: Vec<(String, Tensor)>,
+    invocation: InvocationState,
+    declared: Vec<String>,
+}
+
+impl RuntimeContext {
+    /// An empty context for `session`'s graph inputs.
+    pub fn new(session: &RuntimeSession) -> Self {
+        Self {
+            declared: session
+                .inner
+                .state
+                .plan()
+                .resolved()
+                .inputs()
+                .iter()
+                .map(|i| i.name.clone())
+                .collect(),
+            ..Self::default()
+        }
+    }
+
+    /// This context with input `name` set to `value`.
+    ///
+    /// # Errors
+    /// `name` is not a graph input (types and shapes are checked when the
+    /// run starts).
+    pub fn with_input(mut self, name: &str, value: Tensor) -> Result<Self, Error> {
+        self.set_input(name, value)?;
+        Ok(self)
+    }
+
+    /// Sets input `name` (replacing an earlier value).
+    ///
+    /// # Errors
+    /// `name` is not a graph input.
+    pub fn set_input(&mut self, name: &str, value: Tensor) -> Result<(), Error> {
+        if !self.declared.iter().any(|d| d == name) {
+            return Err(RunError::UnknownInput {
+                input: name.to_owned(),
+            }
+            .into());
+        }
+        match self.inputs.iter_mut().find(|(n, _)| n == name) {
+            Some((_, slot)) => *slot = value,
+            None => self.inputs.push((name.to_owned(), value)),
+        }
+        Ok(())
+    }
+
+    /// The inputs set so far.
+    pub fn inputs(&self) -> &[(String, Tensor)] {
+        &self.inputs
+    }
+
+    /// The outputs of the last run, by name, in graph order.
+    pub fn outputs(&self) -> &[(String, Tensor)] {
+        &self.outputs
+    }
+
+    /// Output `name` of the last run.
+    pub fn output(&self, name: &str) -> Option<&Tensor> {
+        self.outputs.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+
+    /// Takes the outputs of the last run.
+    pub fn take_outputs(&mut self) -> Vec<(String, Tensor)> {
+        std::mem::take(&mut self.outputs)
+    }
+}
+
+/// Where a submission stands ([`ExecutionHandle::status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    /// Tasks are still running or waiting.
+    Running,
+    /// Every task completed.
+    Succeeded,
+    /// A task failed; see the diagnostics.
+    Failed(Diagnostics),
+    /// Cancelled before every task ran.
+    Cancelled,
+}
+
+/// What failed, and what did not run because of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diagnostics {
+    /// The first failed task (its plan name) and why.
+    pub failed_task: Option<(String, String)>,
+    /// Tasks that never ran because a dependency failed (plan names).
+    pub suppressed: Vec<String>,
+}
+
+/// The failure of a submission: the first error, its diagnostics, and —
+/// for a run — the context, handed back.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct ExecutionError {
+    /// The first error.
+    #[source]
+    pub error: Error,
+    /// Failing and suppressed tasks.
+    pub diagnostics: Box<Diagnostics>,
+    /// The run's context (inputs, reusable state), when the submission was
+    /// a run.
+    pub context: Option<Box<RuntimeContext>>,
+}
+
+enum Kind {
+    Prepare(Arc<Preparation>),
+    Run {
+        submission: Submission,
+        runner: Arc<RunContinuation>,
+    },
+}
+
+struct HandleInner {
+    session: Arc<SessionInner>,
+    kind: Kind,
+}
+
+/// A submission in flight: a preparation (`T = ()`) or a run
+/// (`T = RuntimeContext`). Moveable; `wait` consumes it. Dropping a live
+/// handle waits for the submission's terminal state (it never detaches);
+/// forgetting one is sound.
+pub struct ExecutionHandle<T> {
+    inner: Option<HandleInner>,
+    _output: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> fmt::Debug for ExecutionHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecutionHandle")
+            .field("ready", &self.is_ready())
+            .finish()
+    }
+}
+
+impl<T> ExecutionHandle<T> {
+    fn inner(&self) -> &HandleInner {
+        self.inner.as_ref().expect("present until wait")
+    }
+
+    fn submission(&self) -> &Submission {
+        match &self.inner().kind {
+            Kind::Prepare(p) => &p.submission,
+            Kind::Run { submission, .. } => submission,
+        }
+    }
+
+    /// Whether the submission reached its terminal state (`wait` would not
+    /// block).
+    pub fn is_ready(&self) -> bool {
+        self.submission().is_done()
+    }
+
+    /// Cooperative cancellation: tasks that have not started never run; a
+    /// suspended run ends cancelled. A preparation is shared by every run of
+    /// the session, so cancelling a preparation handle cancels only the
+    /// eager part (its window closes again) — runs that need objects
+    /// continue to get them.
+    pub fn cancel(&self) {
+        match &self.inner().kind {
+            Kind::Prepare(_) => {}
+            Kind::Run { submission, .. } => submission.cancel_token().cancel(),
+        }
+    }
+
+    /// The current status, with diagnostics once failed.
+    pub fn status(&self) -> Status {
+        let submission = self.submission();
+        if !submission.is_done() {
+            return Status::Running;
+        }
+        status_of(
+            &self.inner().session,
+            &self.inner().kind,
+            &submission.wait(),
+        )
+    }
+
+    fn finish(&mut self) -> Result<Option<RuntimeContext>, ExecutionError> {
+        let inner = self.inner.take().expect("wait once");
+        let session = inner.session.clone();
+        match &inner.kind {
+            Kind::Prepare(p) => {
+                let outcome = p.submission.wait();
+                let status = status_of(&session, &inner.kind, &outcome);
+                match status {
+                    Status::Succeeded if session.state.all_resident() => Ok(None),
+                    Status::Failed(diagnostics) => Err(ExecutionError {
+                        error: RunError::Unsupported {
+                            what: format!(
+                                "preparation failed: {}",
+                                diagnostics
+                                    .failed_task
+                                    .as_ref()
+                                    .map_or("", |(_, why)| why.as_str())
+                            ),
+                        }
+                        .into(),
+                        diagnostics: Box::new(diagnostics),
+                        context: None,
+                    }),
+                    _ => {
+                        // Objects produced by another submission (a run's
+                        // on-demand preparation) or evicted since: settle
+                        // each one.
+                        for r in 0..session.publisher.len() {
+                            let store = session.state.store();
+                            let snapshot = store.snapshot(r);
+                            if snapshot.is_in_flight() {
+                                store.waiter(r, snapshot.generation()).wait();
+                            }
+                        }
+                        Ok(None)
+                    }
+                }
+            }
+            Kind::Run { submission, runner } => {
+                let outcome = submission.wait();
+                let (ctx, error) = runner.slot.with(|s| (s.ctx.take(), s.error.take()));
+                let status = status_of(&session, &inner.kind, &outcome);
+                match (status, error) {
+                    (Status::Succeeded, _) => Ok(ctx),
+                    (Status::Cancelled, _) => Err(ExecutionError {
+                        error: RunError::Cancelled.into(),
+                        diagnostics: Box::default(),
+                        context: ctx.map(Box::new),
+                    }),
+                    (Status::Failed(diagnostics), Some(error)) => Err(ExecutionError {
+                        error,
+                        diagnostics: Box::new(diagnostics),
+                        context: ctx.map(Box::new),
+                    }),
+                    (status, _) => Err(ExecutionError {
+                        error: RunError::Unsupported {
+                            what: format!("the run ended without its result: {status:?}"),
+                        }
+                        .into(),
+                        diagnostics: Box::default(),
+                        context: ctx.map(Box::new),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+fn status_of(session: &SessionInner, kind: &Kind, outcome: &RunOutcome) -> Status {
+    if outcome.is_success() {
+        return Status::Succeeded;
+    }
+    let plan = session.state.plan();
+    let name = |t: TaskId| match kind {
+        Kind::Prepare(_) => plan.tasks().name[session.session_ids[t.0 as usize].0 as usize].clone(),
+        Kind::Run { .. } => "run".to_owned(),
+    };
+    if let Some((task, failure)) = &outcome.failed {
+        return Status::Failed(Diagnostics {
+            failed_task: Some((name(*task), failure.message().to_owned())),
+            suppressed: outcome.suppressed.iter().map(|&t| name(t)).collect(),
+        });
+    }
+    Status::Cancelled
+}
+
+impl ExecutionHandle<()> {
+    /// Blocks until every prepared object is resident (or preparation
+    /// failed).
+    ///
+    /// # Errors
+    /// The first failed preparation task, with the tasks it suppressed.
+    pub fn wait(mut self) -> Result<(), ExecutionError> {
+        self.finish().map(|_| ())
+    }
+}
+
+impl ExecutionHandle<RuntimeContext> {
+    /// Blocks until the run reached its terminal state and returns the
+    /// context with its outputs.
+    ///
+    /// # Errors
+    /// The run's first error, with diagnostics and the context.
+    pub fn wait(mut self) -> Result<RuntimeContext, ExecutionError> {
+        self.finish()
+            .map(|ctx| ctx.expect("a finished run hands its context back"))
+    }
+}
+
+impl<T> Drop for ExecutionHandle<T> {
+    /// Waits for the submission's terminal state (documented: a live handle
+    /// never detaches).
+    fn drop(&mut self) {
+        if let Some(inner) = &self.inner {
+            match &inner.kind {
+                Kind::Prepare(p) => {
+                    p.submission.wait();
+                }
+                Kind::Run { submission, .. } => {
+                    submission.wait();
+                }
+            }
+        }
+    }
+}

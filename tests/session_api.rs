@@ -1,0 +1,200 @@
+//! The asynchronous session API on real fixtures: streaming cold runs, hot
+//! runs, prepare-then-run, one worker, a tight budget — all bit-identical
+//! to `DirectReplay`; `run` is `run_async` + `wait`; handles dropped or
+//! forgotten mid-run never leave a task touching freed memory.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use onnx_prepared::model::{
+    FaultInjectingSource, FileSource, Model, PayloadSource, ReadFault, ResolveOptions,
+    ResolvedModel, WeightId,
+};
+use onnx_prepared::plan::PreparedExecutionPlan;
+use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions, Status};
+use onnx_prepared::state::{DirectReplay, DirectReplayOptions};
+use onnx_prepared_kernels::Tensor;
+
+fn fixture(name: &str) -> PathBuf {
+    let dir = onnx_prepared_fixtures::default_dir();
+    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
+    dir.join(format!("{name}.onnx"))
+}
+
+fn plan(name: &str) -> PreparedExecutionPlan {
+    let model = Model::open(fixture(name)).unwrap();
+    let resolved = ResolvedModel::resolve(model, &ResolveOptions::default()).unwrap();
+    PreparedExecutionPlan::build(resolved).unwrap()
+}
+
+/// Deterministic inputs for each fixture.
+fn inputs(name: &str) -> Vec<(String, Tensor)> {
+    let f32s = |n: usize, seed: u32| -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 1000.0
+                    - 0.5
+            })
+            .collect()
+    };
+    match name {
+        "tiny-llm" => {
+            let t = 8;
+            let mut v = vec![
+                (
+                    "input_ids".to_owned(),
+                    Tensor::from_i64(vec![1, t], (0..t as i64).map(|i| i * 97 % 8192).collect())
+                        .unwrap(),
+                ),
+                (
+                    "attn_bias".to_owned(),
+                    Tensor::from_f32(
+                        vec![1, 1, t, t],
+                        (0..t * t)
+                            .map(|k| if k % t <= k / t { 0.0 } else { -10000.0 })
+                            .collect(),
+                    )
+                    .unwrap(),
+                ),
+            ];
+            for b in 0..4 {
+                for kv in ["key", "value"] {
+                    v.push((
+                        format!("past_{kv}_{b}"),
+                        Tensor::from_f32(vec![1, 8, 0, 64], vec![]).unwrap(),
+                    ));
+                }
+            }
+            v
+        }
+        "many-small-nodes" => vec![(
+            "x".to_owned(),
+            Tensor::from_f32(MANY_DIMS.to_vec(), f32s(MANY_DIMS.iter().product(), 3)).unwrap(),
+        )],
+        _ => vec![(
+            "A".to_owned(),
+            Tensor::from_f32(vec![3, 256], f32s(768, 7)).unwrap(),
+        )],
+    }
+}
+
+fn direct(name: &str, inputs: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
+    let model = Model::open(fixture(name)).unwrap();
+    let source = FileSource::open(&model).unwrap();
+    let mut replay = DirectReplay::new(&model, &source, DirectReplayOptions::default()).unwrap();
+    let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    replay.run(&refs).unwrap()
+}
+
+fn context(session: &RuntimeSession, inputs: &[(String, Tensor)]) -> RuntimeContext {
+    let mut ctx = RuntimeContext::new(session);
+    for (n, t) in inputs {
+        ctx.set_input(n, t.clone()).unwrap();
+    }
+    ctx
+}
+
+fn options(cpu: usize) -> SessionOptions {
+    SessionOptions {
+        cpu_threads: cpu,
+        io_workers: 2,
+        ..SessionOptions::default()
+    }
+}
+
+const MANY_DIMS: [usize; 2] = [1, 16];
+
+const FIXTURES: [&str; 5] = [
+    "gemm-chain",
+    "gemm-transb0",
+    "gemm-shared-weight",
+    "many-small-nodes",
+    "tiny-llm",
+];
+
+#[test]
+fn every_mode_matches_direct_replay_on_every_fixture() {
+    for name in FIXTURES {
+        let inputs = inputs(name);
+        let expected = direct(name, &inputs);
+        // Streaming cold run, then a hot run with the same context.
+        for cpu in [1, 2] {
+            let session = RuntimeSession::new(plan(name), options(cpu)).unwrap();
+            assert!(!session.is_hot());
+            let ctx = session
+                .run_async(context(&session, &inputs))
+                .wait()
+                .unwrap();
+            assert_eq!(ctx.outputs(), expected.as_slice(), "{name} cold, {cpu} cpu");
+            assert!(
+                session.is_hot(),
+                "{name}: everything resident after the cold run"
+            );
+            let ctx = session.run(ctx).unwrap();
+            assert_eq!(ctx.outputs(), expected.as_slice(), "{name} hot, {cpu} cpu");
+        }
+        // Prepare, then run.
+        let session = RuntimeSession::new(plan(name), options(2)).unwrap();
+        session.prepare().unwrap();
+        assert!(session.is_hot());
+        let ctx = session.run(context(&session, &inputs)).unwrap();
+        assert_eq!(ctx.outputs(), expected.as_slice(), "{name} prepared");
+    }
+}
+
+#[test]
+fn a_failed_read_fails_the_run_with_diagnostics_and_returns_the_context() {
+    let model = Model::open(fixture("gemm-chain")).unwrap();
+    let file = FileSource::open(&model).unwrap();
+    let weight = model
+        .weights()
+        .iter()
+        .position(|w| w.name() == "chain1.weight")
+        .expect("second layer weight");
+    let source = FaultInjectingSource::new(file, model.weights().len())
+        .with_fault(WeightId(weight as u32), ReadFault::Fail);
+    let source: Arc<dyn PayloadSource> = Arc::new(source);
+    let session = RuntimeSession::with_source(plan("gemm-chain"), source, options(2)).unwrap();
+    let inputs = inputs("gemm-chain");
+    let handle = session.run_async(context(&session, &inputs));
+    let err = handle.wait().unwrap_err();
+    assert!(err.to_string().contains("chain1.weight"), "{err}");
+    let ctx = err.context.expect("the context comes back");
+    assert_eq!(ctx.inputs().len(), 1);
+    assert!(ctx.outputs().is_empty());
+    // Preparation reports the failing read and what it suppressed.
+    let err = session.prepare().unwrap_err();
+    let (task, why) = err.diagnostics.failed_task.expect("failing task");
+    assert!(task.contains("chain1.weight"), "{task}");
+    assert!(why.contains("inject"), "{why}");
+}
+
+#[test]
+fn dropping_or_forgetting_live_handles_is_sound() {
+    let inputs = inputs("tiny-llm");
+    let expected = direct("tiny-llm", &inputs);
+    let session = RuntimeSession::new(plan("tiny-llm"), options(2)).unwrap();
+    // Forgotten mid-run: the submission owns the context and the state.
+    std::mem::forget(session.run_async(context(&session, &inputs)));
+    // Dropped: waits.
+    let handle = session.run_async(context(&session, &inputs));
+    drop(handle);
+    let prepare = session.prepare_async();
+    let status_before = prepare.status();
+    drop(prepare);
+    assert!(matches!(status_before, Status::Running | Status::Succeeded));
+    let ctx = session.run(context(&session, &inputs)).unwrap();
+    assert_eq!(ctx.outputs(), expected.as_slice());
+    drop(session);
+}
+
+#[test]
+fn handles_and_sessions_are_send_and_sync_where_intended() {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    send::<RuntimeSession>();
+    sync::<RuntimeSession>();
+    send::<RuntimeContext>();
+    send::<onnx_prepared::session::ExecutionHandle<RuntimeContext>>();
+    sync::<onnx_prepared::session::ExecutionHandle<RuntimeContext>>();
+}
