@@ -277,6 +277,10 @@ fn fail_one_read(path: &Path, failing: TaskId, expected: Residency) {
         if lost.contains(&RequirementId(r as u32)) {
             assert!(!now.is_resident(), "requirement {r} must not be resident");
             assert_eq!(now.residency(), expected, "requirement {r}");
+            let cause = s
+                .failure_cause(RequirementId(r as u32))
+                .expect("cause recorded");
+            assert!(cause.contains("injected"), "{cause}");
         } else {
             assert!(now.is_resident(), "requirement {r} resident: {now:?}");
         }
@@ -315,15 +319,16 @@ fn a_failed_read_fails_only_what_it_feeds() {
             .filter(|d| table.kind[d.0 as usize] == TaskKind::Prepack)
             .collect()
     };
-    // A weight packed by exactly one prepack (with its scales): that
-    // requirement was never claimed, so it stays absent.
+    // A weight packed by exactly one prepack (with its scales): the failed
+    // read claims and drops that requirement (protocol 1(g)), so it is
+    // failed and its waiters wake, with the cause recorded.
     let packed = reads
         .iter()
         .rev()
         .copied()
         .find(|&t| table.publishes[t.0 as usize].is_none() && prepacks_of(t).len() == 1)
         .expect("tiny-llm has a weight packed once");
-    fail_one_read(&path, packed, Residency::Absent);
+    fail_one_read(&path, packed, Residency::Failed);
     // A weight used as is: its read claimed the requirement, so the dropped
     // claim marks it failed.
     if let Some(plain) = reads
