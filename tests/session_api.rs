@@ -198,3 +198,99 @@ fn handles_and_sessions_are_send_and_sync_where_intended() {
     send::<onnx_prepared::session::ExecutionHandle<RuntimeContext>>();
     sync::<onnx_prepared::session::ExecutionHandle<RuntimeContext>>();
 }
+
+/// Design step 8: the two-Gemm chain with each weight behind a gate. The
+/// first Gemm executes while the second weight is still held back (the
+/// trace shows step `chain0` finished before the gate of `chain1.weight`
+/// opens — event order, never timing); then the run completes. A second run
+/// reuses both resident objects: 0 bytes read, 0 prepacks.
+#[test]
+fn first_gemm_runs_before_the_second_weight_is_read() {
+    use onnx_prepared::session::TraceLane;
+    use onnx_prepared::sync::Latch;
+    use std::time::{Duration, Instant};
+
+    let model = Model::open(fixture("gemm-chain")).unwrap();
+    let id = |name: &str| {
+        WeightId(
+            model
+                .weights()
+                .iter()
+                .position(|w| w.name() == name)
+                .unwrap() as u32,
+        )
+    };
+    let gates = [Arc::new(Latch::new()), Arc::new(Latch::new())];
+    let source = Arc::new(
+        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
+            .with_fault(id("chain0.weight"), ReadFault::Gate(gates[0].clone()))
+            .with_fault(id("chain1.weight"), ReadFault::Gate(gates[1].clone())),
+    );
+    let session = RuntimeSession::with_source(
+        plan("gemm-chain"),
+        source.clone() as Arc<dyn PayloadSource>,
+        SessionOptions {
+            trace: true,
+            ..options(2)
+        },
+    )
+    .unwrap();
+    let trace = session.trace().unwrap().clone();
+    let inputs = inputs("gemm-chain");
+    let run = session.run_async(context(&session, &inputs));
+    assert!(!run.is_ready(), "nothing can run before the first weight");
+    gates[0].open();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !trace
+        .events()
+        .iter()
+        .any(|e| e.lane == TraceLane::Inference && e.name == "chain0")
+    {
+        assert!(Instant::now() < deadline, "step chain0 never ran");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Step chain0 finished; chain1.weight is still behind its gate.
+    assert_eq!(source.counters().bytes_read(id("chain1.weight")), 0);
+    assert!(!run.is_ready());
+    assert!(
+        !trace.events().iter().any(|e| e.name == "chain1"),
+        "step chain1 cannot have run"
+    );
+    gates[1].open();
+    let ctx = run.wait().unwrap();
+    assert_eq!(ctx.outputs(), direct("gemm-chain", &inputs).as_slice());
+    let events = trace.events();
+    let end_of = |name: &str| events.iter().find(|e| e.name == name).unwrap().end;
+    let read_end = events
+        .iter()
+        .find(|e| e.lane == TraceLane::Io && e.name.contains("chain1.weight"))
+        .unwrap()
+        .end;
+    assert!(
+        end_of("chain0") < read_end,
+        "chain0 ran before chain1.weight was read"
+    );
+
+    // The second run: hot, nothing read, nothing prepacked.
+    assert!(session.is_hot());
+    let read_before = source.counters().total();
+    let prepacks_before = trace
+        .events()
+        .iter()
+        .filter(|e| e.lane == TraceLane::Prepack)
+        .count();
+    let ctx = session.run(ctx).unwrap();
+    assert_eq!(ctx.outputs(), direct("gemm-chain", &inputs).as_slice());
+    assert_eq!(source.counters().total(), read_before, "0 bytes read");
+    let events = trace.events();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.lane == TraceLane::Prepack)
+            .count(),
+        prepacks_before,
+        "0 prepacks"
+    );
+    assert!(events.iter().any(|e| e.name == "run (hot)"));
+    assert!(trace.to_chrome_json().starts_with("{\"traceEvents\":["));
+}

@@ -44,8 +44,13 @@
 //! [`prepare_async`]: RuntimeSession::prepare_async
 //! [`run_async`]: RuntimeSession::run_async
 
+mod trace;
+
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
+
+pub use trace::{Trace, TraceEvent, TraceLane};
 
 use onnx_prepared_kernels::Tensor;
 
@@ -55,10 +60,10 @@ use crate::error::RunError;
 use crate::model::{FileSource, PayloadSource};
 use crate::plan::{Csr, PreparedExecutionPlan, Priority, RequirementId, ResourceClass, TaskId};
 use crate::scheduler::{
-    LookAheadOptions, PoolConfig, Remapped, RunOutcome, Submission, SubmitOptions, TaskContext,
-    TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    LookAheadOptions, PoolConfig, RunOutcome, Submission, SubmitOptions, TaskContext, TaskFailure,
+    TaskGraph, TaskRunner, WorkerPool,
 };
-use crate::state::{InvocationState, PreparedExecutionState, Progress};
+use crate::state::{InvocationState, PreparedExecutionState, Progress, SessionTasks};
 use crate::store::{Outcome, Residency};
 use crate::sync::{AtomicU64, Lock, Ordering};
 
@@ -78,6 +83,8 @@ pub struct SessionOptions {
     /// Run on this pool (shared with other sessions) instead of one of the
     /// session's own.
     pub pool: Option<Arc<WorkerPool>>,
+    /// Record reads, prepacks and steps in a [`Trace`].
+    pub trace: bool,
 }
 
 impl Default for SessionOptions {
@@ -89,6 +96,7 @@ impl Default for SessionOptions {
             budget: BudgetLimits::unlimited(),
             look_ahead: LookAheadOptions::default(),
             pool: None,
+            trace: false,
         }
     }
 }
@@ -113,6 +121,41 @@ struct SessionInner {
     options: SessionOptions,
     /// The one-task graph of a run continuation.
     run_graph: Arc<TaskGraph>,
+    trace: Option<Arc<Trace>>,
+    /// Numbers runs for the trace.
+    runs: AtomicU64,
+}
+
+/// Runs the preparation's tasks (a session-graph id is mapped to its plan
+/// task), tracing each one when the session traces.
+struct PreparationRunner {
+    tasks: SessionTasks<'static>,
+    ids: Box<[TaskId]>,
+    trace: Option<Arc<Trace>>,
+}
+
+impl TaskRunner for PreparationRunner {
+    fn run(&self, task: TaskId, ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+        let t = self.ids[task.0 as usize];
+        let Some(trace) = &self.trace else {
+            return self.tasks.run(t, ctx);
+        };
+        let start = Instant::now();
+        let result = self.tasks.run(t, ctx);
+        let plan = self.tasks.state().plan();
+        let lane = match plan.tasks().kind[t.0 as usize] {
+            crate::plan::TaskKind::ReadSource => TraceLane::Io,
+            _ => TraceLane::Prepack,
+        };
+        trace.record(
+            lane,
+            &plan.tasks().name[t.0 as usize],
+            start,
+            Instant::now(),
+            0,
+        );
+        result
+    }
 }
 
 /// A prepared-execution session over one plan.
@@ -202,6 +245,8 @@ impl RuntimeSession {
                 publisher: publisher.into(),
                 preparation: Lock::new(None),
                 ready_epoch: AtomicU64::new(u64::MAX),
+                trace: options.trace.then(|| Arc::new(Trace::new())),
+                runs: AtomicU64::new(0),
                 options,
                 run_graph: Arc::new(run_graph),
             }),
@@ -252,6 +297,7 @@ impl RuntimeSession {
                 started: false,
                 error: None,
                 waited: None,
+                id: self.inner.runs.fetch_add(1, Ordering::Relaxed) + 1,
             }),
         });
         let submission = self
@@ -275,6 +321,11 @@ impl RuntimeSession {
     /// produced, or cancellation; the error carries the context back.
     pub fn run(&self, ctx: RuntimeContext) -> Result<RuntimeContext, ExecutionError> {
         self.run_async(ctx).wait()
+    }
+
+    /// The session's trace, when [`SessionOptions::trace`] is on.
+    pub fn trace(&self) -> Option<&Arc<Trace>> {
+        self.inner.trace.as_ref()
     }
 
     /// Whether every prepared object is resident now (the next run takes
@@ -311,9 +362,10 @@ impl SessionInner {
                     return p.clone();
                 }
             }
-            let runner = Arc::new(Remapped {
-                runner: self.state.shared_session_tasks(),
+            let runner = Arc::new(PreparationRunner {
+                tasks: self.state.shared_session_tasks(),
                 ids: self.session_ids.clone(),
+                trace: self.trace.clone(),
             });
             let options = SubmitOptions {
                 look_ahead: streaming.then(|| self.options.look_ahead.clone()),
@@ -355,6 +407,8 @@ struct RunSlot {
     error: Option<Error>,
     /// The requirement and generation the last suspension waited for.
     waited: Option<(RequirementId, u64)>,
+    /// The run's number (trace).
+    id: u64,
 }
 
 /// The run continuation (protocol "run"): one scheduler task per inference.
@@ -384,8 +438,10 @@ impl RunContinuation {
             ctx,
             started,
             waited,
+            id,
             ..
         } = slot;
+        let id = *id;
         let ctx = ctx
             .as_mut()
             .expect("the context stays in the slot until wait");
@@ -396,7 +452,11 @@ impl RunContinuation {
                 ctx.inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
             state.begin_run(&mut ctx.invocation, &inputs)?;
             if session.is_hot() {
+                let start = session.trace.as_ref().map(|_| Instant::now());
                 if state.run_hot(&mut ctx.invocation, &par)? {
+                    if let (Some(trace), Some(start)) = (&session.trace, start) {
+                        trace.record(TraceLane::Inference, "run (hot)", start, Instant::now(), id);
+                    }
                     ctx.outputs = state.outputs(&ctx.invocation);
                     return Ok(());
                 }
@@ -404,7 +464,15 @@ impl RunContinuation {
                 state.begin_run(&mut ctx.invocation, &inputs)?;
             }
         }
-        match state.resume_run(&mut ctx.invocation, &par)? {
+        let steps = state.plan().steps();
+        let record = |step: usize, start: Instant, end: Instant| {
+            if let Some(trace) = &session.trace {
+                trace.record(TraceLane::Inference, &steps[step].scope, start, end, id);
+            }
+        };
+        let on_step: Option<&dyn Fn(usize, Instant, Instant)> =
+            session.trace.as_ref().map(|_| &record as _);
+        match state.resume_run(&mut ctx.invocation, &par, on_step)? {
             Progress::Done => {
                 ctx.outputs = state.outputs(&ctx.invocation);
                 Ok(())

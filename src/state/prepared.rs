@@ -412,6 +412,7 @@ impl PreparedExecutionState {
         &self,
         invocation: &mut InvocationState,
         par: &dyn ParallelFor,
+        on_step: Option<&dyn Fn(usize, std::time::Instant, std::time::Instant)>,
     ) -> Result<Progress, Error> {
         let resolved = self.plan.resolved();
         let lowered = invocation.lowered.as_mut().expect("begin_run comes first");
@@ -433,7 +434,11 @@ impl PreparedExecutionState {
                 }
             }
             let actions = lowered.actions_of(step.nodes.clone());
+            let start = on_step.map(|_| std::time::Instant::now());
             lowered.replay(resolved, &pins, actions, par)?;
+            if let (Some(f), Some(start)) = (on_step, start) {
+                f(invocation.next_step, start, std::time::Instant::now());
+            }
             for bit in step.needs.iter_ones() {
                 pins.pins[bit] = None;
             }
