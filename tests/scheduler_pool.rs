@@ -332,3 +332,51 @@ fn device_lanes_run_on_their_feeder_and_are_checked_at_submit() {
     assert!(recorder.runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
     assert!(at(0) < at(1) && at(1) < at(2));
 }
+
+/// A finished submission runs again in place: every round runs each task
+/// exactly once in dependency order; an unfinished one is handed back.
+#[test]
+fn resubmit_reruns_a_finished_submission() {
+    let graph = TaskGraph::new(
+        &[ResourceClass::Io, ResourceClass::Cpu, ResourceClass::Inline],
+        &[Priority::Critical; 3],
+        &Csr::from_rows(&[vec![], vec![TaskId(0)], vec![TaskId(1)]]),
+    )
+    .unwrap();
+    let recorder = Recorder::new(3);
+    let workers = WorkerPool::new(config(1, 1));
+    let mut run = workers.submit(graph, recorder.clone()).unwrap();
+    for round in 1..=100 {
+        let outcome = run.wait();
+        assert!(outcome.is_success());
+        assert_eq!(outcome.completed, 3);
+        for t in 0..3 {
+            assert_eq!(
+                recorder.runs[t].load(Ordering::Relaxed),
+                round,
+                "round {round}"
+            );
+        }
+        run = workers.resubmit(run).unwrap();
+    }
+    run.wait();
+    // Still running: handed back.
+    let gate = Arc::new(onnx_prepared::sync::Latch::new());
+    struct Gate(Arc<onnx_prepared::sync::Latch>);
+    impl TaskRunner for Gate {
+        fn run(&self, _: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+            self.0.wait();
+            Ok(())
+        }
+    }
+    let one = TaskGraph::new(
+        &[ResourceClass::Cpu],
+        &[Priority::Critical],
+        &Csr::from_rows(&[Vec::<TaskId>::new()]),
+    )
+    .unwrap();
+    let live = workers.submit(one, Arc::new(Gate(gate.clone()))).unwrap();
+    let live = workers.resubmit(live).unwrap_err();
+    gate.open();
+    live.wait();
+}

@@ -421,7 +421,9 @@ impl WorkerPool {
             parking: (0..Lane::HOST.len() + config.devices as usize)
                 .map(|_| Parking::default())
                 .collect(),
-            registry: Lock::new(Vec::new()),
+            // Reserved so that (re)submitting does not allocate while at most
+            // this many submissions are live.
+            registry: Lock::new(Vec::with_capacity(64)),
             version: AtomicU64::new(0),
             board: JobBoard::new(),
             shutdown: AtomicBool::new(false),
@@ -514,26 +516,55 @@ impl WorkerPool {
             inner.finish_empty();
         } else {
             inner.post_roots();
-            self.shared.registry.with(|r| {
-                r.retain(|s| !s.is_done());
-                r.push(inner.clone());
-            });
-            self.shared.version.fetch_add(1, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            for i in 0..self.shared.lanes() {
-                let lane = Lane::from_index(i);
-                if !inner.queues.is_empty(lane) {
-                    let p = self.shared.parking(lane);
-                    if p.sleepers.load(Ordering::SeqCst) > 0 {
-                        p.wake_all();
-                    }
-                }
-            }
+            self.register(&inner);
         }
         Ok(Submission {
             inner,
             pool: self.shared.clone(),
         })
+    }
+
+    /// Runs a finished submission's graph again with the same runner
+    /// (protocol "resubmit"): its words, queues and counts are rearmed in
+    /// place, so a steady stream of identical submissions (one per inference,
+    /// say) allocates nothing. Hands the submission back unchanged if it is
+    /// not finished or belongs to another pool.
+    pub fn resubmit(&self, submission: Submission) -> Result<Submission, Submission> {
+        if !submission.is_done() || !Arc::ptr_eq(&submission.pool, &self.shared) {
+            return Err(submission);
+        }
+        let inner = &submission.inner;
+        inner.reset();
+        if inner.graph.is_empty() {
+            inner.finish_empty();
+            return Ok(submission);
+        }
+        inner.post_roots();
+        self.register(inner);
+        Ok(submission)
+    }
+
+    /// Submit step 3: joins the registry, bumps `version`, wakes parked
+    /// workers of the lanes that got tasks.
+    fn register(&self, inner: &Arc<SubmissionInner>) {
+        self.shared.registry.with(|r| {
+            r.retain(|s| !s.is_done());
+            // A resubmitted submission may not have been retired yet.
+            if !r.iter().any(|s| Arc::ptr_eq(s, inner)) {
+                r.push(inner.clone());
+            }
+        });
+        self.shared.version.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        for i in 0..self.shared.lanes() {
+            let lane = Lane::from_index(i);
+            if !inner.queues.is_empty(lane) {
+                let p = self.shared.parking(lane);
+                if p.sleepers.load(Ordering::SeqCst) > 0 {
+                    p.wake_all();
+                }
+            }
+        }
     }
 
     /// Kernel parallelism on this pool's CPU workers from a thread that is

@@ -224,6 +224,33 @@ impl SubmissionInner {
         self.all_done.open();
     }
 
+    /// Rearms a finished submission for another round of the same graph
+    /// (protocol "resubmit"): every word back to its initial value, stale
+    /// queue entries dropped. The caller saw the latch open, so every task
+    /// of the previous round is terminal and its counts published.
+    pub(super) fn reset(&self) {
+        debug_assert!(self.is_done());
+        for (i, state) in self.states.iter().enumerate() {
+            state.reset(self.graph.dependency_count(TaskId(i as u32)));
+        }
+        for s in self.suspension.iter() {
+            s.store(suspend::IDLE, Ordering::Relaxed);
+        }
+        for o in self.outcomes.iter() {
+            o.store(code::PENDING, Ordering::Relaxed);
+        }
+        for lane in 0..self.queues.lanes() {
+            while self.queues.pop(Lane::from_index(lane)).is_some() {}
+        }
+        self.finished.store(0, Ordering::Relaxed);
+        self.panicked.store(0, Ordering::Relaxed);
+        self.first_failed.store(usize::MAX, Ordering::Relaxed);
+        let _ = self.first_failure.take_first(|_| true);
+        self.cancel_requested.store(false, Ordering::Relaxed);
+        self.terminal.store(0, Ordering::Release);
+        self.all_done.reset();
+    }
+
     /// Whether every task reached a terminal state.
     pub(super) fn is_done(&self) -> bool {
         self.all_done.is_open()

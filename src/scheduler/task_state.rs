@@ -134,6 +134,12 @@ impl TaskState {
         Self(AtomicU32::new(dependencies))
     }
 
+    /// Back to "waiting for `dependencies`", for a submission that is run
+    /// again (only after every task of its previous round was terminal).
+    pub(super) fn reset(&self, dependencies: u32) {
+        self.0.store(dependencies, Ordering::Release);
+    }
+
     /// The current state.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot(self.0.load(Ordering::Acquire))

@@ -124,7 +124,13 @@ struct SessionInner {
     trace: Option<Arc<Trace>>,
     /// Numbers runs for the trace.
     runs: AtomicU64,
+    /// Finished run submissions kept for reuse (protocol "resubmit"): a
+    /// steady stream of runs allocates no submission.
+    free_runs: Lock<Vec<(Arc<RunContinuation>, Submission)>>,
 }
+
+/// Run submissions kept for reuse per session.
+const FREE_RUNS: usize = 8;
 
 /// Runs the preparation's tasks (a session-graph id is mapped to its plan
 /// task), tracing each one when the session traces.
@@ -247,6 +253,7 @@ impl RuntimeSession {
                 ready_epoch: AtomicU64::new(u64::MAX),
                 trace: options.trace.then(|| Arc::new(Trace::new())),
                 runs: AtomicU64::new(0),
+                free_runs: Lock::new(Vec::with_capacity(FREE_RUNS)),
                 options,
                 run_graph: Arc::new(run_graph),
             }),
@@ -290,24 +297,39 @@ impl RuntimeSession {
     /// outputs. Never blocks and never refuses because preparation is still
     /// running.
     pub fn run_async(&self, ctx: RuntimeContext) -> ExecutionHandle<RuntimeContext> {
-        let runner = Arc::new(RunContinuation {
-            session: self.inner.clone(),
-            slot: Lock::new(RunSlot {
-                ctx: Some(ctx),
-                started: false,
-                error: None,
-                waited: None,
-                id: self.inner.runs.fetch_add(1, Ordering::Relaxed) + 1,
-            }),
-        });
-        let submission = self
-            .inner
-            .pool
-            .submit(self.inner.run_graph.clone(), runner.clone())
-            .expect("the session's pool has CPU workers");
+        let id = self.inner.runs.fetch_add(1, Ordering::Relaxed) + 1;
+        let slot = RunSlot {
+            ctx: Some(ctx),
+            started: false,
+            error: None,
+            waited: None,
+            id,
+        };
+        let inner = &self.inner;
+        let (runner, submission) = match inner.free_runs.with(Vec::pop) {
+            Some((runner, done)) => {
+                runner.slot.with(|s| *s = slot);
+                let submission = inner
+                    .pool
+                    .resubmit(done)
+                    .unwrap_or_else(|_| unreachable!("kept only once finished"));
+                (runner, submission)
+            }
+            None => {
+                let runner = Arc::new(RunContinuation {
+                    session: Arc::downgrade(inner),
+                    slot: Lock::new(slot),
+                });
+                let submission = inner
+                    .pool
+                    .submit(inner.run_graph.clone(), runner.clone())
+                    .expect("the session's pool has CPU workers");
+                (runner, submission)
+            }
+        };
         ExecutionHandle {
             inner: Some(HandleInner {
-                session: self.inner.clone(),
+                session: inner.clone(),
                 kind: Kind::Run { submission, runner },
             }),
             _output: std::marker::PhantomData,
@@ -412,8 +434,11 @@ struct RunSlot {
 }
 
 /// The run continuation (protocol "run"): one scheduler task per inference.
+/// Holds its session weakly: the session keeps finished continuations for
+/// reuse, and a strong reference back would keep both alive forever. A run
+/// in flight is kept alive by its handle.
 struct RunContinuation {
-    session: Arc<SessionInner>,
+    session: std::sync::Weak<SessionInner>,
     slot: Lock<RunSlot>,
 }
 
@@ -432,7 +457,8 @@ impl TaskRunner for RunContinuation {
 
 impl RunContinuation {
     fn step(&self, slot: &mut RunSlot, tctx: &TaskContext<'_>) -> Result<(), Error> {
-        let session = &*self.session;
+        let session = self.session.upgrade().ok_or(RunError::Cancelled)?;
+        let session = &*session;
         let state = &*session.state;
         let RunSlot {
             ctx,
@@ -448,9 +474,8 @@ impl RunContinuation {
         let par = tctx.parallel();
         if !*started {
             *started = true;
-            let inputs: Vec<(&str, &Tensor)> =
-                ctx.inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
-            state.begin_run(&mut ctx.invocation, &inputs)?;
+            ctx.order()?;
+            state.begin_run_ordered(&mut ctx.invocation, &ctx.inputs, &ctx.order)?;
             if session.is_hot() {
                 let start = session.trace.as_ref().map(|_| Instant::now());
                 if state.run_hot(&mut ctx.invocation, &par)? {
@@ -461,7 +486,7 @@ impl RunContinuation {
                     return Ok(());
                 }
                 // Evicted since the check: reload and take the cold path.
-                state.begin_run(&mut ctx.invocation, &inputs)?;
+                state.begin_run_ordered(&mut ctx.invocation, &ctx.inputs, &ctx.order)?;
             }
         }
         let steps = state.plan().steps();
@@ -512,7 +537,9 @@ impl RunContinuation {
     /// The error of a run whose object's production failed, naming the
     /// failing preparation task when the preparation has finished.
     fn failure(&self, step: usize, requirement: RequirementId) -> Error {
-        let session = &*self.session;
+        let Some(session) = self.session.upgrade() else {
+            return RunError::Cancelled.into();
+        };
         let plan = session.state.plan();
         let cause = session
             .state
@@ -540,6 +567,9 @@ pub struct RuntimeContext {
     outputs: Vec<(String, Tensor)>,
     invocation: InvocationState,
     declared: Vec<String>,
+    /// `order[i]`: position in `inputs` of declared input `i` (empty until
+    /// every input is set, recomputed when a new name arrives).
+    order: Vec<u32>,
 }
 
 impl RuntimeContext {
@@ -582,9 +612,29 @@ impl RuntimeContext {
         }
         match self.inputs.iter_mut().find(|(n, _)| n == name) {
             Some((_, slot)) => *slot = value,
-            None => self.inputs.push((name.to_owned(), value)),
+            None => {
+                self.inputs.push((name.to_owned(), value));
+                self.order.clear();
+            }
         }
         Ok(())
+    }
+
+    /// The declared-order positions of the inputs (computed once per set of
+    /// names).
+    fn order(&mut self) -> Result<&[u32], Error> {
+        if self.order.len() != self.declared.len() {
+            self.order.clear();
+            for d in &self.declared {
+                let at = self
+                    .inputs
+                    .iter()
+                    .position(|(n, _)| n == d)
+                    .ok_or_else(|| RunError::MissingInput { input: d.clone() })?;
+                self.order.push(at as u32);
+            }
+        }
+        Ok(&self.order)
     }
 
     /// The inputs set so far.
@@ -760,6 +810,13 @@ impl<T> ExecutionHandle<T> {
                 let outcome = submission.wait();
                 let (ctx, error) = runner.slot.with(|s| (s.ctx.take(), s.error.take()));
                 let status = status_of(&session, &inner.kind, &outcome);
+                if let Kind::Run { submission, runner } = inner.kind {
+                    session.free_runs.with(|free| {
+                        if free.len() < FREE_RUNS {
+                            free.push((runner, submission));
+                        }
+                    });
+                }
                 match (status, error) {
                     (Status::Succeeded, _) => Ok(ctx),
                     (Status::Cancelled, _) => Err(ExecutionError {

@@ -107,39 +107,45 @@ pub(crate) fn order_inputs<'t>(
             }
             .into());
         }
-        if t.dtype() != decl.dtype {
-            return Err(RunError::InputType {
-                input: decl.name.clone(),
-                expected: decl.dtype,
-                found: t.dtype(),
-            }
-            .into());
-        }
-        if let Some(dims) = &decl.dims {
-            let ok = dims.len() == t.shape().len()
-                && dims
-                    .iter()
-                    .zip(t.shape())
-                    .all(|(d, &s)| !matches!(d, Dim::Fixed(f) if *f != s));
-            if !ok {
-                return Err(RunError::InputShape {
-                    input: decl.name.clone(),
-                    expected: dims
-                        .iter()
-                        .map(|d| match d {
-                            Dim::Fixed(n) => n.to_string(),
-                            Dim::Symbolic(p) => p.clone(),
-                            Dim::Unknown => "?".into(),
-                        })
-                        .collect(),
-                    found: t.shape().to_vec(),
-                }
-                .into());
-            }
-        }
+        check_input(decl, t)?;
         ordered.push(*t);
     }
     Ok(ordered)
+}
+
+/// Checks one input's type and shape against its declaration.
+pub(crate) fn check_input(decl: &GraphInput, t: &Tensor) -> Result<(), Error> {
+    if t.dtype() != decl.dtype {
+        return Err(RunError::InputType {
+            input: decl.name.clone(),
+            expected: decl.dtype,
+            found: t.dtype(),
+        }
+        .into());
+    }
+    if let Some(dims) = &decl.dims {
+        let ok = dims.len() == t.shape().len()
+            && dims
+                .iter()
+                .zip(t.shape())
+                .all(|(d, &s)| !matches!(d, Dim::Fixed(f) if *f != s));
+        if !ok {
+            return Err(RunError::InputShape {
+                input: decl.name.clone(),
+                expected: dims
+                    .iter()
+                    .map(|d| match d {
+                        Dim::Fixed(n) => n.to_string(),
+                        Dim::Symbolic(p) => p.clone(),
+                        Dim::Unknown => "?".into(),
+                    })
+                    .collect(),
+                found: t.shape().to_vec(),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 impl Lowered {
@@ -169,6 +175,37 @@ impl Lowered {
     pub(crate) fn actions_of(&self, nodes: std::ops::Range<u32>) -> std::ops::Range<usize> {
         self.node_action[nodes.start as usize] as usize
             ..self.node_action[nodes.end as usize] as usize
+    }
+
+    /// [`Lowered::matches`] over inputs reached by declared index.
+    pub(crate) fn matches_by<'t>(
+        &self,
+        count: usize,
+        input: impl Fn(usize) -> &'t Tensor,
+        value_inputs: &HashSet<usize>,
+    ) -> bool {
+        self.key.len() == count
+            && self.key.iter().enumerate().all(|(i, k)| {
+                let t = input(i);
+                k.shape() == t.shape() && (!value_inputs.contains(&i) || k == t)
+            })
+    }
+
+    /// [`Lowered::load_inputs`] over inputs reached by declared index
+    /// (allocates nothing).
+    pub(crate) fn load_inputs_by<'t>(
+        &mut self,
+        input: impl Fn(usize) -> &'t Tensor,
+    ) -> Result<(), Error> {
+        for (i, &buffer) in self.input_buffers.iter().enumerate() {
+            self.buffers[buffer as usize]
+                .copy_from(input(i))
+                .map_err(|source| RunError::Kernel {
+                    node: "input copy".into(),
+                    source,
+                })?;
+        }
+        Ok(())
     }
 
     /// Copies the caller's inputs into their buffers.

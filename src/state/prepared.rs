@@ -26,7 +26,7 @@ use std::sync::Arc;
 use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 
 use super::PreparedObject;
-use super::lowering::{Lowered, Objects, lower_all, order_inputs};
+use super::lowering::{Lowered, Objects, check_input, lower_all, order_inputs};
 use super::object::{prepare, source_tensor};
 use crate::Error;
 use crate::arena::{
@@ -402,6 +402,46 @@ impl PreparedExecutionState {
             .as_mut()
             .expect("lowered above")
             .load_inputs(&ordered)
+    }
+
+    /// [`PreparedExecutionState::begin_run`] over inputs held by name:
+    /// `order[i]` is the position in `inputs` of declared input `i`. Checks
+    /// every input and allocates nothing unless the shapes changed (a new
+    /// lowering).
+    pub fn begin_run_ordered(
+        &self,
+        invocation: &mut InvocationState,
+        inputs: &[(String, Tensor)],
+        order: &[u32],
+    ) -> Result<(), Error> {
+        let resolved = self.plan.resolved();
+        let declared = resolved.inputs();
+        debug_assert_eq!(order.len(), declared.len());
+        let input = |i: usize| &inputs[order[i] as usize].1;
+        for (i, decl) in declared.iter().enumerate() {
+            check_input(decl, input(i))?;
+        }
+        if !invocation
+            .lowered
+            .as_ref()
+            .is_some_and(|l| l.matches_by(declared.len(), input, &invocation.value_inputs))
+        {
+            invocation.lowered = None;
+            invocation.execution = None;
+            let ordered: Vec<&Tensor> = (0..declared.len()).map(input).collect();
+            let lowered = lower_all(resolved, &ordered, &mut invocation.value_inputs)?;
+            invocation.execution = Some(
+                self.budget
+                    .reserve(Domain::Execution, lowered.buffer_bytes())?,
+            );
+            invocation.lowered = Some(lowered);
+        }
+        invocation.next_step = 0;
+        invocation
+            .lowered
+            .as_mut()
+            .expect("lowered above")
+            .load_inputs_by(input)
     }
 
     /// Replays steps from the invocation's cursor while their requirements

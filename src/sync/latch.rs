@@ -37,6 +37,13 @@ impl Latch {
         self.cond.notify_all();
     }
 
+    /// Closes an open latch again, for reuse. Only sound to call when no
+    /// thread is waiting and none can start waiting on the old opening (the
+    /// owner of the latch has observed it open and hands it out again).
+    pub fn reset(&self) {
+        self.open.store(false, Ordering::Release);
+    }
+
     /// Whether the latch has been opened.
     pub fn is_open(&self) -> bool {
         self.open.load(Ordering::Acquire)

@@ -193,17 +193,19 @@ pub(crate) fn constant_ints(
 ) -> Result<Vec<i64>, KernelError> {
     let value = info
         .value
-        .ok_or(KernelError::NeedsConstant { op, input: i })?;
+        .ok_or_else(|| KernelError::NeedsConstant { op, input: i })?;
     if value.shape().len() > 1 {
         return Err(KernelError::Shape(format!(
             "{op}: input {i} must be a 1-D tensor, got shape {:?}",
             value.shape()
         )));
     }
-    value.to_i64_vec().ok_or(KernelError::UnsupportedType {
-        op,
-        dtype: value.dtype(),
-    })
+    value
+        .to_i64_vec()
+        .ok_or_else(|| KernelError::UnsupportedType {
+            op,
+            dtype: value.dtype(),
+        })
 }
 
 /// Normalizes an axis in `[-rank, rank)` (or `[-rank-1, rank]` style ranges

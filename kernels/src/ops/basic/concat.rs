@@ -34,7 +34,18 @@ fn concat<T: Elem>(
     inputs: &[Option<&Tensor>],
     out: &mut Tensor,
 ) -> Result<(), KernelError> {
-    let out_shape = out.shape().to_vec();
+    // The shape outlives the mutable borrow of `out`: copied to the stack
+    // (no allocation per run) unless the rank is unusually high.
+    let mut inline = [0usize; 8];
+    let spilled;
+    let rank = out.shape().len();
+    let out_shape: &[usize] = if rank <= inline.len() {
+        inline[..rank].copy_from_slice(out.shape());
+        &inline[..rank]
+    } else {
+        spilled = out.shape().to_vec();
+        &spilled
+    };
     let dst = typed_mut::<T>("Concat", out)?;
     let bad = |detail: String| KernelError::Invalid {
         op: "Concat",
@@ -55,7 +66,7 @@ fn concat<T: Elem>(
         let s = t.shape();
         let ok = s.len() == out_shape.len()
             && s.iter()
-                .zip(&out_shape)
+                .zip(out_shape)
                 .enumerate()
                 .all(|(d, (a, b))| d == axis || a == b);
         if !ok {
@@ -141,7 +152,7 @@ impl Operator for Concat {
         _par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
         let first = input("Concat", inputs, 0)?;
-        let out = outputs.first_mut().ok_or(KernelError::Invalid {
+        let out = outputs.first_mut().ok_or_else(|| KernelError::Invalid {
             op: "Concat",
             detail: "no output given".into(),
         })?;

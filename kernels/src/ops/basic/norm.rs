@@ -227,10 +227,12 @@ impl Norm {
             scale,
             bias,
         };
-        let (first, stats) = outputs.split_first_mut().ok_or(KernelError::Invalid {
-            op,
-            detail: "no output given".into(),
-        })?;
+        let (first, stats) = outputs
+            .split_first_mut()
+            .ok_or_else(|| KernelError::Invalid {
+                op,
+                detail: "no output given".into(),
+            })?;
         let y = typed_mut::<T>(op, first)?;
         check_len(op, "Y", y.len(), x.len())?;
         if n == 0 {

@@ -243,7 +243,7 @@ impl Operator for Slice {
                         }
                         continue;
                     };
-                    let v = info.value.ok_or(KernelError::NeedsConstant {
+                    let v = info.value.ok_or_else(|| KernelError::NeedsConstant {
                         op: "Slice",
                         input: i + 1,
                     })?;

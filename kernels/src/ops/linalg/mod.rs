@@ -119,7 +119,7 @@ fn output_f32<'a>(
     let dtype = out.dtype();
     let data = out
         .as_f32_mut()
-        .ok_or(KernelError::UnsupportedType { op, dtype })?;
+        .ok_or_else(|| KernelError::UnsupportedType { op, dtype })?;
     if data.len() != len {
         return Err(KernelError::Shape(format!(
             "{op}: output holds {} elements, the product has {len}",
@@ -186,7 +186,7 @@ impl Prepack for F32PanelPrepack {
         let b = sources
             .first()
             .ok_or_else(|| KernelError::Shape("f32 panel packing needs B".into()))?;
-        let data = b.as_f32().ok_or(KernelError::UnsupportedType {
+        let data = b.as_f32().ok_or_else(|| KernelError::UnsupportedType {
             op: "MatMul",
             dtype: b.dtype(),
         })?;
@@ -258,7 +258,7 @@ fn f32_panels<'a>(
 
 /// The f32 data of an input, or a type error.
 fn f32_input<'a>(t: &'a Tensor, op: &'static str) -> Result<&'a [f32], KernelError> {
-    t.as_f32().ok_or(KernelError::UnsupportedType {
+    t.as_f32().ok_or_else(|| KernelError::UnsupportedType {
         op,
         dtype: t.dtype(),
     })

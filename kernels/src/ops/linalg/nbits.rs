@@ -38,7 +38,7 @@ impl MatMulNBits {
         )?;
         let at = spec.attributes;
         let dim = |name: &'static str| -> Result<usize, KernelError> {
-            let v = at.int(name).ok_or(KernelError::Attribute {
+            let v = at.int(name).ok_or_else(|| KernelError::Attribute {
                 op: OP,
                 name,
                 detail: "is required".into(),

@@ -397,7 +397,7 @@ pub fn matmul_nbits(
         });
     }
     check_nbits_sources(p, b, scales, zero_points)?;
-    let av = a.as_f32().ok_or(KernelError::UnsupportedType {
+    let av = a.as_f32().ok_or_else(|| KernelError::UnsupportedType {
         op: "MatMulNBits",
         dtype: a.dtype(),
     })?;

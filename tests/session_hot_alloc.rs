@@ -1,0 +1,118 @@
+//! The hot path allocates nothing but the outputs: 1,000 hot tiny-llm
+//! decode steps through `RuntimeSession::run` (one reused context) make
+//! exactly as many allocations as cloning their outputs does, on every
+//! thread (the count is global: the run executes on a pool worker). The
+//! only test of this binary, so no other test disturbs the counter.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+
+use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+use onnx_prepared::plan::PreparedExecutionPlan;
+use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+use onnx_prepared::sync::{AtomicU64, Ordering};
+use onnx_prepared_kernels::Tensor;
+
+struct CountingAlloc;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the
+// counter is a plain atomic, touched without allocating.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's pointer and layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+fn allocs() -> u64 {
+    ALLOCS.load(Ordering::SeqCst)
+}
+
+/// One tiny-llm decode step: T = 1 after P = 16 cached positions.
+fn decode(session: &RuntimeSession) -> RuntimeContext {
+    let (t, p) = (1usize, 16usize);
+    let mut ctx = RuntimeContext::new(session);
+    ctx.set_input("input_ids", Tensor::from_i64(vec![1, t], vec![42]).unwrap())
+        .unwrap();
+    ctx.set_input(
+        "attn_bias",
+        Tensor::from_f32(vec![1, 1, t, p + t], vec![0.0; p + t]).unwrap(),
+    )
+    .unwrap();
+    for b in 0..4 {
+        for kv in ["key", "value"] {
+            let values = (0..8 * p * 64).map(|i| (i % 13) as f32 * 0.01).collect();
+            ctx.set_input(
+                &format!("past_{kv}_{b}"),
+                Tensor::from_f32(vec![1, 8, p, 64], values).unwrap(),
+            )
+            .unwrap();
+        }
+    }
+    ctx
+}
+
+#[test]
+fn hot_runs_allocate_only_their_outputs() {
+    let dir = onnx_prepared_fixtures::default_dir();
+    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
+    let model = Model::open(dir.join("tiny-llm.onnx")).unwrap();
+    let resolved = ResolvedModel::resolve(model, &ResolveOptions::default()).unwrap();
+    let plan = PreparedExecutionPlan::build(resolved).unwrap();
+    let session = RuntimeSession::new(
+        plan,
+        SessionOptions {
+            cpu_threads: 2,
+            io_workers: 1,
+            ..SessionOptions::default()
+        },
+    )
+    .unwrap();
+    session.prepare().unwrap();
+    let mut ctx = decode(&session);
+    // Warm-up: lowering, buffers, first-use allocations of the pool's
+    // threads (epoch registration and the like).
+    for _ in 0..20 {
+        ctx = session.run(ctx).unwrap();
+    }
+    assert!(session.is_hot());
+    let expected = ctx.outputs().to_vec();
+    // What the outputs alone cost: cloning them.
+    let before = allocs();
+    let clone = ctx.outputs().to_vec();
+    let outputs_cost = allocs() - before;
+    drop(clone);
+    assert!(outputs_cost > 0);
+
+    let mut per_run = Vec::new();
+    for runs in [100u64, 1000] {
+        let before = allocs();
+        for _ in 0..runs {
+            ctx = session.run(ctx).unwrap();
+        }
+        per_run.push((allocs() - before) as f64 / runs as f64);
+    }
+    assert_eq!(ctx.outputs(), expected.as_slice(), "hot runs stay exact");
+    for (runs, cost) in [100, 1000].iter().zip(&per_run) {
+        assert!(
+            *cost <= outputs_cost as f64,
+            "{runs} hot runs: {cost} allocations per run, the outputs alone cost {outputs_cost}"
+        );
+    }
+}
