@@ -288,7 +288,7 @@ impl Tensor {
     pub fn zeros(dtype: ElementType, shape: Vec<usize>) -> Result<Self, KernelError> {
         let len = element_count(&shape)
             .ok_or_else(|| KernelError::Shape(format!("shape {shape:?} overflows")))?;
-        let data = TensorData::zeros(dtype, len).ok_or_else(|| KernelError::UnsupportedType {
+        let data = TensorData::zeros(dtype, len).ok_or(KernelError::UnsupportedType {
             op: "Tensor",
             dtype,
         })?;

@@ -193,7 +193,7 @@ pub(crate) fn constant_ints(
 ) -> Result<Vec<i64>, KernelError> {
     let value = info
         .value
-        .ok_or_else(|| KernelError::NeedsConstant { op, input: i })?;
+        .ok_or(KernelError::NeedsConstant { op, input: i })?;
     if value.shape().len() > 1 {
         return Err(KernelError::Shape(format!(
             "{op}: input {i} must be a 1-D tensor, got shape {:?}",

@@ -119,7 +119,7 @@ fn output_f32<'a>(
     let dtype = out.dtype();
     let data = out
         .as_f32_mut()
-        .ok_or_else(|| KernelError::UnsupportedType { op, dtype })?;
+        .ok_or(KernelError::UnsupportedType { op, dtype })?;
     if data.len() != len {
         return Err(KernelError::Shape(format!(
             "{op}: output holds {} elements, the product has {len}",
