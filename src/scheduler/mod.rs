@@ -171,7 +171,19 @@
 //!
 //! **Retire**: the completion latch's opener removes finished submissions
 //! from the registry and bumps `version`; workers drop their copies (and
-//! with them the runner) at their next refresh.
+//! with them the runner) at their next refresh — a parked worker when it
+//! next wakes (retiring wakes nobody: the hot path must not pay a futex
+//! wake per run).
+//!
+//! **Help** ([`Submission::wait_helping`]): a caller about to block on its
+//! submission first claims and runs its ready CPU and inline tasks itself
+//! (the claim protocol makes it one more participant); it keeps no local
+//! work and leases every CPU worker for kernels. A synchronous inference
+//! so runs on the caller's thread with no handoff.
+//!
+//! **Resubmit** ([`WorkerPool::resubmit`]): a finished submission is
+//! rearmed in place (words, queues, counts, latch) and registered again, so
+//! a stream of identical submissions allocates nothing.
 //!
 //! **Shutdown** (`Drop for WorkerPool`):
 //! 1. Cancel every registered submission (cancel protocol), so their

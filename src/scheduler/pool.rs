@@ -136,13 +136,10 @@ impl PoolShared {
     /// their copies at their next refresh.
     pub(super) fn retire(&self) {
         self.registry.with(|r| r.retain(|s| !s.is_done()));
+        // Parked workers are not woken for this (a futex wake per finished
+        // submission would cost the hot path); they drop their copies when
+        // they next wake.
         self.version.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        for p in self.parking.iter() {
-            if p.sleepers.load(Ordering::SeqCst) > 0 {
-                p.wake_all();
-            }
-        }
     }
 
     /// A lease of the CPU workers for kernel parallelism, from a CPU worker
@@ -203,6 +200,9 @@ pub(super) struct LocalWork {
     pub(super) tasks: Vec<u32>,
     pub(super) terminal: usize,
     pub(super) finished: usize,
+    /// A waiting caller helping its own submission, not a pool worker (it
+    /// keeps no local work and leases every CPU worker for kernels).
+    pub(super) waiter: bool,
 }
 
 impl LocalWork {
@@ -213,6 +213,20 @@ impl LocalWork {
             tasks: Vec::with_capacity(SCHEDULER_LOCAL_CAPACITY),
             terminal: 0,
             finished: 0,
+            waiter: false,
+        }
+    }
+
+    /// The state of a caller helping its own submission while it waits:
+    /// no buffer (nothing allocated), so every fired task is posted.
+    pub(super) fn waiter() -> Self {
+        Self {
+            lane: Lane::Cpu,
+            exclusive: false,
+            tasks: Vec::new(),
+            terminal: 0,
+            finished: 0,
+            waiter: true,
         }
     }
 
@@ -223,7 +237,7 @@ impl LocalWork {
 
     /// Whether one more task fits without growing the buffer.
     pub(super) fn has_room(&self) -> bool {
-        self.tasks.len() < SCHEDULER_LOCAL_CAPACITY - 1
+        !self.waiter && self.tasks.len() < SCHEDULER_LOCAL_CAPACITY - 1
     }
 }
 
@@ -516,7 +530,7 @@ impl WorkerPool {
             inner.finish_empty();
         } else {
             inner.post_roots();
-            self.register(&inner);
+            self.register(&inner, true);
         }
         Ok(Submission {
             inner,
@@ -530,6 +544,19 @@ impl WorkerPool {
     /// say) allocates nothing. Hands the submission back unchanged if it is
     /// not finished or belongs to another pool.
     pub fn resubmit(&self, submission: Submission) -> Result<Submission, Submission> {
+        self.resubmit_with(submission, true)
+    }
+
+    /// [`WorkerPool::resubmit`]; with `wake == false` the roots are neither
+    /// posted nor announced: the caller waits at once and runs them itself
+    /// ([`Submission::wait_helping`]; a plain `wait` posts them first), so
+    /// no worker races it and no futex wake is paid. Work the roots fire,
+    /// or a suspended task's resumption, goes through the queues as usual.
+    pub fn resubmit_with(
+        &self,
+        submission: Submission,
+        wake: bool,
+    ) -> Result<Submission, Submission> {
         if !submission.is_done() || !Arc::ptr_eq(&submission.pool, &self.shared) {
             return Err(submission);
         }
@@ -539,14 +566,18 @@ impl WorkerPool {
             inner.finish_empty();
             return Ok(submission);
         }
-        inner.post_roots();
-        self.register(inner);
+        if wake {
+            inner.post_roots();
+        } else {
+            inner.defer_roots();
+        }
+        self.register(inner, wake);
         Ok(submission)
     }
 
     /// Submit step 3: joins the registry, bumps `version`, wakes parked
     /// workers of the lanes that got tasks.
-    fn register(&self, inner: &Arc<SubmissionInner>) {
+    fn register(&self, inner: &Arc<SubmissionInner>, wake: bool) {
         self.shared.registry.with(|r| {
             r.retain(|s| !s.is_done());
             // A resubmitted submission may not have been retired yet.
@@ -556,6 +587,9 @@ impl WorkerPool {
         });
         self.shared.version.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
+        if !wake {
+            return;
+        }
         for i in 0..self.shared.lanes() {
             let lane = Lane::from_index(i);
             if !inner.queues.is_empty(lane) {

@@ -13,7 +13,7 @@ use super::admission::{Admission, AdmissionPermit, Refusal};
 use super::graph::TaskGraph;
 use super::outcome::{RunOutcome, TaskFailure, code};
 use super::pool::{Lease, LocalWork, PoolShared};
-use super::queue::{Lane, ReadyQueues};
+use super::queue::{Lane, PRIORITIES, ReadyQueues};
 use super::task_state::{Cancel, Claim, DependencyDone, FireClaim, Snapshot, TaskState};
 use super::window::{LookAhead, LookAheadOptions, Offer};
 
@@ -130,6 +130,9 @@ pub(super) struct SubmissionInner {
     /// The first failure (capacity 1, only `first_failed`'s winner puts).
     first_failure: Pool<(TaskId, TaskFailure)>,
     cancel_requested: AtomicBool,
+    /// Set by a quiet resubmit: the roots were not posted; the waiter runs
+    /// them (protocol "help"), or posts them if it waits without helping.
+    roots_pending: AtomicBool,
     admission: Option<Arc<Admission>>,
     window: Option<LookAhead>,
     all_done: Latch,
@@ -210,6 +213,7 @@ impl SubmissionInner {
             first_failed: AtomicUsize::new(usize::MAX),
             first_failure: Pool::new(1),
             cancel_requested: AtomicBool::new(false),
+            roots_pending: AtomicBool::new(false),
             admission: options.admission,
             window: options.look_ahead.map(|o| LookAhead::new(o, graph.len())),
             all_done: Latch::new(),
@@ -247,6 +251,7 @@ impl SubmissionInner {
         self.first_failed.store(usize::MAX, Ordering::Relaxed);
         let _ = self.first_failure.take_first(|_| true);
         self.cancel_requested.store(false, Ordering::Relaxed);
+        self.roots_pending.store(false, Ordering::Relaxed);
         self.terminal.store(0, Ordering::Release);
         self.all_done.reset();
     }
@@ -331,6 +336,11 @@ impl SubmissionInner {
             (Some(_), Some(window)) => window.finished(task, self.graph.estimated_bytes(task)),
             _ => false,
         }
+    }
+
+    /// A quiet resubmit leaves the roots to the waiter.
+    pub(super) fn defer_roots(&self) {
+        self.roots_pending.store(true, Ordering::Release);
     }
 
     /// Posts every task without dependencies (submit step 2; no wake-up).
@@ -527,6 +537,7 @@ impl SubmissionInner {
                     submission: self,
                     task,
                     worker_lane: lane,
+                    on_worker: !local.waiter,
                     suspended: AtomicBool::new(false),
                 };
                 let result = catch_unwind(AssertUnwindSafe(|| self.runner.run(task, &ctx)))
@@ -787,8 +798,58 @@ impl Submission {
     /// suppressed or cancelled; running tasks are always joined) and returns
     /// the summary.
     pub fn wait(&self) -> RunOutcome {
+        if self.inner.roots_pending.swap(false, Ordering::AcqRel) {
+            for i in 0..self.inner.graph.len() {
+                let task = TaskId(i as u32);
+                if self.inner.graph.dependency_count(task) == 0 {
+                    self.inner.post(&self.pool, task);
+                }
+            }
+        }
         self.inner.all_done.wait();
         self.inner.outcome()
+    }
+
+    /// [`Submission::wait`], running ready CPU and inline tasks of this
+    /// submission on the calling thread meanwhile (protocol "help"): for a
+    /// caller that would otherwise only block, e.g. a synchronous inference.
+    pub fn wait_helping(&self) -> RunOutcome {
+        self.help();
+        self.inner.all_done.wait();
+        self.inner.outcome()
+    }
+
+    /// Protocol "help": while its submission has ready CPU or inline tasks,
+    /// the waiting caller claims and runs them itself (the claim makes it
+    /// one more participant, never a second runner of a task); it blocks
+    /// only when nothing is left for it. A run whose only task is ready
+    /// therefore runs on the caller's thread with no handoff, its kernels'
+    /// parallel regions helped by the pool's CPU workers.
+    fn help(&self) {
+        let inner = &self.inner;
+        let mut local = LocalWork::waiter();
+        if inner.roots_pending.swap(false, Ordering::AcqRel) {
+            for i in 0..inner.graph.len() {
+                let task = TaskId(i as u32);
+                if inner.graph.dependency_count(task) == 0 {
+                    inner.execute(&self.pool, Lane::Cpu, task, false, &mut local);
+                    inner.flush(&mut local);
+                }
+            }
+        }
+        while !inner.is_done() {
+            let next = PRIORITIES.iter().find_map(|&p| {
+                inner
+                    .queues
+                    .pop_at(Lane::Cpu, p)
+                    .or_else(|| inner.queues.pop_at(Lane::Inline, p))
+            });
+            let Some(task) = next else { break };
+            let claimed = task.0 & CLAIMED_ENTRY != 0;
+            let task = TaskId(task.0 & !CLAIMED_ENTRY);
+            inner.execute(&self.pool, Lane::Cpu, task, claimed, &mut local);
+            inner.flush(&mut local);
+        }
     }
 
     /// Whether every task reached a terminal state.
@@ -937,6 +998,8 @@ pub struct TaskContext<'a> {
     submission: &'a Arc<SubmissionInner>,
     task: TaskId,
     worker_lane: Lane,
+    /// Runs on a pool worker (not on a caller helping in `wait`).
+    on_worker: bool,
     /// Set by [`TaskContext::suspend`].
     suspended: AtomicBool,
 }
@@ -1012,6 +1075,7 @@ impl TaskContext<'_> {
     /// `parallel_for` regions started from this task run on this thread
     /// and whichever CPU workers are idle, never on a second pool.
     pub fn parallel(&self) -> Lease<'_> {
-        self.pool.lease(self.worker_lane == Lane::Cpu)
+        self.pool
+            .lease(self.on_worker && self.worker_lane == Lane::Cpu)
     }
 }

@@ -280,6 +280,7 @@ impl RuntimeSession {
                 session: self.inner.clone(),
                 kind: Kind::Prepare(preparation),
             }),
+            helping: false,
             _output: std::marker::PhantomData,
         }
     }
@@ -297,6 +298,12 @@ impl RuntimeSession {
     /// outputs. Never blocks and never refuses because preparation is still
     /// running.
     pub fn run_async(&self, ctx: RuntimeContext) -> ExecutionHandle<RuntimeContext> {
+        self.start_run(ctx, true)
+    }
+
+    /// Run step 1; `wake == false` when the caller waits at once and runs
+    /// the continuation itself.
+    fn start_run(&self, ctx: RuntimeContext, wake: bool) -> ExecutionHandle<RuntimeContext> {
         let id = self.inner.runs.fetch_add(1, Ordering::Relaxed) + 1;
         let slot = RunSlot {
             ctx: Some(ctx),
@@ -311,7 +318,7 @@ impl RuntimeSession {
                 runner.slot.with(|s| *s = slot);
                 let submission = inner
                     .pool
-                    .resubmit(done)
+                    .resubmit_with(done, wake)
                     .unwrap_or_else(|_| unreachable!("kept only once finished"));
                 (runner, submission)
             }
@@ -332,6 +339,7 @@ impl RuntimeSession {
                 session: inner.clone(),
                 kind: Kind::Run { submission, runner },
             }),
+            helping: false,
             _output: std::marker::PhantomData,
         }
     }
@@ -342,7 +350,11 @@ impl RuntimeSession {
     /// Invalid inputs, a kernel error, a prepared object that could not be
     /// produced, or cancellation; the error carries the context back.
     pub fn run(&self, ctx: RuntimeContext) -> Result<RuntimeContext, ExecutionError> {
-        self.run_async(ctx).wait()
+        // The same submission and continuation as `run_async`; the caller,
+        // about to block, runs the continuation itself (protocol "help").
+        let mut handle = self.start_run(ctx, false);
+        handle.helping = true;
+        handle.wait()
     }
 
     /// The session's trace, when [`SessionOptions::trace`] is on.
@@ -714,6 +726,8 @@ struct HandleInner {
 /// forgetting one is sound.
 pub struct ExecutionHandle<T> {
     inner: Option<HandleInner>,
+    /// `wait` runs ready tasks of the submission on the calling thread.
+    helping: bool,
     _output: std::marker::PhantomData<fn() -> T>,
 }
 
@@ -807,7 +821,11 @@ impl<T> ExecutionHandle<T> {
                 }
             }
             Kind::Run { submission, runner } => {
-                let outcome = submission.wait();
+                let outcome = if self.helping {
+                    submission.wait_helping()
+                } else {
+                    submission.wait()
+                };
                 let (ctx, error) = runner.slot.with(|s| (s.ctx.take(), s.error.take()));
                 let status = status_of(&session, &inner.kind, &outcome);
                 if let Kind::Run { submission, runner } = inner.kind {
@@ -894,7 +912,7 @@ impl<T> Drop for ExecutionHandle<T> {
                     p.submission.wait();
                 }
                 Kind::Run { submission, .. } => {
-                    submission.wait();
+                    submission.wait_helping();
                 }
             }
         }

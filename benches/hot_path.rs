@@ -1,0 +1,116 @@
+//! The session's hot path against `DirectReplay`, same process, same
+//! inputs, same thread budget (issue 6: ≤ 2 % on tiny-llm decode, ≤ 5 % on
+//! many-small-nodes).
+//!
+//! * `hot_path/<model>/direct`: `DirectReplay::run` with 2 threads (the
+//!   caller plus one helper of its own pool).
+//! * `hot_path/<model>/session`: `RuntimeSession::run` on a prepared session
+//!   with one CPU worker: the caller runs the continuation (protocol "help")
+//!   and the worker helps its kernels — the same two threads. Each
+//!   iteration is one whole run: readiness-epoch check, run-level guard,
+//!   replay, outputs.
+//!
+//! Models: tiny-llm decode (T = 1 after P = 128) and many-small-nodes
+//! (1,000 small Gemm/Add/Mul nodes on a [1, 16] value). Setup (open,
+//! prepare, first run) is outside the measured loop.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use onnx_prepared::model::{FileSource, Model, ResolveOptions, ResolvedModel};
+use onnx_prepared::plan::PreparedExecutionPlan;
+use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+use onnx_prepared::state::{DirectReplay, DirectReplayOptions};
+use onnx_prepared_kernels::Tensor;
+
+fn decode_inputs() -> Vec<(String, Tensor)> {
+    let (t, p) = (1usize, 128usize);
+    let mut v = vec![
+        (
+            "input_ids".to_owned(),
+            Tensor::from_i64(vec![1, t], vec![42]).unwrap(),
+        ),
+        (
+            "attn_bias".to_owned(),
+            Tensor::from_f32(vec![1, 1, t, p + t], vec![0.0; p + t]).unwrap(),
+        ),
+    ];
+    for b in 0..4 {
+        for kv in ["key", "value"] {
+            let values = (0..8 * p * 64).map(|i| (i % 17) as f32 * 0.01).collect();
+            v.push((
+                format!("past_{kv}_{b}"),
+                Tensor::from_f32(vec![1, 8, p, 64], values).unwrap(),
+            ));
+        }
+    }
+    v
+}
+
+fn many_inputs() -> Vec<(String, Tensor)> {
+    vec![(
+        "x".to_owned(),
+        Tensor::from_f32(vec![1, 16], (0..16).map(|i| i as f32 * 0.1).collect()).unwrap(),
+    )]
+}
+
+fn hot_path(c: &mut Criterion) {
+    let dir = onnx_prepared_fixtures::default_dir();
+    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
+    let mut group = c.benchmark_group("hot_path");
+    for (name, inputs) in [
+        ("tiny-llm", decode_inputs()),
+        ("many-small-nodes", many_inputs()),
+    ] {
+        let model = Model::open(dir.join(format!("{name}.onnx"))).expect("opens");
+        let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+
+        let source = FileSource::open(&model).expect("source");
+        let mut direct = DirectReplay::new(
+            &model,
+            &source,
+            DirectReplayOptions {
+                threads: 2,
+                ..DirectReplayOptions::default()
+            },
+        )
+        .expect("direct");
+        let expected = direct.run(&refs).expect("runs");
+
+        let resolved =
+            ResolvedModel::resolve(model.clone(), &ResolveOptions::default()).expect("resolves");
+        let plan = PreparedExecutionPlan::build(resolved).expect("plan");
+        let session = RuntimeSession::new(
+            plan,
+            SessionOptions {
+                cpu_threads: 1,
+                io_workers: 1,
+                ..SessionOptions::default()
+            },
+        )
+        .expect("session");
+        session.prepare().expect("prepares");
+        let mut ctx = RuntimeContext::new(&session);
+        for (n, t) in &inputs {
+            ctx.set_input(n, t.clone()).expect("input");
+        }
+        let mut ctx = Some(session.run(ctx).expect("runs"));
+        assert_eq!(ctx.as_ref().unwrap().outputs(), expected.as_slice());
+        assert!(session.is_hot());
+
+        group.bench_function(format!("{name}/direct"), |b| {
+            b.iter(|| black_box(direct.run(&refs).expect("runs")))
+        });
+        group.bench_function(format!("{name}/session"), |b| {
+            b.iter(|| {
+                let done = session.run(ctx.take().unwrap()).expect("runs");
+                black_box(done.outputs());
+                ctx = Some(done);
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, hot_path);
+criterion_main!(benches);
