@@ -294,3 +294,60 @@ fn first_gemm_runs_before_the_second_weight_is_read() {
     assert!(events.iter().any(|e| e.name == "run (hot)"));
     assert!(trace.to_chrome_json().starts_with("{\"traceEvents\":["));
 }
+
+/// Cancelling one of two inferences waiting for the same gated weight ends
+/// it (its context comes back, error `Cancelled`) without touching the
+/// shared preparation: once the weight arrives the other inference
+/// completes, and later runs are hot.
+#[test]
+fn cancelling_one_inference_leaves_the_other_and_the_preparation() {
+    use onnx_prepared::ErrorKind;
+    use onnx_prepared::sync::Latch;
+
+    let model = Model::open(fixture("gemm-chain")).unwrap();
+    let weight = WeightId(
+        model
+            .weights()
+            .iter()
+            .position(|w| w.name() == "chain1.weight")
+            .unwrap() as u32,
+    );
+    let gate = Arc::new(Latch::new());
+    let source: Arc<dyn PayloadSource> = Arc::new(
+        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
+            .with_fault(weight, ReadFault::Gate(gate.clone())),
+    );
+    let session = RuntimeSession::with_source(plan("gemm-chain"), source, options(2)).unwrap();
+    let inputs = inputs("gemm-chain");
+    let expected = direct("gemm-chain", &inputs);
+    let first = session.run_async(context(&session, &inputs));
+    let second = session.run_async(context(&session, &inputs));
+    assert!(!first.is_ready() && !second.is_ready());
+    first.cancel();
+    let err = first.wait().unwrap_err();
+    assert_eq!(err.error.kind(), ErrorKind::Cancelled, "{err}");
+    assert_eq!(err.context.expect("context back").inputs().len(), 1);
+    assert_eq!(second.status(), Status::Running);
+    gate.open();
+    let ctx = second.wait().unwrap();
+    assert_eq!(ctx.outputs(), expected.as_slice());
+    assert!(session.is_hot());
+}
+
+/// A run that fails (bad input shape) does not disturb a concurrent one.
+#[test]
+fn a_failing_run_does_not_affect_a_concurrent_one() {
+    let session = RuntimeSession::new(plan("gemm-chain"), options(2)).unwrap();
+    let inputs = inputs("gemm-chain");
+    let bad = RuntimeContext::new(&session)
+        .with_input("A", Tensor::from_f32(vec![2, 7], vec![0.0; 14]).unwrap())
+        .unwrap();
+    let good = session.run_async(context(&session, &inputs));
+    let failing = session.run_async(bad);
+    let err = failing.wait().unwrap_err();
+    assert!(err.to_string().contains('A'), "{err}");
+    assert_eq!(
+        good.wait().unwrap().outputs(),
+        direct("gemm-chain", &inputs).as_slice()
+    );
+}

@@ -25,8 +25,9 @@
 //!    session's readiness epoch equals the store's (every object resident
 //!    since the last publish or eviction), it replays every action under one
 //!    epoch guard: the hot path.
-//! 3. Otherwise it replays steps while their objects are resident. At a
-//!    missing object it advances the preparation's window to its step,
+//! 3. Otherwise it replays steps while their objects are resident, moving
+//!    the preparation's look-ahead frontier after each one. At a missing
+//!    object it advances the preparation's window to its step,
 //!    promotes the object's producer chain to critical, reports a stall
 //!    (the window grows), registers a continuation on the object's next
 //!    completion and suspends; the continuation resumes it exactly once.
@@ -502,14 +503,19 @@ impl RunContinuation {
             }
         }
         let steps = state.plan().steps();
-        let record = |step: usize, start: Instant, end: Instant| {
+        // Cold path: each finished step moves the preparation's look-ahead
+        // frontier (run step 3), so reads and prepacks keep ahead of the
+        // inference instead of starting only when it stalls.
+        let preparation = session.preparation.with(|p| p.clone());
+        let on_step = |step: usize, start: Instant, end: Instant| {
             if let Some(trace) = &session.trace {
                 trace.record(TraceLane::Inference, &steps[step].scope, start, end, id);
             }
+            if let Some(p) = &preparation {
+                p.submission.advance(step as u32 + 1);
+            }
         };
-        let on_step: Option<&dyn Fn(usize, Instant, Instant)> =
-            session.trace.as_ref().map(|_| &record as _);
-        match state.resume_run(&mut ctx.invocation, &par, on_step)? {
+        match state.resume_run(&mut ctx.invocation, &par, Some(&on_step))? {
             Progress::Done => {
                 ctx.outputs = state.outputs(&ctx.invocation);
                 Ok(())

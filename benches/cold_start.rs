@@ -1,0 +1,104 @@
+//! Time to first output on tiny-llm (prefill T = 128, P = 0): streaming —
+//! `run_async` on a fresh session, weights read and packed while the first
+//! layers already run — against the eager baseline — `prepare()` then
+//! `run` on a fresh session. Each iteration builds a fresh session
+//! (fresh store and budget, same immutable plan) outside the measured span
+//! and measures from the first call to the run's outputs. The page cache is
+//! warm (the model's files are read every iteration); a cold-cache variant
+//! would need `posix_fadvise(DONTNEED)`, which this bench does not do.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+use onnx_prepared::plan::PreparedExecutionPlan;
+use onnx_prepared::scheduler::{PoolConfig, WorkerPool};
+use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+use onnx_prepared_kernels::Tensor;
+
+fn prefill(t: usize) -> Vec<(String, Tensor)> {
+    let mut v = vec![
+        (
+            "input_ids".to_owned(),
+            Tensor::from_i64(vec![1, t], (0..t as i64).map(|i| i * 97 % 8192).collect()).unwrap(),
+        ),
+        (
+            "attn_bias".to_owned(),
+            Tensor::from_f32(
+                vec![1, 1, t, t],
+                (0..t * t)
+                    .map(|k| if k % t <= k / t { 0.0 } else { -10000.0 })
+                    .collect(),
+            )
+            .unwrap(),
+        ),
+    ];
+    for b in 0..4 {
+        for kv in ["key", "value"] {
+            v.push((
+                format!("past_{kv}_{b}"),
+                Tensor::from_f32(vec![1, 8, 0, 64], vec![]).unwrap(),
+            ));
+        }
+    }
+    v
+}
+
+fn cold_start(c: &mut Criterion) {
+    let dir = onnx_prepared_fixtures::default_dir();
+    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
+    let model = Model::open(dir.join("tiny-llm.onnx")).expect("opens");
+    let inputs = prefill(128);
+    // One pool for every session (sessions share it), so thread start-up
+    // is not measured either.
+    let pool = Arc::new(WorkerPool::new(PoolConfig {
+        cpu_workers: 2,
+        io_workers: 2,
+        devices: 0,
+        pin_cpu_workers: false,
+    }));
+    let fresh = || {
+        let resolved =
+            ResolvedModel::resolve(model.clone(), &ResolveOptions::default()).expect("resolves");
+        let plan = PreparedExecutionPlan::build(resolved).expect("plan");
+        let session = RuntimeSession::new(
+            plan,
+            SessionOptions {
+                pool: Some(pool.clone()),
+                ..SessionOptions::default()
+            },
+        )
+        .expect("session");
+        let mut ctx = RuntimeContext::new(&session);
+        for (n, t) in &inputs {
+            ctx.set_input(n, t.clone()).expect("input");
+        }
+        (session, ctx)
+    };
+    let mut group = c.benchmark_group("cold_start/tiny-llm-prefill-128");
+    group.sample_size(20);
+    for mode in ["eager", "streaming"] {
+        group.bench_function(mode, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let (session, ctx) = fresh();
+                    let start = Instant::now();
+                    if mode == "eager" {
+                        session.prepare().expect("prepares");
+                    }
+                    let ctx = session.run_async(ctx).wait().expect("runs");
+                    total += start.elapsed();
+                    assert_eq!(ctx.outputs().len(), 9);
+                    drop(session);
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, cold_start);
+criterion_main!(benches);
