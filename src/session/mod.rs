@@ -45,6 +45,7 @@
 //! [`prepare_async`]: RuntimeSession::prepare_async
 //! [`run_async`]: RuntimeSession::run_async
 
+pub mod report;
 mod trace;
 
 use std::fmt;
