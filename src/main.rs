@@ -287,7 +287,10 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     let session = RuntimeSession::new(
         plan,
         SessionOptions {
-            cpu_threads: args.threads,
+            // `--threads N`: this thread runs the inference (`run` is
+            // synchronous) with N - 1 CPU workers helping its kernels.
+            cpu_threads: args.threads.saturating_sub(1).max(1),
+            intra_op_threads: Some(args.threads),
             trace: args.trace.is_some(),
             ..SessionOptions::default()
         },

@@ -175,6 +175,17 @@ pub struct Lease<'a> {
     helpers: usize,
 }
 
+impl Lease<'_> {
+    /// This lease limited to `threads` threads in all (the caller
+    /// included; at least one: `1` runs every region inline).
+    pub fn at_most(self, threads: usize) -> Self {
+        Self {
+            helpers: self.helpers.min(threads.saturating_sub(1)),
+            ..self
+        }
+    }
+}
+
 impl ParallelFor for Lease<'_> {
     fn threads(&self) -> usize {
         self.helpers + 1

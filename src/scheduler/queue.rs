@@ -132,9 +132,17 @@ impl ReadyQueues {
             .find_map(|&p| self.queue(lane, p)?.pop().map(|t| (p, t)))
     }
 
-    /// Dequeues the oldest task of `lane` at exactly `priority`.
+    /// Dequeues the oldest task of `lane` at exactly `priority`. An empty
+    /// queue is recognized by two plain loads first (an empty `pop` costs a
+    /// full fence), which is what an idle worker's polling mostly sees.
     pub fn pop_at(&self, lane: Lane, priority: Priority) -> Option<TaskId> {
-        self.queue(lane, priority)?.pop()
+        let q = self.queue(lane, priority)?;
+        // (Under loom the stand-in is a locked deque: no fence to save.)
+        #[cfg(not(loom))]
+        if q.is_empty() {
+            return None;
+        }
+        q.pop()
     }
 
     /// Whether every priority of `lane` looked empty (a racy hint).

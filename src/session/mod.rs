@@ -87,6 +87,10 @@ pub struct SessionOptions {
     pub pool: Option<Arc<WorkerPool>>,
     /// Record reads, prepacks and steps in a [`Trace`].
     pub trace: bool,
+    /// Most threads one kernel's parallel region uses, the thread running
+    /// the inference included (`None`: that thread plus every CPU worker).
+    /// `Some(1)` runs kernels sequentially.
+    pub intra_op_threads: Option<usize>,
 }
 
 impl Default for SessionOptions {
@@ -99,6 +103,7 @@ impl Default for SessionOptions {
             look_ahead: LookAheadOptions::default(),
             pool: None,
             trace: false,
+            intra_op_threads: None,
         }
     }
 }
@@ -485,7 +490,10 @@ impl RunContinuation {
         let ctx = ctx
             .as_mut()
             .expect("the context stays in the slot until wait");
-        let par = tctx.parallel();
+        let par = match session.options.intra_op_threads {
+            Some(n) => tctx.parallel().at_most(n),
+            None => tctx.parallel(),
+        };
         if !*started {
             *started = true;
             ctx.order()?;
