@@ -132,10 +132,51 @@ impl PoolShared {
         }
     }
 
+    /// Submit step 3: joins the registry, bumps `version`, wakes parked
+    /// workers of the lanes that got tasks (`wake`).
+    pub(super) fn register(&self, inner: &Arc<SubmissionInner>, wake: bool) {
+        self.registry.with(|r| {
+            r.retain(|s| {
+                let keep = !s.is_done();
+                if !keep {
+                    s.set_registered(false);
+                }
+                keep
+            });
+            // A resubmitted submission may not have been retired yet.
+            if !r.iter().any(|s| Arc::ptr_eq(s, inner)) {
+                r.push(inner.clone());
+            }
+            inner.set_registered(true);
+        });
+        self.version.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !wake {
+            return;
+        }
+        for i in 0..self.lanes() {
+            let lane = Lane::from_index(i);
+            if !inner.queues.is_empty(lane) {
+                let p = self.parking(lane);
+                if p.sleepers.load(Ordering::SeqCst) > 0 {
+                    p.wake_all();
+                }
+            }
+        }
+    }
+
     /// Retire step: a finished submission leaves the registry; workers drop
     /// their copies at their next refresh.
     pub(super) fn retire(&self) {
-        self.registry.with(|r| r.retain(|s| !s.is_done()));
+        self.registry.with(|r| {
+            r.retain(|s| {
+                let keep = !s.is_done();
+                if !keep {
+                    s.set_registered(false);
+                }
+                keep
+            })
+        });
         // Parked workers are not woken for this (a futex wake per finished
         // submission would cost the hot path); they drop their copies when
         // they next wake.
@@ -530,13 +571,16 @@ impl WorkerPool {
                 self.shared.config.cpu_workers,
             );
         }
-        let inner = Arc::new(SubmissionInner::new(
-            Arc::downgrade(&self.shared),
-            graph,
-            runner,
-            options,
-            self.shared.lanes(),
-        ));
+        let inner = Arc::new_cyclic(|this| {
+            SubmissionInner::new(
+                Arc::downgrade(&self.shared),
+                this.clone(),
+                graph,
+                runner,
+                options,
+                self.shared.lanes(),
+            )
+        });
         if inner.graph.is_empty() {
             inner.finish_empty();
         } else {
@@ -559,7 +603,8 @@ impl WorkerPool {
     }
 
     /// [`WorkerPool::resubmit`]; with `wake == false` the roots are neither
-    /// posted nor announced: the caller waits at once and runs them itself
+    /// posted nor announced (nor is the submission registered until one of
+    /// its tasks is queued): the caller waits at once and runs them itself
     /// ([`Submission::wait_helping`]; a plain `wait` posts them first), so
     /// no worker races it and no futex wake is paid. Work the roots fire,
     /// or a suspended task's resumption, goes through the queues as usual.
@@ -579,37 +624,18 @@ impl WorkerPool {
         }
         if wake {
             inner.post_roots();
+            self.register(inner, true);
         } else {
+            // Registered only if a task is ever queued (a fired dependent,
+            // a resumed suspension): a run its waiter completes alone never
+            // touches the registry.
             inner.defer_roots();
         }
-        self.register(inner, wake);
         Ok(submission)
     }
 
-    /// Submit step 3: joins the registry, bumps `version`, wakes parked
-    /// workers of the lanes that got tasks.
     fn register(&self, inner: &Arc<SubmissionInner>, wake: bool) {
-        self.shared.registry.with(|r| {
-            r.retain(|s| !s.is_done());
-            // A resubmitted submission may not have been retired yet.
-            if !r.iter().any(|s| Arc::ptr_eq(s, inner)) {
-                r.push(inner.clone());
-            }
-        });
-        self.shared.version.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if !wake {
-            return;
-        }
-        for i in 0..self.shared.lanes() {
-            let lane = Lane::from_index(i);
-            if !inner.queues.is_empty(lane) {
-                let p = self.shared.parking(lane);
-                if p.sleepers.load(Ordering::SeqCst) > 0 {
-                    p.wake_all();
-                }
-            }
-        }
+        self.shared.register(inner, wake);
     }
 
     /// Kernel parallelism on this pool's CPU workers from a thread that is

@@ -113,6 +113,10 @@ enum Settled {
 /// The shared state of one submission.
 pub(super) struct SubmissionInner {
     pub(super) pool: Weak<PoolShared>,
+    /// Itself, for registering lazily from `push`.
+    this: Weak<SubmissionInner>,
+    /// In the pool's registry (workers look at its queues).
+    registered: AtomicBool,
     pub(super) graph: Arc<TaskGraph>,
     states: Box<[TaskState]>,
     /// Per task, its [`suspend`] state.
@@ -185,6 +189,7 @@ impl Deferred {
 impl SubmissionInner {
     pub(super) fn new(
         pool: Weak<PoolShared>,
+        this: Weak<SubmissionInner>,
         graph: Arc<TaskGraph>,
         runner: Arc<dyn TaskRunner>,
         options: SubmitOptions,
@@ -197,6 +202,8 @@ impl SubmissionInner {
         }
         Self {
             pool,
+            this,
+            registered: AtomicBool::new(false),
             states: (0..graph.len())
                 .map(|i| TaskState::new(graph.dependency_count(TaskId(i as u32))))
                 .collect(),
@@ -220,6 +227,11 @@ impl SubmissionInner {
             runner,
             graph,
         }
+    }
+
+    /// Records whether the submission is in the registry (under its lock).
+    pub(super) fn set_registered(&self, registered: bool) {
+        self.registered.store(registered, Ordering::Release);
     }
 
     /// Opens the completion latch of a submission without tasks.
@@ -253,6 +265,8 @@ impl SubmissionInner {
         self.cancel_requested.store(false, Ordering::Relaxed);
         self.roots_pending.store(false, Ordering::Relaxed);
         self.terminal.store(0, Ordering::Release);
+        // Still registered if not retired yet; else registered again by the
+        // resubmit (or lazily).
         self.all_done.reset();
     }
 
@@ -282,6 +296,12 @@ impl SubmissionInner {
 
     /// Enqueues `task` at `priority`, then runs sleep/wake step 2.
     fn push(&self, pool: &PoolShared, task: TaskId, priority: Priority) {
+        if !self.registered.load(Ordering::Acquire) {
+            // A quiet resubmit registers on its first queued task.
+            if let Some(me) = self.this.upgrade() {
+                pool.register(&me, false);
+            }
+        }
         let lane = self.graph.lane(TaskId(task.0 & !CLAIMED_ENTRY));
         self.queues
             .push(lane, priority, task)
@@ -415,8 +435,10 @@ impl SubmissionInner {
         // sequence), so the opener's `open` publishes every outcome.
         if self.terminal.fetch_add(n, Ordering::AcqRel) + n == self.graph.len() {
             self.all_done.open();
-            if let Some(pool) = self.pool.upgrade() {
-                pool.retire();
+            if self.registered.load(Ordering::Acquire) {
+                if let Some(pool) = self.pool.upgrade() {
+                    pool.retire();
+                }
             }
         }
     }
@@ -776,9 +798,11 @@ impl SubmissionInner {
                 _ => unreachable!("unknown outcome code"),
             }
         }
-        if let Some(first) = self.first_failure.take_first(|_| true) {
-            outcome.failed = Some(first.clone());
-            let _ = self.first_failure.put(first);
+        if self.first_failed.load(Ordering::Acquire) != usize::MAX {
+            if let Some(first) = self.first_failure.take_first(|_| true) {
+                outcome.failed = Some(first.clone());
+                let _ = self.first_failure.put(first);
+            }
         }
         outcome
     }

@@ -2,24 +2,30 @@
 //! (cold path: fault injection now, completion events later).
 //!
 //! Protocol (why no wake-up is lost):
-//! 1. `open` stores `open = true` (Release), then takes the lock and notifies.
+//! 1. `open` stores `open = true` (SeqCst), then reads `waiters` (SeqCst);
+//!    only if someone may sleep does it take the lock and notify (an
+//!    uncontended open — the common case — touches no lock).
 //! 2. `wait` checks `open` (Acquire); if it is still closed it takes the lock,
-//!    re-checks under the lock and sleeps on the condition variable, which
-//!    releases the lock atomically.
-//! 3. A waiter that saw "closed" under the lock is asleep before the opener can
-//!    take the lock in step 1, so the notification reaches it; a waiter that
-//!    arrives later sees `open == true` at its first or second check.
+//!    increments `waiters` (SeqCst), re-checks `open` (SeqCst) under the lock
+//!    and sleeps on the condition variable, which releases the lock
+//!    atomically; it decrements `waiters` when it returns.
+//! 3. The two SeqCst sequences (store `open`, read `waiters` / increment
+//!    `waiters`, read `open`) cannot both miss: either the waiter's re-check
+//!    sees the latch open, or the opener sees the waiter and takes the lock —
+//!    which it can only get once the waiter sleeps — and notifies it.
 //!
 //! The Release store in `open` pairs with the Acquire loads in `wait`, so
 //! everything the opener wrote before opening is visible to every waiter after
 //! `wait` returns.
 
-use super::{AtomicBool, Condvar, Mutex, Ordering, lock};
+use super::{AtomicBool, AtomicUsize, Condvar, Mutex, Ordering, lock};
 
 /// A gate that starts closed and, once opened, stays open.
 #[derive(Debug, Default)]
 pub struct Latch {
     open: AtomicBool,
+    /// Threads inside the locked part of `wait`.
+    waiters: AtomicUsize,
     lock: Mutex<()>,
     cond: Condvar,
 }
@@ -32,9 +38,11 @@ impl Latch {
 
     /// Opens the latch and wakes every waiter. Opening twice is harmless.
     pub fn open(&self) {
-        self.open.store(true, Ordering::Release);
-        let _guard = lock(&self.lock);
-        self.cond.notify_all();
+        self.open.store(true, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _guard = lock(&self.lock);
+            self.cond.notify_all();
+        }
     }
 
     /// Closes an open latch again, for reuse. Only sound to call when no
@@ -55,11 +63,13 @@ impl Latch {
             return;
         }
         let mut guard = lock(&self.lock);
-        while !self.open.load(Ordering::Acquire) {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        while !self.open.load(Ordering::SeqCst) {
             guard = self
                 .cond
                 .wait(guard)
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 }
