@@ -136,13 +136,7 @@ impl PoolShared {
     /// workers of the lanes that got tasks (`wake`).
     pub(super) fn register(&self, inner: &Arc<SubmissionInner>, wake: bool) {
         self.registry.with(|r| {
-            r.retain(|s| {
-                let keep = !s.is_done();
-                if !keep {
-                    s.set_registered(false);
-                }
-                keep
-            });
+            prune(r);
             // A resubmitted submission may not have been retired yet.
             if !r.iter().any(|s| Arc::ptr_eq(s, inner)) {
                 r.push(inner.clone());
@@ -168,15 +162,7 @@ impl PoolShared {
     /// Retire step: a finished submission leaves the registry; workers drop
     /// their copies at their next refresh.
     pub(super) fn retire(&self) {
-        self.registry.with(|r| {
-            r.retain(|s| {
-                let keep = !s.is_done();
-                if !keep {
-                    s.set_registered(false);
-                }
-                keep
-            })
-        });
+        self.registry.with(prune);
         // Parked workers are not woken for this (a futex wake per finished
         // submission would cost the hot path); they drop their copies when
         // they next wake.
@@ -204,6 +190,17 @@ impl PoolShared {
             cpu.wake_all();
         }
     }
+}
+
+/// Drops finished submissions from a registry (under its lock).
+fn prune(registry: &mut Vec<Arc<SubmissionInner>>) {
+    registry.retain(|s| {
+        let keep = !s.is_done();
+        if !keep {
+            s.set_registered(false);
+        }
+        keep
+    });
 }
 
 /// Kernel parallelism on a pool's CPU workers: a [`ParallelFor`] whose

@@ -632,16 +632,7 @@ impl SubmissionInner {
         ) {
             Ok(_) => {
                 // Step 5: a cancel that scanned before our CAS missed us.
-                if self.cancel_requested.load(Ordering::SeqCst)
-                    && word
-                        .compare_exchange(
-                            suspend::SUSPENDED,
-                            suspend::DEAD,
-                            Ordering::SeqCst,
-                            Ordering::SeqCst,
-                        )
-                        .is_ok()
-                {
+                if self.cancel_requested.load(Ordering::SeqCst) && self.bury(task.0 as usize) {
                     return Settled::Cancelled;
                 }
                 Settled::Suspended
@@ -652,6 +643,19 @@ impl SubmissionInner {
                 Settled::RunAgain
             }
         }
+    }
+
+    /// Suspend step 5: a suspended task `i` never runs again; `true` for the
+    /// one caller that made it so (it records the task cancelled).
+    fn bury(&self, i: usize) -> bool {
+        self.suspension[i]
+            .compare_exchange(
+                suspend::SUSPENDED,
+                suspend::DEAD,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok()
     }
 
     /// Suspend step 3: resumes a suspended `task` (or marks it to run again
@@ -766,15 +770,7 @@ impl SubmissionInner {
                 Cancel::AlreadyCancelled => {}
                 // Suspend step 5: a suspended task never runs again.
                 Cancel::TooLate => {
-                    if self.suspension[i]
-                        .compare_exchange(
-                            suspend::SUSPENDED,
-                            suspend::DEAD,
-                            Ordering::SeqCst,
-                            Ordering::SeqCst,
-                        )
-                        .is_ok()
-                    {
+                    if self.bury(i) {
                         self.terminate(TaskId(i as u32), code::CANCELLED);
                     }
                 }

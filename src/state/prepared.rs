@@ -380,28 +380,42 @@ impl PreparedExecutionState {
     ) -> Result<(), Error> {
         let resolved = self.plan.resolved();
         let ordered = order_inputs(resolved.inputs(), inputs)?;
-        if !invocation
-            .lowered
-            .as_ref()
-            .is_some_and(|l| l.matches(&ordered, &invocation.value_inputs))
-        {
-            invocation.lowered = None;
-            invocation.execution = None;
-            let lowered = lower_all(resolved, &ordered, &mut invocation.value_inputs)?;
-            // Activation buffers live in the execution domain for as long as
-            // this lowering is kept; over the limit, the run is refused.
-            invocation.execution = Some(
-                self.budget
-                    .reserve(Domain::Execution, lowered.buffer_bytes())?,
-            );
-            invocation.lowered = Some(lowered);
-        }
+        self.ensure_lowered(invocation, ordered.len(), |i| ordered[i])?;
         invocation.next_step = 0;
         invocation
             .lowered
             .as_mut()
             .expect("lowered above")
             .load_inputs(&ordered)
+    }
+
+    /// Lowers for the inputs `input(0..count)` (declared order) unless the
+    /// kept lowering serves them; allocates only when it lowers.
+    fn ensure_lowered<'t>(
+        &self,
+        invocation: &mut InvocationState,
+        count: usize,
+        input: impl Fn(usize) -> &'t Tensor + Copy,
+    ) -> Result<(), Error> {
+        if invocation
+            .lowered
+            .as_ref()
+            .is_some_and(|l| l.matches_by(count, input, &invocation.value_inputs))
+        {
+            return Ok(());
+        }
+        invocation.lowered = None;
+        invocation.execution = None;
+        let ordered: Vec<&Tensor> = (0..count).map(input).collect();
+        let lowered = lower_all(self.plan.resolved(), &ordered, &mut invocation.value_inputs)?;
+        // Activation buffers live in the execution domain for as long as
+        // this lowering is kept; over the limit, the run is refused.
+        invocation.execution = Some(
+            self.budget
+                .reserve(Domain::Execution, lowered.buffer_bytes())?,
+        );
+        invocation.lowered = Some(lowered);
+        Ok(())
     }
 
     /// [`PreparedExecutionState::begin_run`] over inputs held by name:
@@ -421,21 +435,7 @@ impl PreparedExecutionState {
         for (i, decl) in declared.iter().enumerate() {
             check_input(decl, input(i))?;
         }
-        if !invocation
-            .lowered
-            .as_ref()
-            .is_some_and(|l| l.matches_by(declared.len(), input, &invocation.value_inputs))
-        {
-            invocation.lowered = None;
-            invocation.execution = None;
-            let ordered: Vec<&Tensor> = (0..declared.len()).map(input).collect();
-            let lowered = lower_all(resolved, &ordered, &mut invocation.value_inputs)?;
-            invocation.execution = Some(
-                self.budget
-                    .reserve(Domain::Execution, lowered.buffer_bytes())?,
-            );
-            invocation.lowered = Some(lowered);
-        }
+        self.ensure_lowered(invocation, declared.len(), input)?;
         invocation.next_step = 0;
         invocation
             .lowered
@@ -544,22 +544,7 @@ impl PreparedExecutionState {
     ) -> Result<Vec<(String, Tensor)>, Error> {
         let resolved = self.plan.resolved();
         let ordered = order_inputs(resolved.inputs(), inputs)?;
-        if !invocation
-            .lowered
-            .as_ref()
-            .is_some_and(|l| l.matches(&ordered, &invocation.value_inputs))
-        {
-            invocation.lowered = None;
-            invocation.execution = None;
-            let lowered = lower_all(resolved, &ordered, &mut invocation.value_inputs)?;
-            // Activation buffers live in the execution domain for as long as
-            // this lowering is kept; over the limit, the run is refused.
-            invocation.execution = Some(
-                self.budget
-                    .reserve(Domain::Execution, lowered.buffer_bytes())?,
-            );
-            invocation.lowered = Some(lowered);
-        }
+        self.ensure_lowered(invocation, ordered.len(), |i| ordered[i])?;
         let lowered = invocation.lowered.as_mut().expect("lowered above");
         lowered.load_inputs(&ordered)?;
         let mut pins = RunPins {

@@ -2,17 +2,21 @@
 //! (cold path: fault injection now, completion events later).
 //!
 //! Protocol (why no wake-up is lost):
-//! 1. `open` stores `open = true` (SeqCst), then reads `waiters` (SeqCst);
-//!    only if someone may sleep does it take the lock and notify (an
-//!    uncontended open — the common case — touches no lock).
+//! 1. `open` stores `open = true`, then reads `waiters` with a read-modify-
+//!    write (`fetch_add(0)`, SeqCst); only if someone may sleep does it take
+//!    the lock and notify (an uncontended open — the common case — touches
+//!    no lock).
 //! 2. `wait` checks `open` (Acquire); if it is still closed it takes the lock,
 //!    increments `waiters` (SeqCst), re-checks `open` (SeqCst) under the lock
 //!    and sleeps on the condition variable, which releases the lock
 //!    atomically; it decrements `waiters` when it returns.
-//! 3. The two SeqCst sequences (store `open`, read `waiters` / increment
-//!    `waiters`, read `open`) cannot both miss: either the waiter's re-check
-//!    sees the latch open, or the opener sees the waiter and takes the lock —
-//!    which it can only get once the waiter sleeps — and notifies it.
+//! 3. Both sides touch `waiters` with RMWs, which are totally ordered. If
+//!    the opener's comes first, the waiter's increment reads from it
+//!    (acquire), so the opener's earlier store of `open` is visible to the
+//!    waiter's re-check; if the waiter's comes first, the opener reads a
+//!    non-zero count and takes the lock — which it can only get once the
+//!    waiter sleeps — and notifies it. No wake-up is lost (loom model
+//!    `latch::every_waiter_is_woken_exactly_once`).
 //!
 //! The Release store in `open` pairs with the Acquire loads in `wait`, so
 //! everything the opener wrote before opening is visible to every waiter after
@@ -39,7 +43,10 @@ impl Latch {
     /// Opens the latch and wakes every waiter. Opening twice is harmless.
     pub fn open(&self) {
         self.open.store(true, Ordering::SeqCst);
-        if self.waiters.load(Ordering::SeqCst) > 0 {
+        // An RMW, not a load: it reads the latest `waiters` and — being a
+        // release in the counter's modification order — makes the store
+        // above visible to any waiter whose increment comes after it.
+        if self.waiters.fetch_add(0, Ordering::SeqCst) > 0 {
             let _guard = lock(&self.lock);
             self.cond.notify_all();
         }
