@@ -435,10 +435,10 @@ impl SubmissionInner {
         // sequence), so the opener's `open` publishes every outcome.
         if self.terminal.fetch_add(n, Ordering::AcqRel) + n == self.graph.len() {
             self.all_done.open();
-            if self.registered.load(Ordering::Acquire) {
-                if let Some(pool) = self.pool.upgrade() {
-                    pool.retire();
-                }
+            if self.registered.load(Ordering::Acquire)
+                && let Some(pool) = self.pool.upgrade()
+            {
+                pool.retire();
             }
         }
     }
@@ -794,11 +794,11 @@ impl SubmissionInner {
                 _ => unreachable!("unknown outcome code"),
             }
         }
-        if self.first_failed.load(Ordering::Acquire) != usize::MAX {
-            if let Some(first) = self.first_failure.take_first(|_| true) {
-                outcome.failed = Some(first.clone());
-                let _ = self.first_failure.put(first);
-            }
+        if self.first_failed.load(Ordering::Acquire) != usize::MAX
+            && let Some(first) = self.first_failure.take_first(|_| true)
+        {
+            outcome.failed = Some(first.clone());
+            let _ = self.first_failure.put(first);
         }
         outcome
     }
