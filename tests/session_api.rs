@@ -189,14 +189,24 @@ fn dropping_or_forgetting_live_handles_is_sound() {
 }
 
 #[test]
-fn handles_and_sessions_are_send_and_sync_where_intended() {
-    fn send<T: Send>() {}
-    fn sync<T: Sync>() {}
-    send::<RuntimeSession>();
-    sync::<RuntimeSession>();
-    send::<RuntimeContext>();
-    send::<onnx_prepared::session::ExecutionHandle<RuntimeContext>>();
-    sync::<onnx_prepared::session::ExecutionHandle<RuntimeContext>>();
+fn run_and_run_async_wait_fail_alike() {
+    let session = RuntimeSession::new(plan("gemm-chain"), options(2)).unwrap();
+    let bad = || {
+        RuntimeContext::new(&session)
+            .with_input("A", Tensor::from_i64(vec![1, 256], vec![0; 256]).unwrap())
+            .unwrap()
+    };
+    let sync = session.run(bad()).unwrap_err();
+    let async_ = session.run_async(bad()).wait().unwrap_err();
+    assert_eq!(sync.to_string(), async_.to_string());
+    assert_eq!(sync.error.kind(), async_.error.kind());
+    assert_eq!(sync.diagnostics, async_.diagnostics);
+    // An unknown input is refused before any run.
+    assert!(
+        RuntimeContext::new(&session)
+            .with_input("nope", Tensor::from_f32(vec![1], vec![0.0]).unwrap())
+            .is_err()
+    );
 }
 
 /// Design step 8: the two-Gemm chain with each weight behind a gate. The
