@@ -588,6 +588,25 @@ impl RunContinuation {
 /// [`ExecutionHandle::wait`], so a submission owns everything its task
 /// touches. Reusing a context for the next run reuses its lowering and
 /// activation buffers.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+/// # use onnx_prepared::plan::PreparedExecutionPlan;
+/// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+/// use onnx_prepared_kernels::Tensor;
+/// # let model = Model::open("target/fixtures/gemm-chain.onnx")?;
+/// # let plan = PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?;
+/// let session = RuntimeSession::new(plan, SessionOptions::default())?;
+/// let mut ctx = RuntimeContext::new(&session)
+///     .with_input("A", Tensor::from_f32(vec![1, 256], vec![0.5; 256])?)?;
+/// for step in 0..3 {
+///     ctx = session.run(ctx)?; // hot after the first run: no allocation but the outputs
+///     println!("{:?}", ctx.output("Y").expect("graph output").shape());
+///     ctx.set_input("A", Tensor::from_f32(vec![1, 256], vec![step as f32; 256])?)?;
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Default)]
 pub struct RuntimeContext {
     inputs: Vec<(String, Tensor)>,
@@ -739,6 +758,29 @@ struct HandleInner {
 /// (`T = RuntimeContext`). Moveable; `wait` consumes it. Dropping a live
 /// handle waits for the submission's terminal state (it never detaches);
 /// forgetting one is sound.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+/// # use onnx_prepared::plan::PreparedExecutionPlan;
+/// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions, Status};
+/// # use onnx_prepared_kernels::Tensor;
+/// # let model = Model::open("target/fixtures/gemm-chain.onnx")?;
+/// # let plan = PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?;
+/// let session = RuntimeSession::new(plan, SessionOptions::default())?;
+/// let prepare = session.prepare_async(); // eager preparation, in the background
+/// # let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256])?;
+/// let run = session.run_async(RuntimeContext::new(&session).with_input("A", a)?);
+/// if run.status() == Status::Running {
+///     // ... other work; `run.cancel()` would stop it ...
+/// }
+/// match run.wait() {
+///     Ok(ctx) => println!("{} outputs", ctx.outputs().len()),
+///     Err(e) => eprintln!("{e}; failing task: {:?}", e.diagnostics.failed_task),
+/// }
+/// prepare.wait()?;
+/// # Ok(()) }
+/// ```
 pub struct ExecutionHandle<T> {
     inner: Option<HandleInner>,
     /// `wait` runs ready tasks of the submission on the calling thread.
