@@ -361,3 +361,60 @@ fn a_failing_run_does_not_affect_a_concurrent_one() {
         direct("gemm-chain", &inputs).as_slice()
     );
 }
+
+/// A caller-owned KV cache: with `present_*` bound to `past_*`, a prefill
+/// and three decode steps through the session give exactly the logits of
+/// `DirectReplay` fed by hand with the previous presents.
+#[test]
+fn kv_cache_binding_feeds_presents_back() {
+    let session = RuntimeSession::new(plan("tiny-llm"), options(2)).unwrap();
+    let mut ctx = context(&session, &inputs("tiny-llm"));
+    assert_eq!(ctx.bind_kv_cache(), 8);
+    assert!(ctx.bind_cache("logits", "nope").is_err());
+    assert!(ctx.bind_cache("nope", "past_key_0").is_err());
+
+    let model = Model::open(fixture("tiny-llm")).unwrap();
+    let source = FileSource::open(&model).unwrap();
+    let mut replay = DirectReplay::new(&model, &source, DirectReplayOptions::default()).unwrap();
+    let mut manual = inputs("tiny-llm");
+    let mut total = 8; // the prefill's T
+    for step in 0..4 {
+        let refs: Vec<(&str, &Tensor)> = manual.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let expected = replay.run(&refs).unwrap();
+        ctx = session.run(ctx).unwrap();
+        let logits =
+            |o: &[(String, Tensor)]| o.iter().find(|(n, _)| n == "logits").unwrap().1.clone();
+        assert_eq!(logits(ctx.outputs()), logits(&expected), "step {step}");
+        // Bound outputs moved into the inputs; the rest stay.
+        assert!(ctx.output("present_key_0").unwrap().shape().is_empty());
+        let past = &ctx
+            .inputs()
+            .iter()
+            .find(|(n, _)| n == "past_key_0")
+            .unwrap()
+            .1;
+        assert_eq!(past.shape(), &[1, 8, total, 64]);
+        // Next decode step: one token, the bias over every cached position.
+        total += 1;
+        let ids = Tensor::from_i64(vec![1, 1], vec![step as i64 * 31 + 5]).unwrap();
+        let bias = Tensor::from_f32(vec![1, 1, 1, total], vec![0.0; total]).unwrap();
+        ctx.set_input("input_ids", ids.clone()).unwrap();
+        ctx.set_input("attn_bias", bias.clone()).unwrap();
+        for (name, value) in manual.iter_mut() {
+            match name.as_str() {
+                "input_ids" => *value = ids.clone(),
+                "attn_bias" => *value = bias.clone(),
+                past if past.starts_with("past") => {
+                    let present = format!("present{}", &past["past".len()..]);
+                    *value = expected
+                        .iter()
+                        .find(|(n, _)| *n == present)
+                        .unwrap()
+                        .1
+                        .clone();
+                }
+                _ => {}
+            }
+        }
+    }
+}

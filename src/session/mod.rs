@@ -505,6 +505,7 @@ impl RunContinuation {
                         trace.record(TraceLane::Inference, "run (hot)", start, Instant::now(), id);
                     }
                     ctx.outputs = state.outputs(&ctx.invocation);
+                    ctx.apply_cache();
                     return Ok(());
                 }
                 // Evicted since the check: reload and take the cold path.
@@ -527,6 +528,7 @@ impl RunContinuation {
         match state.resume_run(&mut ctx.invocation, &par, Some(&on_step))? {
             Progress::Done => {
                 ctx.outputs = state.outputs(&ctx.invocation);
+                ctx.apply_cache();
                 Ok(())
             }
             Progress::Waiting { step, requirement } => {
@@ -613,25 +615,85 @@ pub struct RuntimeContext {
     outputs: Vec<(String, Tensor)>,
     invocation: InvocationState,
     declared: Vec<String>,
+    /// The graph's output names.
+    declared_outputs: Vec<String>,
     /// `order[i]`: position in `inputs` of declared input `i` (empty until
     /// every input is set, recomputed when a new name arrives).
     order: Vec<u32>,
+    /// Caller-owned cache bindings: after a successful run, output `.0`
+    /// moves into input `.1` (a KV cache's presents become the next pasts).
+    cache: Vec<(String, String)>,
 }
 
 impl RuntimeContext {
     /// An empty context for `session`'s graph inputs.
     pub fn new(session: &RuntimeSession) -> Self {
+        let resolved = session.inner.state.plan().resolved();
         Self {
-            declared: session
-                .inner
-                .state
-                .plan()
-                .resolved()
-                .inputs()
-                .iter()
-                .map(|i| i.name.clone())
-                .collect(),
+            declared: resolved.inputs().iter().map(|i| i.name.clone()).collect(),
+            declared_outputs: resolved.outputs().iter().map(|(n, _)| n.clone()).collect(),
             ..Self::default()
+        }
+    }
+
+    /// Binds output `output` to input `input`: after every successful run
+    /// the output's tensor moves (no copy) into the input, for the next run
+    /// — the caller-owned cache of a model with past/present state. The
+    /// moved output is left empty in [`RuntimeContext::outputs`].
+    ///
+    /// # Errors
+    /// `output` is not a graph output or `input` not a graph input.
+    pub fn bind_cache(&mut self, output: &str, input: &str) -> Result<(), Error> {
+        if !self.declared_outputs.iter().any(|o| o == output) {
+            return Err(RunError::Unsupported {
+                what: format!("binding `{output}`, which is not a graph output"),
+            }
+            .into());
+        }
+        if !self.declared.iter().any(|i| i == input) {
+            return Err(RunError::UnknownInput {
+                input: input.to_owned(),
+            }
+            .into());
+        }
+        self.cache.retain(|(_, i)| i != input);
+        self.cache.push((output.to_owned(), input.to_owned()));
+        Ok(())
+    }
+
+    /// Binds every output named `present…` to the input named `past…` with
+    /// the same suffix (`present_key_0` → `past_key_0`); returns how many
+    /// pairs it bound.
+    pub fn bind_kv_cache(&mut self) -> usize {
+        let pairs: Vec<(String, String)> = self
+            .declared_outputs
+            .iter()
+            .filter_map(|o| {
+                let input = format!("past{}", o.strip_prefix("present")?);
+                self.declared.contains(&input).then(|| (o.clone(), input))
+            })
+            .collect();
+        for (o, i) in &pairs {
+            self.cache.retain(|(_, bound)| bound != i);
+            self.cache.push((o.clone(), i.clone()));
+        }
+        pairs.len()
+    }
+
+    /// Moves bound outputs into their inputs (after a successful run).
+    fn apply_cache(&mut self) {
+        for (output, input) in &self.cache {
+            let Some(at) = self.outputs.iter().position(|(n, _)| n == output) else {
+                continue;
+            };
+            let value = std::mem::take(&mut self.outputs[at].1);
+            match self.inputs.iter_mut().find(|(n, _)| n == input) {
+                Some((_, slot)) => *slot = value,
+                None => {
+                    self.inputs.push((input.clone(), value));
+                    self.order.clear();
+                }
+            }
         }
     }
 
