@@ -488,8 +488,8 @@ fn demo(dir: Option<PathBuf>, trace: Option<PathBuf>) -> Result<(), Box<dyn std:
 }
 
 /// Greedy decode on the hot session: the next token from the hot run's last
-/// logits, then single-token steps feeding each run's presents back as the
-/// next run's pasts.
+/// logits, then single-token steps; the context's KV-cache binding feeds
+/// each run's presents back as the next run's pasts.
 fn decode_tiny_llm(run: BenchRun) -> Result<(), Box<dyn std::error::Error>> {
     const STEPS: usize = 8;
     const VOCAB: usize = 8192;
@@ -508,19 +508,22 @@ fn decode_tiny_llm(run: BenchRun) -> Result<(), Box<dyn std::error::Error>> {
             .map_or(0, |(i, _)| i as i64))
     };
     let prompt = BENCH_DIMS[0].1;
-    let mut outputs = ctx.take_outputs();
+    let outputs = ctx.take_outputs();
     let mut next = greedy(&outputs)?;
     println!("\ngreedy decode on the hot session (presents fed back as pasts):");
     println!(
         "  {:<24} -> token {next}",
         format!("prefill T={prompt} (hot run)")
     );
-    for fed in prompt..prompt + STEPS {
-        for (name, present) in outputs {
-            if let Some(suffix) = name.strip_prefix("present_") {
-                ctx.set_input(&format!("past_{suffix}"), present)?;
-            }
+    // The prefill's presents become the first pasts; from then on the
+    // context's cache binding moves each run's presents into its pasts.
+    for (name, present) in outputs {
+        if let Some(suffix) = name.strip_prefix("present_") {
+            ctx.set_input(&format!("past_{suffix}"), present)?;
         }
+    }
+    ctx.bind_kv_cache();
+    for fed in prompt..prompt + STEPS {
         ctx.set_input("input_ids", Tensor::from_i64(vec![1, 1], vec![next])?)?;
         ctx.set_input(
             "attn_bias",
@@ -529,8 +532,7 @@ fn decode_tiny_llm(run: BenchRun) -> Result<(), Box<dyn std::error::Error>> {
         let started = Instant::now();
         ctx = session.run(ctx)?;
         let elapsed = started.elapsed();
-        outputs = ctx.take_outputs();
-        next = greedy(&outputs)?;
+        next = greedy(ctx.outputs())?;
         println!(
             "  {:<24} -> token {next}",
             format!("decode  P={fed} {elapsed:>9.2?}")
