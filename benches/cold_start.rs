@@ -3,10 +3,17 @@
 //! layers already run — against the eager baseline — `prepare()` then
 //! `run` on a fresh session. Each iteration builds a fresh session
 //! (fresh store and budget, same immutable plan) outside the measured span
-//! and measures from the first call to the run's outputs. The page cache is
-//! warm (the model's files are read every iteration); a cold-cache variant
-//! would need `posix_fadvise(DONTNEED)`, which this bench does not do.
+//! and measures from the first call to the run's outputs.
+//!
+//! Two cache states: `warm` (the model's files were read by the previous
+//! iteration) and `cold` (before each iteration, outside the measured span,
+//! `posix_fadvise(POSIX_FADV_DONTNEED)` asks the kernel to drop the data
+//! file's pages). Whether the pages really went is checked once and
+//! printed: the time to read the whole file after the advice against a warm
+//! read.
 
+use std::io::Read;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,10 +52,35 @@ fn prefill(t: usize) -> Vec<(String, Tensor)> {
     v
 }
 
+/// Asks the kernel to drop `path`'s cached pages.
+fn drop_cache(path: &Path) {
+    let file = std::fs::File::open(path).expect("data file");
+    rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).expect("fadvise");
+}
+
+fn read_all(path: &Path) -> Duration {
+    let start = Instant::now();
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .expect("data file")
+        .read_to_end(&mut bytes)
+        .expect("reads");
+    start.elapsed()
+}
+
 fn cold_start(c: &mut Criterion) {
     let dir = onnx_prepared_fixtures::default_dir();
     onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
     let model = Model::open(dir.join("tiny-llm.onnx")).expect("opens");
+    let data = dir.join("tiny-llm.data");
+    let warm_read = read_all(&data);
+    drop_cache(&data);
+    let cold_read = read_all(&data);
+    eprintln!(
+        "cold_start: reading tiny-llm.data warm {warm_read:?}, after DONTNEED {cold_read:?} \
+         ({:.1}x)",
+        cold_read.as_secs_f64() / warm_read.as_secs_f64()
+    );
     let inputs = prefill(128);
     // One pool for every session (sessions share it), so thread start-up
     // is not measured either.
@@ -78,12 +110,20 @@ fn cold_start(c: &mut Criterion) {
     };
     let mut group = c.benchmark_group("cold_start/tiny-llm-prefill-128");
     group.sample_size(20);
-    for mode in ["eager", "streaming"] {
-        group.bench_function(mode, |b| {
+    for (cache, mode) in [
+        ("warm", "eager"),
+        ("warm", "streaming"),
+        ("cold", "eager"),
+        ("cold", "streaming"),
+    ] {
+        group.bench_function(format!("{cache}/{mode}"), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let (session, ctx) = fresh();
+                    if cache == "cold" {
+                        drop_cache(&data);
+                    }
                     let start = Instant::now();
                     if mode == "eager" {
                         session.prepare().expect("prepares");
