@@ -12,6 +12,9 @@
 //! printed: the time to read the whole file after the advice against a warm
 //! read.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
@@ -22,35 +25,6 @@ use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::scheduler::{PoolConfig, WorkerPool};
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
-use onnx_prepared_kernels::Tensor;
-
-fn prefill(t: usize) -> Vec<(String, Tensor)> {
-    let mut v = vec![
-        (
-            "input_ids".to_owned(),
-            Tensor::from_i64(vec![1, t], (0..t as i64).map(|i| i * 97 % 8192).collect()).unwrap(),
-        ),
-        (
-            "attn_bias".to_owned(),
-            Tensor::from_f32(
-                vec![1, 1, t, t],
-                (0..t * t)
-                    .map(|k| if k % t <= k / t { 0.0 } else { -10000.0 })
-                    .collect(),
-            )
-            .unwrap(),
-        ),
-    ];
-    for b in 0..4 {
-        for kv in ["key", "value"] {
-            v.push((
-                format!("past_{kv}_{b}"),
-                Tensor::from_f32(vec![1, 8, 0, 64], vec![]).unwrap(),
-            ));
-        }
-    }
-    v
-}
 
 /// Asks the kernel to drop `path`'s cached pages.
 fn drop_cache(path: &Path) {
@@ -81,7 +55,7 @@ fn cold_start(c: &mut Criterion) {
          ({:.1}x)",
         cold_read.as_secs_f64() / warm_read.as_secs_f64()
     );
-    let inputs = prefill(128);
+    let inputs = common::tiny_llm_prefill(128);
     // One pool for every session (sessions share it), so thread start-up
     // is not measured either.
     let pool = Arc::new(WorkerPool::new(PoolConfig {

@@ -81,36 +81,6 @@ fn gemm_fixtures_match_direct_replay_bit_for_bit() {
     }
 }
 
-/// tiny-llm prefill T=8, P=0 with a causal bias.
-fn tiny_llm_inputs() -> Vec<(String, Tensor)> {
-    let t = 8;
-    let mut inputs = vec![
-        (
-            "input_ids".to_owned(),
-            Tensor::from_i64(vec![1, t], (0..t as i64).map(|i| i * 97 % 8192).collect()).unwrap(),
-        ),
-        (
-            "attn_bias".to_owned(),
-            Tensor::from_f32(
-                vec![1, 1, t, t],
-                (0..t * t)
-                    .map(|k| if k % t <= k / t { 0.0 } else { -10000.0 })
-                    .collect(),
-            )
-            .unwrap(),
-        ),
-    ];
-    for b in 0..4 {
-        for kv in ["key", "value"] {
-            inputs.push((
-                format!("past_{kv}_{b}"),
-                Tensor::from_f32(vec![1, 8, 0, 64], vec![]).unwrap(),
-            ));
-        }
-    }
-    inputs
-}
-
 #[test]
 fn tiny_llm_matches_direct_replay_and_loads_layer_by_layer() {
     let path = fixture("tiny-llm");
@@ -118,7 +88,7 @@ fn tiny_llm_matches_direct_replay_and_loads_layer_by_layer() {
     let file = FileSource::open(&model).unwrap();
     let source: Arc<dyn PayloadSource> = Arc::new(file);
     let s = state(&path, source.clone());
-    let owned = tiny_llm_inputs();
+    let owned = common::tiny_llm_prefill(8);
     let inputs: Vec<(&str, &Tensor)> = owned.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let mut inv = InvocationState::default();
     let got = s.run(&mut inv, &inputs).unwrap();

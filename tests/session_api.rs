@@ -3,6 +3,8 @@
 //! to `DirectReplay`; `run` is `run_async` + `wait`; handles dropped or
 //! forgotten mid-run never leave a task touching freed memory.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -38,35 +40,7 @@ fn inputs(name: &str) -> Vec<(String, Tensor)> {
             .collect()
     };
     match name {
-        "tiny-llm" => {
-            let t = 8;
-            let mut v = vec![
-                (
-                    "input_ids".to_owned(),
-                    Tensor::from_i64(vec![1, t], (0..t as i64).map(|i| i * 97 % 8192).collect())
-                        .unwrap(),
-                ),
-                (
-                    "attn_bias".to_owned(),
-                    Tensor::from_f32(
-                        vec![1, 1, t, t],
-                        (0..t * t)
-                            .map(|k| if k % t <= k / t { 0.0 } else { -10000.0 })
-                            .collect(),
-                    )
-                    .unwrap(),
-                ),
-            ];
-            for b in 0..4 {
-                for kv in ["key", "value"] {
-                    v.push((
-                        format!("past_{kv}_{b}"),
-                        Tensor::from_f32(vec![1, 8, 0, 64], vec![]).unwrap(),
-                    ));
-                }
-            }
-            v
-        }
+        "tiny-llm" => common::tiny_llm_prefill(8),
         "many-small-nodes" => vec![(
             "x".to_owned(),
             Tensor::from_f32(MANY_DIMS.to_vec(), f32s(MANY_DIMS.iter().product(), 3)).unwrap(),

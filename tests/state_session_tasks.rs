@@ -5,6 +5,8 @@
 //! without reading another byte; a failed read fails exactly what depends
 //! on it.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -35,36 +37,6 @@ fn plan(path: &Path) -> Arc<PreparedExecutionPlan> {
 
 fn state(path: &Path, source: Arc<dyn PayloadSource>) -> PreparedExecutionState {
     PreparedExecutionState::new(plan(path), source, MemoryBudget::unlimited())
-}
-
-/// tiny-llm prefill T=8, P=0 with a causal bias.
-fn prefill_inputs() -> Vec<(String, Tensor)> {
-    let t = 8;
-    let mut inputs = vec![
-        (
-            "input_ids".to_owned(),
-            Tensor::from_i64(vec![1, t], (0..t as i64).map(|i| i * 97 % 8192).collect()).unwrap(),
-        ),
-        (
-            "attn_bias".to_owned(),
-            Tensor::from_f32(
-                vec![1, 1, t, t],
-                (0..t * t)
-                    .map(|k| if k % t <= k / t { 0.0 } else { -10000.0 })
-                    .collect(),
-            )
-            .unwrap(),
-        ),
-    ];
-    for b in 0..4 {
-        for kv in ["key", "value"] {
-            inputs.push((
-                format!("past_{kv}_{b}"),
-                Tensor::from_f32(vec![1, 8, 0, 64], vec![]).unwrap(),
-            ));
-        }
-    }
-    inputs
 }
 
 fn direct(path: &Path, inputs: &[(&str, &Tensor)]) -> Vec<(String, Tensor)> {
@@ -108,7 +80,7 @@ fn check_prepared(path: &Path, s: &PreparedExecutionState, source: &dyn PayloadS
     let read = source.counters().total();
     assert_eq!(read, external_bytes(path), "each weight read once");
 
-    let owned = prefill_inputs();
+    let owned = common::tiny_llm_prefill(8);
     let inputs: Vec<(&str, &Tensor)> = owned.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let got = s.run(&mut InvocationState::default(), &inputs).unwrap();
     assert_eq!(got, direct(path, &inputs), "bit for bit");
@@ -347,7 +319,7 @@ fn tasks_after_an_on_demand_run_read_nothing() {
     let model = Model::open(&path).unwrap();
     let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
     let s = state(&path, source.clone());
-    let owned = prefill_inputs();
+    let owned = common::tiny_llm_prefill(8);
     let inputs: Vec<(&str, &Tensor)> = owned.iter().map(|(n, t)| (n.as_str(), t)).collect();
     s.run(&mut InvocationState::default(), &inputs).unwrap();
     let read = source.counters().total();

@@ -331,6 +331,13 @@ impl TaskGraph {
         self.dependency_counts[task.0 as usize]
     }
 
+    /// The tasks without dependencies, in id order.
+    pub fn roots(&self) -> impl Iterator<Item = TaskId> + '_ {
+        (0..self.len() as u32)
+            .map(TaskId)
+            .filter(|&t| self.dependency_count(t) == 0)
+    }
+
     /// The domain `task`'s estimated bytes are admitted in.
     pub fn domain(&self, task: TaskId) -> Domain {
         self.domains[task.0 as usize]

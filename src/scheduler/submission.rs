@@ -358,6 +358,13 @@ impl SubmissionInner {
         }
     }
 
+    /// Whether the roots were left to the waiter, clearing the mark (a plain
+    /// load first: most waits find nothing to take).
+    fn take_pending_roots(&self) -> bool {
+        self.roots_pending.load(Ordering::Acquire)
+            && self.roots_pending.swap(false, Ordering::AcqRel)
+    }
+
     /// A quiet resubmit leaves the roots to the waiter.
     pub(super) fn defer_roots(&self) {
         self.roots_pending.store(true, Ordering::Release);
@@ -365,9 +372,8 @@ impl SubmissionInner {
 
     /// Posts every task without dependencies (submit step 2; no wake-up).
     pub(super) fn post_roots(&self) {
-        for i in 0..self.graph.len() {
-            let task = TaskId(i as u32);
-            if self.graph.dependency_count(task) == 0 && self.release(task) {
+        for task in self.graph.roots() {
+            if self.release(task) {
                 self.queues
                     .push(self.graph.lane(task), self.graph.priority(task), task)
                     .expect("a queue holds every task of its lane twice");
@@ -818,12 +824,9 @@ impl Submission {
     /// suppressed or cancelled; running tasks are always joined) and returns
     /// the summary.
     pub fn wait(&self) -> RunOutcome {
-        if self.inner.roots_pending.swap(false, Ordering::AcqRel) {
-            for i in 0..self.inner.graph.len() {
-                let task = TaskId(i as u32);
-                if self.inner.graph.dependency_count(task) == 0 {
-                    self.inner.post(&self.pool, task);
-                }
+        if self.inner.take_pending_roots() {
+            for task in self.inner.graph.roots() {
+                self.inner.post(&self.pool, task);
             }
         }
         self.inner.all_done.wait();
@@ -848,13 +851,10 @@ impl Submission {
     fn help(&self) {
         let inner = &self.inner;
         let mut local = LocalWork::waiter();
-        if inner.roots_pending.swap(false, Ordering::AcqRel) {
-            for i in 0..inner.graph.len() {
-                let task = TaskId(i as u32);
-                if inner.graph.dependency_count(task) == 0 {
-                    inner.execute(&self.pool, Lane::Cpu, task, false, &mut local);
-                    inner.flush(&mut local);
-                }
+        if inner.take_pending_roots() {
+            for task in inner.graph.roots() {
+                inner.execute(&self.pool, Lane::Cpu, task, false, &mut local);
+                inner.flush(&mut local);
             }
         }
         while !inner.is_done() {

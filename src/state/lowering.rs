@@ -152,10 +152,7 @@ impl Lowered {
     /// Whether this lowering serves `inputs` (same shapes, same values of
     /// shape-operand inputs).
     pub(crate) fn matches(&self, inputs: &[&Tensor], value_inputs: &HashSet<usize>) -> bool {
-        self.key.len() == inputs.len()
-            && self.key.iter().zip(inputs).enumerate().all(|(i, (k, t))| {
-                k.shape() == t.shape() && (!value_inputs.contains(&i) || k == *t)
-            })
+        self.matches_by(inputs.len(), |i| inputs[i], value_inputs)
     }
 
     /// Bytes held by the activation buffers (inputs included).
@@ -210,15 +207,7 @@ impl Lowered {
 
     /// Copies the caller's inputs into their buffers.
     pub(crate) fn load_inputs(&mut self, inputs: &[&Tensor]) -> Result<(), Error> {
-        for (&buffer, input) in self.input_buffers.iter().zip(inputs) {
-            self.buffers[buffer as usize]
-                .copy_from(input)
-                .map_err(|source| RunError::Kernel {
-                    node: "input copy".into(),
-                    source,
-                })?;
-        }
-        Ok(())
+        self.load_inputs_by(|i| inputs[i])
     }
 
     /// Clones the graph outputs.

@@ -370,25 +370,6 @@ impl PreparedExecutionState {
         Ok(())
     }
 
-    /// Lowers for `inputs` if their shapes changed, copies them into their
-    /// buffers and rewinds the step cursor (run step 1 of a suspendable
-    /// run).
-    pub fn begin_run(
-        &self,
-        invocation: &mut InvocationState,
-        inputs: &[(&str, &Tensor)],
-    ) -> Result<(), Error> {
-        let resolved = self.plan.resolved();
-        let ordered = order_inputs(resolved.inputs(), inputs)?;
-        self.ensure_lowered(invocation, ordered.len(), |i| ordered[i])?;
-        invocation.next_step = 0;
-        invocation
-            .lowered
-            .as_mut()
-            .expect("lowered above")
-            .load_inputs(&ordered)
-    }
-
     /// Lowers for the inputs `input(0..count)` (declared order) unless the
     /// kept lowering serves them; allocates only when it lowers.
     fn ensure_lowered<'t>(
@@ -418,10 +399,11 @@ impl PreparedExecutionState {
         Ok(())
     }
 
-    /// [`PreparedExecutionState::begin_run`] over inputs held by name:
+    /// Run step 1 of a suspendable run, over inputs held by name:
     /// `order[i]` is the position in `inputs` of declared input `i`. Checks
-    /// every input and allocates nothing unless the shapes changed (a new
-    /// lowering).
+    /// every input, lowers if their shapes changed (the only case that
+    /// allocates), copies them into their buffers and rewinds the step
+    /// cursor.
     pub fn begin_run_ordered(
         &self,
         invocation: &mut InvocationState,
@@ -455,7 +437,10 @@ impl PreparedExecutionState {
         on_step: Option<&dyn Fn(usize, std::time::Instant, std::time::Instant)>,
     ) -> Result<Progress, Error> {
         let resolved = self.plan.resolved();
-        let lowered = invocation.lowered.as_mut().expect("begin_run comes first");
+        let lowered = invocation
+            .lowered
+            .as_mut()
+            .expect("begin_run_ordered comes first");
         let steps = self.plan.steps();
         let mut pins = RunPins {
             pins: (0..self.plan.requirements().len()).map(|_| None).collect(),
@@ -498,7 +483,10 @@ impl PreparedExecutionState {
         par: &dyn ParallelFor,
     ) -> Result<bool, Error> {
         let resolved = self.plan.resolved();
-        let lowered = invocation.lowered.as_mut().expect("begin_run comes first");
+        let lowered = invocation
+            .lowered
+            .as_mut()
+            .expect("begin_run_ordered comes first");
         let guard = GuardObjects(self.store.read_guard());
         let all = 0..lowered.len();
         match lowered.replay(resolved, &guard, all, par) {
@@ -515,7 +503,10 @@ impl PreparedExecutionState {
     /// step 3); outputs that are prepared objects are read under an epoch
     /// guard.
     pub fn outputs(&self, invocation: &InvocationState) -> Vec<(String, Tensor)> {
-        let lowered = invocation.lowered.as_ref().expect("begin_run comes first");
+        let lowered = invocation
+            .lowered
+            .as_ref()
+            .expect("begin_run_ordered comes first");
         lowered.outputs(self.plan.resolved(), &GuardObjects(self.store.read_guard()))
     }
 

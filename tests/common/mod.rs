@@ -123,3 +123,33 @@ pub fn write_data(dir: &Path, name: &str, len: usize) -> PathBuf {
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
+
+/// tiny-llm prefill inputs: `T` tokens, no cache (`P = 0`), a causal bias.
+pub fn tiny_llm_prefill(t: usize) -> Vec<(String, onnx_prepared_kernels::Tensor)> {
+    use onnx_prepared_kernels::Tensor;
+    let mut inputs = vec![
+        (
+            "input_ids".to_owned(),
+            Tensor::from_i64(vec![1, t], (0..t as i64).map(|i| i * 97 % 8192).collect()).unwrap(),
+        ),
+        (
+            "attn_bias".to_owned(),
+            Tensor::from_f32(
+                vec![1, 1, t, t],
+                (0..t * t)
+                    .map(|k| if k % t <= k / t { 0.0 } else { -10000.0 })
+                    .collect(),
+            )
+            .unwrap(),
+        ),
+    ];
+    for b in 0..4 {
+        for kv in ["key", "value"] {
+            inputs.push((
+                format!("past_{kv}_{b}"),
+                Tensor::from_f32(vec![1, 8, 0, 64], vec![]).unwrap(),
+            ));
+        }
+    }
+    inputs
+}
