@@ -31,9 +31,10 @@
 //!    promotes the object's producer chain to critical, reports a stall
 //!    (the window grows), registers a continuation on the object's next
 //!    completion and suspends; the continuation resumes it exactly once.
-//! 4. Resumed, it re-checks the object: resident → go on; failed → the run
-//!    fails with the typed error and the failing preparation task in its
-//!    diagnostics.
+//! 4. Resumed, it re-checks the object: resident → go on. An object whose
+//!    latest generation failed (seen at any check, before or after a
+//!    suspension) fails the run with the typed error naming the failing
+//!    preparation task; only an explicit `prepare` retries it.
 //! 5. Kernels' parallel regions run on the pool's CPU workers (the lease).
 //!
 //! **Handles**: [`ExecutionHandle::wait`] returns after the submission
@@ -316,7 +317,6 @@ impl RuntimeSession {
             ctx: Some(ctx),
             started: false,
             error: None,
-            waited: None,
             id,
         };
         let inner = &self.inner;
@@ -446,8 +446,6 @@ struct RunSlot {
     ctx: Option<RuntimeContext>,
     started: bool,
     error: Option<Error>,
-    /// The requirement and generation the last suspension waited for.
-    waited: Option<(RequirementId, u64)>,
     /// The run's number (trace).
     id: u64,
 }
@@ -480,11 +478,7 @@ impl RunContinuation {
         let session = &*session;
         let state = &*session.state;
         let RunSlot {
-            ctx,
-            started,
-            waited,
-            id,
-            ..
+            ctx, started, id, ..
         } = slot;
         let id = *id;
         let ctx = ctx
@@ -535,9 +529,10 @@ impl RunContinuation {
                 let index = requirement.0 as usize;
                 let snapshot = state.store().snapshot(index);
                 let generation = snapshot.generation().0;
-                if snapshot.residency() == Residency::Failed
-                    && waited.is_some_and(|(r, g)| r == requirement && generation >= g)
-                {
+                if snapshot.residency() == Residency::Failed {
+                    // Its latest generation failed: this run fails with it
+                    // (an explicit `prepare` retries the object; waiting for
+                    // a retry nobody schedules would never end).
                     return Err(self.failure(step, requirement));
                 }
                 let preparation = session.preparation(true, Some(requirement));
@@ -552,7 +547,6 @@ impl RunContinuation {
                 } else {
                     generation + 1
                 };
-                *waited = Some((requirement, target));
                 let handle = tctx.suspend();
                 state
                     .store()
