@@ -8,6 +8,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use onnx_prepared::arena::{BudgetLimits, Domain};
 use onnx_prepared::model::{
     FaultInjectingSource, FileSource, Model, PayloadSource, ReadFault, ResolveOptions,
     ResolvedModel, WeightId,
@@ -86,6 +87,55 @@ const FIXTURES: [&str; 5] = [
     "tiny-llm",
 ];
 
+/// Runs `ctx` both ways — `run` and `run_async(..).wait()` — on two
+/// sessions made by `make`, checks they agree, and returns the outputs.
+fn both_ways(
+    make: &dyn Fn() -> RuntimeSession,
+    inputs: &[(String, Tensor)],
+    prepare: bool,
+) -> Vec<(String, Tensor)> {
+    let a = make();
+    let b = make();
+    if prepare {
+        a.prepare().unwrap();
+        b.prepare_async().wait().unwrap();
+        assert!(a.is_hot() && b.is_hot());
+    }
+    let sync = a.run(context(&a, inputs)).unwrap();
+    let async_ = b.run_async(context(&b, inputs)).wait().unwrap();
+    assert_eq!(sync.outputs(), async_.outputs());
+    sync.outputs().to_vec()
+}
+
+/// A budget with room for every prepared object, one run's execution and
+/// io bytes, and one source read (its buffer and decoded copy) — in the
+/// preparation domain, far less than every source at once — measured on an
+/// unlimited session.
+fn tight_budget(name: &str, inputs: &[(String, Tensor)]) -> (BudgetLimits, usize) {
+    let session = RuntimeSession::new(plan(name), options(2)).unwrap();
+    session.prepare().unwrap();
+    let budget = session.state().budget();
+    let prepared = budget.live(Domain::Prepared);
+    budget.reset_peaks();
+    session.run(context(&session, inputs)).unwrap();
+    let run = budget.peak(Domain::Execution) + budget.peak(Domain::Io);
+    let model = session.state().plan().resolved().model();
+    let sources: Vec<usize> = model
+        .weights()
+        .iter()
+        .map(|w| w.byte_len() as usize)
+        .collect();
+    let largest = sources.iter().copied().max().unwrap_or(0);
+    let limit = prepared + run + 2 * largest + 4096;
+    let limits = BudgetLimits::unlimited()
+        .with_global(limit)
+        .with_domain(Domain::Preparation, 2 * largest + 4096);
+    (limits, prepared + sources.iter().sum::<usize>())
+}
+
+/// Every mode — streaming cold, hot, eager (prepare, then run), one worker,
+/// a tight budget — gives `DirectReplay`'s outputs bit for bit on every
+/// fixture, through `run` and through `run_async(..).wait()` alike.
 #[test]
 fn every_mode_matches_direct_replay_on_every_fixture() {
     for name in FIXTURES {
@@ -106,13 +156,37 @@ fn every_mode_matches_direct_replay_on_every_fixture() {
             );
             let ctx = session.run(ctx).unwrap();
             assert_eq!(ctx.outputs(), expected.as_slice(), "{name} hot, {cpu} cpu");
+            let ctx = session.run_async(ctx).wait().unwrap();
+            assert_eq!(ctx.outputs(), expected.as_slice(), "{name} hot async");
         }
-        // Prepare, then run.
-        let session = RuntimeSession::new(plan(name), options(2)).unwrap();
-        session.prepare().unwrap();
-        assert!(session.is_hot());
-        let ctx = session.run(context(&session, &inputs)).unwrap();
-        assert_eq!(ctx.outputs(), expected.as_slice(), "{name} prepared");
+        let with = |options: SessionOptions| {
+            let name = name.to_owned();
+            move || RuntimeSession::new(plan(&name), options.clone()).unwrap()
+        };
+        // Streaming and eager, each through `run` and `run_async`.
+        for prepare in [false, true] {
+            let outputs = both_ways(&with(options(2)), &inputs, prepare);
+            assert_eq!(outputs, expected, "{name} prepare={prepare}");
+            // One worker: one CPU and one I/O thread.
+            let one = SessionOptions {
+                io_workers: 1,
+                ..options(1)
+            };
+            let outputs = both_ways(&with(one), &inputs, prepare);
+            assert_eq!(outputs, expected, "{name} one worker, prepare={prepare}");
+            // A tight budget: reads wait for room instead of failing.
+            let (budget, all_at_once) = tight_budget(name, &inputs);
+            if name == "tiny-llm" {
+                assert!(budget.global() < all_at_once, "the budget is tight");
+                assert!(budget.domain(Domain::Preparation) < all_at_once / 2);
+            }
+            let tight = SessionOptions {
+                budget,
+                ..options(2)
+            };
+            let outputs = both_ways(&with(tight), &inputs, prepare);
+            assert_eq!(outputs, expected, "{name} tight budget, prepare={prepare}");
+        }
     }
 }
 

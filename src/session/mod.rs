@@ -68,7 +68,7 @@ use crate::scheduler::{
 };
 use crate::state::{InvocationState, PreparedExecutionState, Progress, SessionTasks};
 use crate::store::{Outcome, Residency};
-use crate::sync::{AtomicU64, Lock, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Lock, Ordering};
 
 /// How a session runs: its workers, memory limits and look-ahead.
 #[derive(Debug, Clone)]
@@ -113,6 +113,65 @@ impl Default for SessionOptions {
 struct Preparation {
     submission: Submission,
     streaming: bool,
+    runner: Arc<PreparationRunner>,
+    /// Who still needs it (protocol "interest").
+    interest: Lock<Interest>,
+}
+
+/// Who registers interest in the preparation it gets.
+enum Holder<'a> {
+    /// An eager prepare handle.
+    Eager,
+    /// A run, holding the preparation it registered on.
+    Run(&'a Lock<Option<Arc<Preparation>>>),
+}
+
+/// Live eager prepare handles and runs registered on a preparation.
+#[derive(Default)]
+struct Interest {
+    eager: usize,
+    runs: usize,
+}
+
+impl Preparation {
+    /// Interest step 1 (under the session's preparation lock): one more
+    /// eager handle or run needs this preparation.
+    fn register(&self, eager: bool) {
+        self.interest.with(|i| {
+            if eager {
+                i.eager += 1;
+            } else {
+                i.runs += 1;
+            }
+        });
+    }
+
+    /// Interest step 2 (under the session's preparation lock, like step
+    /// 1, so a preparation is never cancelled between being chosen and
+    /// registered on): an eager handle or run no longer needs it. With
+    /// `cancelled` (the handle was cancelled) and nobody else interested,
+    /// the preparation is cancelled: its tasks not yet started never run,
+    /// running ones are joined; a later run starts a new preparation that
+    /// produces only what is still missing.
+    fn release(&self, eager: bool, cancelled: bool) {
+        let last = self.interest.with(|i| {
+            let count = if eager { &mut i.eager } else { &mut i.runs };
+            *count = count.saturating_sub(1);
+            i.eager == 0 && i.runs == 0
+        });
+        if last && cancelled && !self.submission.is_done() {
+            self.submission.cancel_token().cancel();
+            self.runner.tasks.resume_suspended();
+        }
+    }
+}
+
+impl Drop for Preparation {
+    fn drop(&mut self) {
+        // Reads the budget gate suspended hold the submission through their
+        // resume handles, inside the runner the submission holds.
+        self.runner.tasks.resume_suspended();
+    }
 }
 
 struct SessionInner {
@@ -273,6 +332,17 @@ impl RuntimeSession {
         &self.inner.state
     }
 
+    /// Blocks until the session's latest preparation reached its terminal
+    /// state: every task done, or failed or cancelled with its running
+    /// tasks joined. Returns at once when none was started. A streaming
+    /// preparation releases its tasks as its runs advance, so call this
+    /// after they ended (or after `prepare_async`).
+    pub fn wait_idle(&self) {
+        if let Some(p) = self.inner.preparation.with(|p| p.clone()) {
+            p.submission.wait();
+        }
+    }
+
     /// The pool the session runs on.
     pub fn pool(&self) -> &Arc<WorkerPool> {
         &self.inner.pool
@@ -282,11 +352,12 @@ impl RuntimeSession {
     /// and priorities, no window); the handle completes once every prepared
     /// object is resident. Never blocks.
     pub fn prepare_async(&self) -> ExecutionHandle<()> {
-        let preparation = self.inner.preparation(false, None);
+        let preparation = self.inner.preparation(false, None, Holder::Eager);
         ExecutionHandle {
             inner: Some(HandleInner {
                 session: self.inner.clone(),
                 kind: Kind::Prepare(preparation),
+                released: AtomicBool::new(false),
             }),
             helping: false,
             _output: std::marker::PhantomData,
@@ -333,6 +404,7 @@ impl RuntimeSession {
                 let runner = Arc::new(RunContinuation {
                     session: Arc::downgrade(inner),
                     slot: Lock::new(slot),
+                    interest: Lock::default(),
                 });
                 let submission = inner
                     .pool
@@ -345,6 +417,7 @@ impl RuntimeSession {
             inner: Some(HandleInner {
                 session: inner.clone(),
                 kind: Kind::Run { submission, runner },
+                released: AtomicBool::new(false),
             }),
             helping: false,
             _output: std::marker::PhantomData,
@@ -387,10 +460,45 @@ impl SessionInner {
     /// Preparation step 1–2: the live preparation (eager: window open), or
     /// a new one. `needed`: a requirement the caller waits for, whose
     /// producer must still be able to run in the returned submission.
-    fn preparation(&self, streaming: bool, needed: Option<RequirementId>) -> Arc<Preparation> {
+    fn preparation(
+        &self,
+        streaming: bool,
+        needed: Option<RequirementId>,
+        holder: Holder<'_>,
+    ) -> Arc<Preparation> {
         self.preparation.with(|slot| {
+            let p = self.choose_preparation(slot, streaming, needed);
+            match holder {
+                Holder::Eager => p.register(true),
+                Holder::Run(held) => held.with(|held| {
+                    if !held.as_ref().is_some_and(|h| Arc::ptr_eq(h, &p)) {
+                        if let Some(old) = held.replace(p.clone()) {
+                            old.release(false, false);
+                        }
+                        p.register(false);
+                    }
+                }),
+            }
+            p
+        })
+    }
+
+    /// Interest step 2 for `p` (see [`Preparation::release`]).
+    fn release(&self, p: &Preparation, eager: bool, cancelled: bool) {
+        self.preparation.with(|_| p.release(eager, cancelled));
+    }
+
+    /// Preparation steps 1–2, under the preparation lock.
+    fn choose_preparation(
+        &self,
+        slot: &mut Option<Arc<Preparation>>,
+        streaming: bool,
+        needed: Option<RequirementId>,
+    ) -> Arc<Preparation> {
+        {
             if let Some(p) = slot.as_ref() {
                 let stale = p.submission.is_done()
+                    || p.submission.cancel_token().is_cancelled()
                     || needed.is_some_and(|r| {
                         let publisher = self.publisher[r.0 as usize];
                         p.submission.is_claimed(publisher)
@@ -414,15 +522,17 @@ impl SessionInner {
             };
             let submission = self
                 .pool
-                .submit_with(self.session_graph.clone(), runner, options)
+                .submit_with(self.session_graph.clone(), runner.clone(), options)
                 .expect("the session's pool has CPU and I/O workers");
             let p = Arc::new(Preparation {
                 submission,
                 streaming,
+                runner,
+                interest: Lock::default(),
             });
             *slot = Some(p.clone());
             p
-        })
+        }
     }
 
     /// Run step 2's check: one compare when nothing changed since every
@@ -457,23 +567,41 @@ struct RunSlot {
 struct RunContinuation {
     session: std::sync::Weak<SessionInner>,
     slot: Lock<RunSlot>,
+    /// The preparation this run registered interest on (protocol
+    /// "interest"), until the run ends or is cancelled.
+    interest: Lock<Option<Arc<Preparation>>>,
 }
 
 impl TaskRunner for RunContinuation {
     fn run(&self, _task: TaskId, tctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
-        self.slot.with(|slot| match self.step(slot, tctx) {
-            Ok(()) => Ok(()),
+        let result = self.slot.with(|slot| match self.step(slot, tctx) {
+            Ok(finished) => Ok(finished),
             Err(e) => {
                 let message = e.to_string();
                 slot.error = Some(e);
                 Err(TaskFailure::new(message))
             }
-        })
+        });
+        if !matches!(result, Ok(false)) {
+            self.release_interest(false);
+        }
+        result.map(|_| ())
     }
 }
 
 impl RunContinuation {
-    fn step(&self, slot: &mut RunSlot, tctx: &TaskContext<'_>) -> Result<(), Error> {
+    /// Interest step 2 for this run (idempotent).
+    fn release_interest(&self, cancelled: bool) {
+        if let Some(p) = self.interest.with(Option::take)
+            && let Some(session) = self.session.upgrade()
+        {
+            session.release(&p, false, cancelled);
+        }
+    }
+
+    /// One step of the continuation: `Ok(true)` when the run finished,
+    /// `Ok(false)` when it suspended.
+    fn step(&self, slot: &mut RunSlot, tctx: &TaskContext<'_>) -> Result<bool, Error> {
         let session = self.session.upgrade().ok_or(RunError::Cancelled)?;
         let session = &*session;
         let state = &*session.state;
@@ -500,7 +628,7 @@ impl RunContinuation {
                     }
                     ctx.outputs = state.outputs(&ctx.invocation);
                     ctx.apply_cache();
-                    return Ok(());
+                    return Ok(true);
                 }
                 // Evicted since the check: reload and take the cold path.
                 state.begin_run_ordered(&mut ctx.invocation, &ctx.inputs, &ctx.order)?;
@@ -523,7 +651,7 @@ impl RunContinuation {
             Progress::Done => {
                 ctx.outputs = state.outputs(&ctx.invocation);
                 ctx.apply_cache();
-                Ok(())
+                Ok(true)
             }
             Progress::Waiting { step, requirement } => {
                 let index = requirement.0 as usize;
@@ -535,7 +663,8 @@ impl RunContinuation {
                     // a retry nobody schedules would never end).
                     return Err(self.failure(step, requirement));
                 }
-                let preparation = session.preparation(true, Some(requirement));
+                let preparation =
+                    session.preparation(true, Some(requirement), Holder::Run(&self.interest));
                 let sub = &preparation.submission;
                 sub.advance(step as u32);
                 sub.promote(session.publisher[index]);
@@ -552,7 +681,7 @@ impl RunContinuation {
                     .store()
                     .waiter(index, crate::store::Generation(target))
                     .on_complete(move |_outcome: Outcome| handle.resume());
-                Ok(())
+                Ok(false)
             }
         }
     }
@@ -808,6 +937,22 @@ enum Kind {
 struct HandleInner {
     session: Arc<SessionInner>,
     kind: Kind,
+    /// An eager handle's interest was released (interest step 2).
+    released: AtomicBool,
+}
+
+impl HandleInner {
+    /// Interest step 2 for this handle (idempotent).
+    fn release_interest(&self, cancelled: bool) {
+        match &self.kind {
+            Kind::Prepare(p) => {
+                if !self.released.swap(true, Ordering::AcqRel) {
+                    self.session.release(p, true, cancelled);
+                }
+            }
+            Kind::Run { runner, .. } => runner.release_interest(cancelled),
+        }
+    }
 }
 
 /// A submission in flight: a preparation (`T = ()`) or a run
@@ -871,15 +1016,17 @@ impl<T> ExecutionHandle<T> {
     }
 
     /// Cooperative cancellation: tasks that have not started never run; a
-    /// suspended run ends cancelled. A preparation is shared by every run of
-    /// the session, so cancelling a preparation handle cancels only the
-    /// eager part (its window closes again) — runs that need objects
-    /// continue to get them.
+    /// suspended run ends cancelled, its pins released. The session's
+    /// preparation (its reads and prepacks) is shared: it is cancelled
+    /// only when no other run and no live eager `prepare` handle still
+    /// needs it (protocol "interest"); otherwise it goes on for them, and a
+    /// cancelled prepare handle's `wait` reports what they made of it.
     pub fn cancel(&self) {
-        match &self.inner().kind {
-            Kind::Prepare(_) => {}
-            Kind::Run { submission, .. } => submission.cancel_token().cancel(),
+        let inner = self.inner();
+        if let Kind::Run { submission, .. } = &inner.kind {
+            submission.cancel_token().cancel();
         }
+        inner.release_interest(true);
     }
 
     /// The current status, with diagnostics once failed.
@@ -901,8 +1048,14 @@ impl<T> ExecutionHandle<T> {
         match &inner.kind {
             Kind::Prepare(p) => {
                 let outcome = p.submission.wait();
+                inner.release_interest(false);
                 let status = status_of(&session, &inner.kind, &outcome);
                 match status {
+                    Status::Cancelled => Err(ExecutionError {
+                        error: RunError::Cancelled.into(),
+                        diagnostics: Box::default(),
+                        context: None,
+                    }),
                     Status::Succeeded if session.state.all_resident() => Ok(None),
                     Status::Failed(diagnostics) => Err(ExecutionError {
                         error: RunError::Unsupported {
@@ -941,6 +1094,7 @@ impl<T> ExecutionHandle<T> {
                 };
                 let (ctx, error) = runner.slot.with(|s| (s.ctx.take(), s.error.take()));
                 let status = status_of(&session, &inner.kind, &outcome);
+                inner.release_interest(status == Status::Cancelled);
                 if let Kind::Run { submission, runner } = inner.kind {
                     session.free_runs.with(|free| {
                         if free.len() < FREE_RUNS {
@@ -1020,14 +1174,11 @@ impl<T> Drop for ExecutionHandle<T> {
     /// never detaches).
     fn drop(&mut self) {
         if let Some(inner) = &self.inner {
-            match &inner.kind {
-                Kind::Prepare(p) => {
-                    p.submission.wait();
-                }
-                Kind::Run { submission, .. } => {
-                    submission.wait_helping();
-                }
-            }
+            let cancelled = match &inner.kind {
+                Kind::Prepare(p) => p.submission.wait().cancelled > 0,
+                Kind::Run { submission, .. } => submission.wait_helping().cancelled > 0,
+            };
+            inner.release_interest(cancelled);
         }
     }
 }

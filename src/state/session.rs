@@ -35,6 +35,20 @@
 //!    was evicted since, or the read was not executed);
 //!    (d) build, admit and publish `q` under the claim (an error drops it).
 //!
+//! 3. **Budget gate** (only under a limited global or preparation budget):
+//!    a read of `s` bytes starts only if `2s` (its buffer and the decoded
+//!    source, briefly both live) fits the preparation domain next to the
+//!    live bytes and the `2s` of every read running, and `2s` plus
+//!    the estimated bytes of every other object not yet resident fits the
+//!    global limit — so sources read ahead can never take the room the prepacks
+//!    consuming them will need. A read that does not fit suspends
+//!    ([`TaskContext::suspend`]) under the gate's lock; every session task
+//!    that ends (its bytes released before it takes the lock) resumes all
+//!    suspended reads, which check again. A read that finds no other session
+//!    task running and no source held starts anyway: nothing could release
+//!    bytes for it, so it runs and an impossible budget fails with the
+//!    arena's typed error instead of waiting forever.
+//!
 //! Why the skip in 1(b)–(c) is safe: deciding "no consumer" only saves the
 //! read; a prepack that finds its requirement absent after all falls back to
 //! reading in 2(c), so correctness never depends on the order tasks run in,
@@ -48,11 +62,13 @@ use std::sync::Arc;
 use super::PreparedExecutionState;
 use super::prepared::{Claim, HeldSource};
 use crate::Error;
+use crate::arena::{Domain, UNLIMITED};
 use crate::error::RunError;
-use crate::plan::{TaskId, TaskKind, TaskScope};
+use crate::plan::{RequirementId, TaskId, TaskKind, TaskScope};
+use crate::scheduler::ResumeHandle;
 use crate::scheduler::{TaskContext, TaskFailure, TaskRunner};
 use crate::store::ClaimLoad;
-use crate::sync::Pool;
+use crate::sync::{Lock, Pool};
 
 /// Runs the plan's session tasks one at a time by id; `Sync`, so a worker
 /// pool may call [`execute`](Self::execute) from any thread (see module
@@ -65,6 +81,25 @@ pub struct SessionTasks<'a> {
     /// the read task that delivered each. Capacity: the prepack's
     /// dependency count (0 for every other task).
     inbox: Box<[Pool<Share>]>,
+    /// Protocol 3; `None` under an unlimited budget.
+    gate: Option<BudgetGate>,
+}
+
+/// Protocol 3's state.
+struct BudgetGate {
+    /// Estimated prepared bytes of each requirement (its publisher's
+    /// estimated output).
+    permanent: Box<[u64]>,
+    /// Session tasks running now, and reads suspended until bytes free up.
+    inner: Lock<GateInner>,
+}
+
+#[derive(Default)]
+struct GateInner {
+    running: usize,
+    /// `2s` of each running read: bytes it may still allocate.
+    admitted: u64,
+    suspended: Vec<ResumeHandle>,
 }
 
 /// One consumer's share of a read task's source, tagged with the read.
@@ -91,9 +126,107 @@ impl std::ops::Deref for StateRef<'_> {
 /// A scheduler runs session tasks through [`SessionTasks::execute`]; the
 /// typed error becomes the task's failure message.
 impl TaskRunner for SessionTasks<'static> {
-    fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+    fn run(&self, task: TaskId, ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+        let Some(gate) = &self.gate else {
+            return self
+                .execute(task)
+                .map_err(|e| TaskFailure::new(e.to_string()));
+        };
+        let Some(need) = self.admit(gate, task, ctx) else {
+            return Ok(()); // Suspended: runs again once bytes were released.
+        };
+        let _running = Running(gate, need);
         self.execute(task)
             .map_err(|e| TaskFailure::new(e.to_string()))
+    }
+}
+
+/// A session task counted as running by the gate; dropped when it ended
+/// (returned or panicked), after its bytes were released (or kept, for a
+/// source held by prepacks): the suspended reads check again.
+struct Running<'g>(&'g BudgetGate, u64);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let resumed = self.0.inner.with(|g| {
+            g.running -= 1;
+            g.admitted -= self.1;
+            std::mem::take(&mut g.suspended)
+        });
+        drop(resumed);
+    }
+}
+
+impl SessionTasks<'_> {
+    /// Protocol 3: `Some(bytes admitted)` when `task` may start now
+    /// (counted as running), `None` when it was suspended.
+    fn admit(&self, gate: &BudgetGate, task: TaskId, ctx: &TaskContext<'_>) -> Option<u64> {
+        let state = &*self.state;
+        let tasks = state.plan().tasks();
+        let t = task.0 as usize;
+        let need = match (tasks.kind[t], tasks.reads[t]) {
+            (TaskKind::ReadSource, Some(w)) => {
+                2 * state.plan().resolved().model().weights()[w.index()].byte_len()
+            }
+            _ => 0,
+        };
+        gate.inner.with(|g| {
+            if need == 0
+                || self.fits(gate, g.admitted + need, tasks.publishes[t])
+                || (g.running == 0 && self.held_shares() == 0)
+            {
+                g.running += 1;
+                g.admitted += need;
+                Some(need)
+            } else {
+                g.suspended.push(ctx.suspend());
+                None
+            }
+        })
+    }
+
+    /// Whether `need` more preparation bytes fit both limits (protocol 3);
+    /// `own` is the object the read publishes as is (its bytes are part of
+    /// `need`, not pending).
+    fn fits(&self, gate: &BudgetGate, need: u64, own: Option<RequirementId>) -> bool {
+        let budget = self.state.budget();
+        let need = usize::try_from(need).unwrap_or(usize::MAX);
+        let prep_limit = budget.limit(Domain::Preparation);
+        if prep_limit != UNLIMITED
+            && budget.live(Domain::Preparation).saturating_add(need) > prep_limit
+        {
+            return false;
+        }
+        let global = budget.global_limit();
+        if global == UNLIMITED {
+            return true;
+        }
+        let store = self.state.store();
+        let pending: u64 = gate
+            .permanent
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| {
+                own.is_none_or(|own| own.0 as usize != r) && !store.snapshot(r).is_resident()
+            })
+            .map(|(_, &bytes)| bytes)
+            .sum();
+        let pending = usize::try_from(pending).unwrap_or(usize::MAX);
+        budget
+            .total_live()
+            .saturating_add(need)
+            .saturating_add(pending)
+            <= global
+    }
+
+    /// Resumes every read suspended by the budget gate (they check again;
+    /// a cancelled submission ignores them). Breaks the cycle a suspended
+    /// read's handle would otherwise keep between a dropped preparation
+    /// and its runner.
+    pub fn resume_suspended(&self) {
+        if let Some(gate) = &self.gate {
+            drop(gate.inner.with(|g| std::mem::take(&mut g.suspended)));
+        }
     }
 }
 
@@ -104,6 +237,25 @@ impl fmt::Debug for SessionTasks<'_> {
             .field("held_shares", &self.held_shares())
             .finish()
     }
+}
+
+/// Protocol 3's gate, when the budget limits preparation.
+fn gate(state: &PreparedExecutionState) -> Option<BudgetGate> {
+    let budget = state.budget();
+    if budget.global_limit() == UNLIMITED && budget.limit(Domain::Preparation) == UNLIMITED {
+        return None;
+    }
+    let plan = state.plan();
+    let mut permanent = vec![0; plan.requirements().len()];
+    for (t, publishes) in plan.tasks().publishes.iter().enumerate() {
+        if let Some(r) = publishes {
+            permanent[r.0 as usize] = plan.tasks().estimated_output_bytes[t];
+        }
+    }
+    Some(BudgetGate {
+        permanent: permanent.into_boxed_slice(),
+        inner: Lock::new(GateInner::default()),
+    })
 }
 
 fn inboxes(state: &PreparedExecutionState) -> Box<[Pool<Share>]> {
@@ -124,6 +276,7 @@ impl PreparedExecutionState {
     pub fn session_tasks(&self) -> SessionTasks<'_> {
         SessionTasks {
             inbox: inboxes(self),
+            gate: gate(self),
             state: StateRef::Borrowed(self),
         }
     }
@@ -133,6 +286,7 @@ impl PreparedExecutionState {
     pub fn shared_session_tasks(self: &Arc<Self>) -> SessionTasks<'static> {
         SessionTasks {
             inbox: inboxes(self),
+            gate: gate(self),
             state: StateRef::Shared(self.clone()),
         }
     }
