@@ -466,3 +466,114 @@ fn kv_cache_binding_feeds_presents_back() {
         }
     }
 }
+
+/// tiny-llm with every weight's read behind one gate: at most one read per
+/// I/O worker can be in progress until the gate opens.
+fn gated_tiny_llm(
+    options: SessionOptions,
+) -> (
+    RuntimeSession,
+    Arc<FaultInjectingSource<FileSource>>,
+    Arc<onnx_prepared::sync::Latch>,
+) {
+    let model = Model::open(fixture("tiny-llm")).unwrap();
+    let gate = Arc::new(onnx_prepared::sync::Latch::new());
+    let mut source =
+        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len());
+    for w in 0..model.weights().len() {
+        source = source.with_fault(WeightId(w as u32), ReadFault::Gate(gate.clone()));
+    }
+    let source = Arc::new(source);
+    let session = RuntimeSession::with_source(
+        plan("tiny-llm"),
+        source.clone() as Arc<dyn PayloadSource>,
+        options,
+    )
+    .unwrap();
+    (session, source, gate)
+}
+
+/// Weights whose read has started.
+fn reads_started(source: &FaultInjectingSource<FileSource>, session: &RuntimeSession) -> usize {
+    let weights = session.state().plan().resolved().model().weights().len();
+    (0..weights)
+        .filter(|&w| source.reads_started(WeightId(w as u32)) > 0)
+        .count()
+}
+
+/// Cancelling the only run cancels the preparation it started: reads
+/// already in progress finish (at most one per I/O worker), nothing else
+/// starts. A later run starts a new preparation and completes.
+#[test]
+fn cancelling_the_only_run_cancels_its_preparation() {
+    use onnx_prepared::ErrorKind;
+    use std::time::{Duration, Instant};
+
+    let (session, source, gate) = gated_tiny_llm(options(2));
+    let session = Arc::new(session);
+    let inputs = inputs("tiny-llm");
+    let run = session.run_async(context(&session, &inputs));
+    // The run waits for its first weight: its preparation is reading.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reads_started(&source, &session) == 0 {
+        assert!(Instant::now() < deadline, "no read started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    run.cancel();
+    let err = run.wait().unwrap_err();
+    assert_eq!(err.error.kind(), ErrorKind::Cancelled, "{err}");
+    gate.open();
+    // A cancelled preparation ends; one left running would wait for its
+    // window forever.
+    let (done, idle) = std::sync::mpsc::channel();
+    let waiting = session.clone();
+    std::thread::spawn(move || {
+        waiting.wait_idle();
+        let _ = done.send(());
+    });
+    idle.recv_timeout(Duration::from_secs(20))
+        .expect("the preparation ends once its only run was cancelled");
+    let started = reads_started(&source, &session);
+    assert!(started <= 2, "{started} reads started after the cancel");
+    assert!(!session.state().all_resident());
+    let ctx = session.run(*err.context.unwrap()).unwrap();
+    assert_eq!(ctx.outputs(), direct("tiny-llm", &inputs).as_slice());
+}
+
+/// A run cancelled while an eager `prepare` handle is live leaves the
+/// preparation running: the handle completes with every object resident.
+#[test]
+fn cancelling_a_run_keeps_a_live_eager_preparation() {
+    use onnx_prepared::ErrorKind;
+
+    let (session, _source, gate) = gated_tiny_llm(options(2));
+    let inputs = inputs("tiny-llm");
+    let prepare = session.prepare_async();
+    let run = session.run_async(context(&session, &inputs));
+    run.cancel();
+    assert_eq!(run.wait().unwrap_err().error.kind(), ErrorKind::Cancelled);
+    gate.open();
+    prepare.wait().unwrap();
+    assert!(session.state().all_resident());
+    assert!(session.is_hot());
+}
+
+/// Cancelling the only eager `prepare` handle cancels the preparation:
+/// `wait` reports `Cancelled` once the reads in progress are joined; a
+/// later `prepare` makes what is still missing.
+#[test]
+fn cancelling_the_only_prepare_handle_cancels_it() {
+    use onnx_prepared::ErrorKind;
+
+    let (session, source, gate) = gated_tiny_llm(options(2));
+    let prepare = session.prepare_async();
+    prepare.cancel();
+    gate.open();
+    let err = prepare.wait().unwrap_err();
+    assert_eq!(err.error.kind(), ErrorKind::Cancelled, "{err}");
+    let started = reads_started(&source, &session);
+    assert!(started <= 2, "{started} reads started after the cancel");
+    assert!(!session.state().all_resident());
+    session.prepare().unwrap();
+    assert!(session.state().all_resident());
+}

@@ -933,6 +933,18 @@ impl Submission {
         self.inner.states[task.0 as usize].snapshot().is_claimed()
     }
 
+    /// Whether `task` is suspended: its run called
+    /// [`TaskContext::suspend`] and it was not resumed yet.
+    ///
+    /// # Panics
+    /// If `task` is not a task of the submitted graph.
+    pub fn is_suspended(&self, task: TaskId) -> bool {
+        matches!(
+            self.inner.suspension[task.0 as usize].load(Ordering::Acquire),
+            suspend::SUSPENDING | suspend::SUSPENDED
+        )
+    }
+
     /// The submitted graph.
     pub fn graph(&self) -> &TaskGraph {
         &self.inner.graph

@@ -502,6 +502,7 @@ impl SessionInner {
                     || needed.is_some_and(|r| {
                         let publisher = self.publisher[r.0 as usize];
                         p.submission.is_claimed(publisher)
+                            && !p.submission.is_suspended(publisher)
                             && !self.state.store().snapshot(r.0 as usize).is_in_flight()
                     });
                 if !stale {

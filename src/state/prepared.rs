@@ -59,6 +59,9 @@ pub struct PreparedExecutionState {
     source: Arc<dyn PayloadSource>,
     /// Per requirement, why its latest failed generation failed (cold).
     failures: Box<[Lock<Option<String>>]>,
+    /// The budget gate every runner of this state's session tasks shares
+    /// (`None` under an unlimited budget).
+    pub(super) gate: Option<Arc<super::session::BudgetGate>>,
 }
 
 /// One caller's invocation state: its lowering, shape-operand inputs, and
@@ -197,6 +200,7 @@ impl PreparedExecutionState {
             publisher: publisher.into_boxed_slice(),
             preparation: PreparationArena::new(&budget),
             prepared: PreparedArena::new(&budget),
+            gate: super::session::BudgetGate::new(&plan, &budget).map(Arc::new),
             budget,
             plan,
             source,

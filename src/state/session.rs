@@ -62,9 +62,10 @@ use std::sync::Arc;
 use super::PreparedExecutionState;
 use super::prepared::{Claim, HeldSource};
 use crate::Error;
+use crate::arena::MemoryBudget;
 use crate::arena::{Domain, UNLIMITED};
 use crate::error::RunError;
-use crate::plan::{RequirementId, TaskId, TaskKind, TaskScope};
+use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind, TaskScope};
 use crate::scheduler::ResumeHandle;
 use crate::scheduler::{TaskContext, TaskFailure, TaskRunner};
 use crate::store::ClaimLoad;
@@ -81,12 +82,14 @@ pub struct SessionTasks<'a> {
     /// the read task that delivered each. Capacity: the prepack's
     /// dependency count (0 for every other task).
     inbox: Box<[Pool<Share>]>,
-    /// Protocol 3; `None` under an unlimited budget.
-    gate: Option<BudgetGate>,
+    /// Protocol 3; `None` under an unlimited budget. Shared by every
+    /// runner of the state, so two preparations of one session never
+    /// admit past each other.
+    gate: Option<Arc<BudgetGate>>,
 }
 
-/// Protocol 3's state.
-struct BudgetGate {
+/// Protocol 3's state, one per [`PreparedExecutionState`].
+pub(super) struct BudgetGate {
     /// Estimated prepared bytes of each requirement (its publisher's
     /// estimated output).
     permanent: Box<[u64]>,
@@ -97,6 +100,8 @@ struct BudgetGate {
 #[derive(Default)]
 struct GateInner {
     running: usize,
+    /// Source shares waiting in the inboxes of every runner.
+    held: usize,
     /// `2s` of each running read: bytes it may still allocate.
     admitted: u64,
     suspended: Vec<ResumeHandle>,
@@ -173,7 +178,7 @@ impl SessionTasks<'_> {
         gate.inner.with(|g| {
             if need == 0
                 || self.fits(gate, g.admitted + need, tasks.publishes[t])
-                || (g.running == 0 && self.held_shares() == 0)
+                || (g.running == 0 && g.held == 0)
             {
                 g.running += 1;
                 g.admitted += need;
@@ -230,6 +235,17 @@ impl SessionTasks<'_> {
     }
 }
 
+impl Drop for SessionTasks<'_> {
+    /// Releases the shares still in the inboxes (prepacks that never ran)
+    /// and lets suspended reads check again.
+    fn drop(&mut self) {
+        let left: usize = self.inbox.iter().map(|i| i.drain().len()).sum();
+        if let Some(gate) = &self.gate {
+            gate.held(-(left as isize));
+        }
+    }
+}
+
 impl fmt::Debug for SessionTasks<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SessionTasks")
@@ -239,23 +255,54 @@ impl fmt::Debug for SessionTasks<'_> {
     }
 }
 
-/// Protocol 3's gate, when the budget limits preparation.
-fn gate(state: &PreparedExecutionState) -> Option<BudgetGate> {
-    let budget = state.budget();
-    if budget.global_limit() == UNLIMITED && budget.limit(Domain::Preparation) == UNLIMITED {
-        return None;
+impl fmt::Debug for BudgetGate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (running, held, suspended) =
+            self.inner.with(|g| (g.running, g.held, g.suspended.len()));
+        f.debug_struct("BudgetGate")
+            .field("running", &running)
+            .field("held", &held)
+            .field("suspended", &suspended)
+            .finish_non_exhaustive()
     }
-    let plan = state.plan();
-    let mut permanent = vec![0; plan.requirements().len()];
-    for (t, publishes) in plan.tasks().publishes.iter().enumerate() {
-        if let Some(r) = publishes {
-            permanent[r.0 as usize] = plan.tasks().estimated_output_bytes[t];
+}
+
+impl BudgetGate {
+    /// The gate of a state over `plan` and `budget`, when the budget
+    /// limits preparation.
+    pub(super) fn new(plan: &PreparedExecutionPlan, budget: &MemoryBudget) -> Option<Self> {
+        if budget.global_limit() == UNLIMITED && budget.limit(Domain::Preparation) == UNLIMITED {
+            return None;
+        }
+        Some(Self::over(plan))
+    }
+
+    fn over(plan: &PreparedExecutionPlan) -> Self {
+        let mut permanent = vec![0; plan.requirements().len()];
+        for (t, publishes) in plan.tasks().publishes.iter().enumerate() {
+            if let Some(r) = publishes {
+                permanent[r.0 as usize] = plan.tasks().estimated_output_bytes[t];
+            }
+        }
+        BudgetGate {
+            permanent: permanent.into_boxed_slice(),
+            inner: Lock::new(GateInner::default()),
         }
     }
-    Some(BudgetGate {
-        permanent: permanent.into_boxed_slice(),
-        inner: Lock::new(GateInner::default()),
-    })
+
+    /// `shares` more (or, negative, fewer) source shares wait in inboxes;
+    /// fewer resumes the suspended reads.
+    fn held(&self, shares: isize) {
+        let resumed = self.inner.with(|g| {
+            g.held = g.held.saturating_add_signed(shares);
+            if shares < 0 {
+                std::mem::take(&mut g.suspended)
+            } else {
+                Vec::new()
+            }
+        });
+        drop(resumed);
+    }
 }
 
 fn inboxes(state: &PreparedExecutionState) -> Box<[Pool<Share>]> {
@@ -276,7 +323,7 @@ impl PreparedExecutionState {
     pub fn session_tasks(&self) -> SessionTasks<'_> {
         SessionTasks {
             inbox: inboxes(self),
-            gate: gate(self),
+            gate: self.gate.clone(),
             state: StateRef::Borrowed(self),
         }
     }
@@ -286,7 +333,7 @@ impl PreparedExecutionState {
     pub fn shared_session_tasks(self: &Arc<Self>) -> SessionTasks<'static> {
         SessionTasks {
             inbox: inboxes(self),
-            gate: gate(self),
+            gate: self.gate.clone(),
             state: StateRef::Shared(self.clone()),
         }
     }
@@ -395,7 +442,11 @@ impl<'a> SessionTasks<'a> {
         }
         for d in consumers {
             // Full only when this read ran twice: the prepack has its share.
-            let _ = self.inbox[d.0 as usize].put((task, held.clone()));
+            if self.inbox[d.0 as usize].put((task, held.clone())).is_ok()
+                && let Some(gate) = &self.gate
+            {
+                gate.held(1);
+            }
         }
         Ok(())
     }
@@ -406,6 +457,11 @@ impl<'a> SessionTasks<'a> {
         let tasks = state.plan().tasks();
         let p = task.0 as usize;
         let shares = self.inbox[p].drain();
+        if let Some(gate) = &self.gate
+            && !shares.is_empty()
+        {
+            gate.held(-(shares.len() as isize));
+        }
         let q = tasks.publishes[p].expect("prepacks publish a requirement");
         let claim = match state.claim(q, &mut false)? {
             Claim::Produce(claim) => claim,
