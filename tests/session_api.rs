@@ -101,10 +101,33 @@ fn both_ways(
         b.prepare_async().wait().unwrap();
         assert!(a.is_hot() && b.is_hot());
     }
-    let sync = a.run(context(&a, inputs)).unwrap();
+    let mut sync = a.run(context(&a, inputs)).unwrap();
     let async_ = b.run_async(context(&b, inputs)).wait().unwrap();
     assert_eq!(sync.outputs(), async_.outputs());
-    sync.outputs().to_vec()
+    // The outputs are the context's, charged to each session's I/O domain.
+    assert!(sync.output_bytes() > 0);
+    assert_eq!(sync.output_bytes(), async_.output_bytes());
+    assert_eq!(a.state().budget().live(Domain::Io), sync.output_bytes());
+    assert_eq!(b.state().budget().live(Domain::Io), async_.output_bytes());
+    // A bad input fails both ways alike.
+    let mut bad = context(&a, inputs);
+    let (name, _) = &inputs[0];
+    bad.set_input(name, Tensor::from_f32(vec![3], vec![0.0; 3]).unwrap())
+        .unwrap();
+    let bad_b = {
+        let mut ctx = context(&b, inputs);
+        ctx.set_input(name, Tensor::from_f32(vec![3], vec![0.0; 3]).unwrap())
+            .unwrap();
+        ctx
+    };
+    let e1 = a.run(bad).unwrap_err();
+    let e2 = b.run_async(bad_b).wait().unwrap_err();
+    assert_eq!(e1.to_string(), e2.to_string());
+    assert_eq!(e1.error.kind(), e2.error.kind());
+    let outputs = sync.take_outputs();
+    assert_eq!(sync.output_bytes(), 0);
+    assert_eq!(a.state().budget().live(Domain::Io), 0);
+    outputs
 }
 
 /// A budget with room for every prepared object, one run's execution and

@@ -1,8 +1,9 @@
-//! The hot path allocates nothing but the outputs: 1,000 hot tiny-llm
-//! decode steps through `RuntimeSession::run` (one reused context) make
-//! exactly as many allocations as cloning their outputs does, on every
-//! thread (the count is global: the run executes on a pool worker). The
-//! only test of this binary, so no other test disturbs the counter.
+//! The hot path allocates nothing: 1,000 hot tiny-llm decode steps through
+//! `RuntimeSession::run` (one reused context, whose output tensors are
+//! written in place) make no allocation on any thread (the count is
+//! global: the run executes on a pool worker), where merely cloning the
+//! outputs would make 28. The only test of this binary, so no other test
+//! disturbs the counter.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
@@ -69,7 +70,7 @@ fn decode(session: &RuntimeSession) -> RuntimeContext {
 }
 
 #[test]
-fn hot_runs_allocate_only_their_outputs() {
+fn hot_runs_allocate_nothing() {
     let dir = onnx_prepared_fixtures::default_dir();
     onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
     let model = Model::open(dir.join("tiny-llm.onnx")).unwrap();
@@ -109,10 +110,13 @@ fn hot_runs_allocate_only_their_outputs() {
         per_run.push((allocs() - before) as f64 / runs as f64);
     }
     assert_eq!(ctx.outputs(), expected.as_slice(), "hot runs stay exact");
+    eprintln!("allocations per hot run: {per_run:?} (cloning the outputs: {outputs_cost})");
     for (runs, cost) in [100, 1000].iter().zip(&per_run) {
+        // The context's output tensors are reused: a hot run allocates
+        // nothing at all.
         assert!(
-            *cost <= outputs_cost as f64,
-            "{runs} hot runs: {cost} allocations per run, the outputs alone cost {outputs_cost}"
+            *cost == 0.0,
+            "{runs} hot runs: {cost} allocations per run (cloning the outputs costs {outputs_cost})"
         );
     }
 }

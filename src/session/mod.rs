@@ -58,7 +58,7 @@ pub use trace::{Trace, TraceEvent, TraceLane};
 use onnx_prepared_kernels::Tensor;
 
 use crate::Error;
-use crate::arena::{BudgetLimits, MemoryBudget};
+use crate::arena::{BudgetLimits, Domain, MemoryBudget, Reservation};
 use crate::error::RunError;
 use crate::model::{FileSource, PayloadSource};
 use crate::plan::{Csr, PreparedExecutionPlan, Priority, RequirementId, ResourceClass, TaskId};
@@ -627,8 +627,7 @@ impl RunContinuation {
                     if let (Some(trace), Some(start)) = (&session.trace, start) {
                         trace.record(TraceLane::Inference, "run (hot)", start, Instant::now(), id);
                     }
-                    ctx.outputs = state.outputs(&ctx.invocation);
-                    ctx.apply_cache();
+                    ctx.finish_outputs(state)?;
                     return Ok(true);
                 }
                 // Evicted since the check: reload and take the cold path.
@@ -650,8 +649,7 @@ impl RunContinuation {
         };
         match state.resume_run(&mut ctx.invocation, &par, Some(&on_step))? {
             Progress::Done => {
-                ctx.outputs = state.outputs(&ctx.invocation);
-                ctx.apply_cache();
+                ctx.finish_outputs(state)?;
                 Ok(true)
             }
             Progress::Waiting { step, requirement } => {
@@ -747,6 +745,9 @@ pub struct RuntimeContext {
     /// Caller-owned cache bindings: after a successful run, output `.0`
     /// moves into input `.1` (a KV cache's presents become the next pasts).
     cache: Vec<(String, String)>,
+    /// The outputs' bytes, charged to the session's I/O domain while the
+    /// context holds them.
+    io: Option<Reservation>,
 }
 
 impl RuntimeContext {
@@ -802,6 +803,32 @@ impl RuntimeContext {
             self.cache.push((o.clone(), i.clone()));
         }
         pairs.len()
+    }
+
+    /// Run end: the outputs written into the context's output tensors
+    /// (reused when types and sizes match the previous run's: a hot run
+    /// allocates nothing for them), bound outputs moved into their inputs,
+    /// and the bytes left charged to the I/O domain.
+    fn finish_outputs(&mut self, state: &PreparedExecutionState) -> Result<(), Error> {
+        state.outputs_into(&self.invocation, &mut self.outputs);
+        self.apply_cache();
+        let bytes: u64 = self
+            .outputs
+            .iter()
+            .map(|(_, t)| t.dtype().byte_len(t.len() as u64).unwrap_or(u64::MAX))
+            .sum();
+        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+        match &mut self.io {
+            Some(io) => io.resize(bytes)?,
+            None => self.io = Some(state.budget().reserve(Domain::Io, bytes)?),
+        }
+        Ok(())
+    }
+
+    /// Bytes of the outputs the context holds, charged to the session's
+    /// I/O domain (0 once taken).
+    pub fn output_bytes(&self) -> usize {
+        self.io.as_ref().map_or(0, Reservation::bytes)
     }
 
     /// Moves bound outputs into their inputs (after a successful run).
@@ -884,8 +911,12 @@ impl RuntimeContext {
         self.outputs.iter().find(|(n, _)| n == name).map(|(_, t)| t)
     }
 
-    /// Takes the outputs of the last run.
+    /// Takes the outputs of the last run: they leave the context (and its
+    /// I/O-domain charge); the next run allocates new ones.
     pub fn take_outputs(&mut self) -> Vec<(String, Tensor)> {
+        if let Some(io) = &mut self.io {
+            io.shrink(io.bytes());
+        }
         std::mem::take(&mut self.outputs)
     }
 }

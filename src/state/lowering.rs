@@ -216,24 +216,45 @@ impl Lowered {
         resolved: &ResolvedModel,
         objects: &O,
     ) -> Vec<(String, Tensor)> {
-        resolved
-            .outputs()
-            .iter()
-            .zip(&self.output_operands)
-            .map(|((name, _), operand)| {
-                let t = match *operand {
-                    Operand::Const(c) => (*self.constants[c as usize]).clone(),
-                    Operand::Buffer(b) => self.buffers[b as usize].clone(),
-                    Operand::Object(r) => objects
-                        .object(r)
-                        .and_then(|o| o.as_source())
-                        .cloned()
-                        .unwrap_or_default(),
-                    Operand::None => Tensor::default(),
-                };
-                (name.clone(), t)
-            })
-            .collect()
+        let mut out = Vec::new();
+        self.outputs_into(resolved, objects, &mut out);
+        out
+    }
+
+    /// The graph outputs written into `out`, reusing its tensors: an
+    /// output whose type and element count match the tensor already in its
+    /// slot is copied into it without allocating.
+    pub(crate) fn outputs_into<O: Objects + ?Sized>(
+        &self,
+        resolved: &ResolvedModel,
+        objects: &O,
+        out: &mut Vec<(String, Tensor)>,
+    ) {
+        let declared = resolved.outputs();
+        out.truncate(declared.len());
+        for (i, ((name, _), operand)) in declared.iter().zip(&self.output_operands).enumerate() {
+            let empty = Tensor::default();
+            let value = match *operand {
+                Operand::Const(c) => &*self.constants[c as usize],
+                Operand::Buffer(b) => &self.buffers[b as usize],
+                Operand::Object(r) => objects
+                    .object(r)
+                    .and_then(|o| o.as_source())
+                    .unwrap_or(&empty),
+                Operand::None => &empty,
+            };
+            if i == out.len() {
+                out.push((name.clone(), value.clone()));
+                continue;
+            }
+            let (slot_name, slot) = &mut out[i];
+            if slot_name != name {
+                name.clone_into(slot_name);
+            }
+            if slot.copy_from(value).is_err() {
+                *slot = value.clone();
+            }
+        }
     }
 
     /// Replays `range` of the actions.

@@ -514,6 +514,21 @@ impl PreparedExecutionState {
         lowered.outputs(self.plan.resolved(), &GuardObjects(self.store.read_guard()))
     }
 
+    /// The graph outputs of the invocation's last run written into `out`,
+    /// reusing its tensors (no allocation when types and element counts
+    /// match the previous run's).
+    pub fn outputs_into(&self, invocation: &InvocationState, out: &mut Vec<(String, Tensor)>) {
+        let lowered = invocation
+            .lowered
+            .as_ref()
+            .expect("begin_run_ordered comes first");
+        lowered.outputs_into(
+            self.plan.resolved(),
+            &GuardObjects(self.store.read_guard()),
+            out,
+        );
+    }
+
     /// Records why requirement `r`'s latest generation failed (before the
     /// claim is dropped, so a woken waiter finds it).
     pub(super) fn record_failure(&self, r: RequirementId, cause: &str) {
