@@ -550,7 +550,7 @@ fn cancelling_the_only_run_cancels_its_preparation() {
     // window forever.
     let (done, idle) = std::sync::mpsc::channel();
     let waiting = session.clone();
-    std::thread::spawn(move || {
+    onnx_prepared::sync::thread::spawn(move || {
         waiting.wait_idle();
         let _ = done.send(());
     });

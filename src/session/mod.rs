@@ -71,6 +71,33 @@ use crate::store::{Outcome, Residency};
 use crate::sync::{AtomicBool, AtomicU64, Lock, Ordering};
 
 /// How a session runs: its workers, memory limits and look-ahead.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+/// # use onnx_prepared::plan::PreparedExecutionPlan;
+/// # let dir = onnx_prepared_fixtures::default_dir();
+/// # onnx_prepared_fixtures::ensure_all(&dir)?;
+/// # let plan = |name: &str| -> Result<PreparedExecutionPlan, Box<dyn std::error::Error>> {
+/// #     let model = Model::open(dir.join(format!("{name}.onnx")))?;
+/// #     Ok(PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?)
+/// # };
+/// use onnx_prepared::arena::{BudgetLimits, Domain};
+/// use onnx_prepared::session::{RuntimeSession, SessionOptions};
+///
+/// let options = SessionOptions {
+///     cpu_threads: 1,
+///     io_workers: 1,
+///     // At most 1 MiB of sources being read at a time: reads wait for room.
+///     budget: BudgetLimits::unlimited().with_domain(Domain::Preparation, 1 << 20),
+///     ..SessionOptions::default()
+/// };
+/// let session = RuntimeSession::new(plan("gemm-chain")?, options)?;
+/// session.prepare()?;
+/// assert!(session.is_hot());
+/// assert!(session.state().budget().peak(Domain::Preparation) <= 1 << 20);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct SessionOptions {
     /// CPU workers of the session's own pool (kernels and prepacks).
@@ -233,14 +260,16 @@ impl TaskRunner for PreparationRunner {
 
 /// A prepared-execution session over one plan.
 ///
-/// ```no_run
+/// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 /// use onnx_prepared::plan::PreparedExecutionPlan;
 /// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 /// use onnx_prepared_kernels::Tensor;
 ///
-/// let model = Model::open("target/fixtures/gemm-chain.onnx")?; // reads no weight bytes
+/// # let dir = onnx_prepared_fixtures::default_dir();
+/// # onnx_prepared_fixtures::ensure_all(&dir)?;
+/// let model = Model::open(dir.join("gemm-chain.onnx"))?; // reads no weight bytes
 /// let resolved = ResolvedModel::resolve(model, &ResolveOptions::default())?;
 /// let plan = PreparedExecutionPlan::build(resolved)?;
 /// let session = RuntimeSession::new(plan, SessionOptions::default())?;
@@ -248,7 +277,7 @@ impl TaskRunner for PreparationRunner {
 /// let ctx = RuntimeContext::new(&session).with_input("A", a)?;
 /// let run = session.run_async(ctx); // returns at once; weights stream in
 /// let ctx = run.wait()?; // outputs filled
-/// println!("{:?}", ctx.outputs()[0].1.shape());
+/// assert_eq!(ctx.outputs()[0].1.shape(), &[1, 256]);
 /// # Ok(()) }
 /// ```
 pub struct RuntimeSession {
@@ -337,6 +366,26 @@ impl RuntimeSession {
     /// tasks joined. Returns at once when none was started. A streaming
     /// preparation releases its tasks as its runs advance, so call this
     /// after they ended (or after `prepare_async`).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+    /// # use onnx_prepared::plan::PreparedExecutionPlan;
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir)?;
+    /// # let plan = |name: &str| -> Result<PreparedExecutionPlan, Box<dyn std::error::Error>> {
+    /// #     let model = Model::open(dir.join(format!("{name}.onnx")))?;
+    /// #     Ok(PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?)
+    /// # };
+    /// use onnx_prepared::session::{RuntimeSession, SessionOptions};
+    ///
+    /// let session = RuntimeSession::new(plan("gemm-chain")?, SessionOptions::default())?;
+    /// session.wait_idle(); // nothing started yet
+    /// drop(session.prepare_async()); // dropping a live handle waits
+    /// session.wait_idle();
+    /// assert!(session.is_hot());
+    /// # Ok(()) }
+    /// ```
     pub fn wait_idle(&self) {
         if let Some(p) = self.inner.preparation.with(|p| p.clone()) {
             p.submission.wait();
@@ -348,9 +397,29 @@ impl RuntimeSession {
         &self.inner.pool
     }
 
-    /// Eager preparation: every session task is submitted (under admission
-    /// and priorities, no window); the handle completes once every prepared
-    /// object is resident. Never blocks.
+    /// Eager preparation: every session task is submitted (under the
+    /// budget gate and priorities, no window); the handle completes once
+    /// every prepared object is resident. Never blocks.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+    /// # use onnx_prepared::plan::PreparedExecutionPlan;
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir)?;
+    /// # let plan = |name: &str| -> Result<PreparedExecutionPlan, Box<dyn std::error::Error>> {
+    /// #     let model = Model::open(dir.join(format!("{name}.onnx")))?;
+    /// #     Ok(PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?)
+    /// # };
+    /// use onnx_prepared::session::{RuntimeSession, SessionOptions};
+    ///
+    /// let session = RuntimeSession::new(plan("gemm-chain")?, SessionOptions::default())?;
+    /// let preparing = session.prepare_async(); // returns at once
+    /// // ... open files, build inputs ...
+    /// preparing.wait()?;
+    /// assert!(session.is_hot()); // every prepared object is resident
+    /// # Ok(()) }
+    /// ```
     pub fn prepare_async(&self) -> ExecutionHandle<()> {
         let preparation = self.inner.preparation(false, None, Holder::Eager);
         ExecutionHandle {
@@ -429,6 +498,26 @@ impl RuntimeSession {
     /// # Errors
     /// Invalid inputs, a kernel error, a prepared object that could not be
     /// produced, or cancellation; the error carries the context back.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+    /// # use onnx_prepared::plan::PreparedExecutionPlan;
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir)?;
+    /// # let plan = |name: &str| -> Result<PreparedExecutionPlan, Box<dyn std::error::Error>> {
+    /// #     let model = Model::open(dir.join(format!("{name}.onnx")))?;
+    /// #     Ok(PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?)
+    /// # };
+    /// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+    /// use onnx_prepared_kernels::Tensor;
+    ///
+    /// let session = RuntimeSession::new(plan("gemm-chain")?, SessionOptions::default())?;
+    /// let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256])?;
+    /// let ctx = session.run(RuntimeContext::new(&session).with_input("A", a)?)?;
+    /// assert_eq!(ctx.output("Y").expect("graph output").shape(), &[1, 256]);
+    /// # Ok(()) }
+    /// ```
     pub fn run(&self, ctx: RuntimeContext) -> Result<RuntimeContext, ExecutionError> {
         // The same submission and continuation as `run_async`; the caller,
         // about to block, runs the continuation itself (protocol "help").
@@ -713,20 +802,22 @@ impl RunContinuation {
 /// touches. Reusing a context for the next run reuses its lowering and
 /// activation buffers.
 ///
-/// ```no_run
+/// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 /// # use onnx_prepared::plan::PreparedExecutionPlan;
 /// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 /// use onnx_prepared_kernels::Tensor;
-/// # let model = Model::open("target/fixtures/gemm-chain.onnx")?;
+/// # let dir = onnx_prepared_fixtures::default_dir();
+/// # onnx_prepared_fixtures::ensure_all(&dir)?;
+/// # let model = Model::open(dir.join("gemm-chain.onnx"))?;
 /// # let plan = PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?;
 /// let session = RuntimeSession::new(plan, SessionOptions::default())?;
 /// let mut ctx = RuntimeContext::new(&session)
 ///     .with_input("A", Tensor::from_f32(vec![1, 256], vec![0.5; 256])?)?;
 /// for step in 0..3 {
 ///     ctx = session.run(ctx)?; // hot after the first run: no allocation but the outputs
-///     println!("{:?}", ctx.output("Y").expect("graph output").shape());
+///     assert_eq!(ctx.output("Y").expect("graph output").shape(), &[1, 256]);
 ///     ctx.set_input("A", Tensor::from_f32(vec![1, 256], vec![step as f32; 256])?)?;
 /// }
 /// # Ok(()) }
@@ -789,6 +880,40 @@ impl RuntimeContext {
     /// Binds every output named `present…` to the input named `past…` with
     /// the same suffix (`present_key_0` → `past_key_0`); returns how many
     /// pairs it bound.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+    /// # use onnx_prepared::plan::PreparedExecutionPlan;
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir)?;
+    /// # let plan = |name: &str| -> Result<PreparedExecutionPlan, Box<dyn std::error::Error>> {
+    /// #     let model = Model::open(dir.join(format!("{name}.onnx")))?;
+    /// #     Ok(PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?)
+    /// # };
+    /// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+    /// use onnx_prepared_kernels::Tensor;
+    ///
+    /// let session = RuntimeSession::new(plan("tiny-llm")?, SessionOptions::default())?;
+    /// let mut ctx = RuntimeContext::new(&session);
+    /// assert_eq!(ctx.bind_kv_cache(), 8); // present_{key,value}_{0..3} -> past_*
+    /// for layer in 0..4 {
+    ///     for kv in ["key", "value"] {
+    ///         let empty = Tensor::from_f32(vec![1, 8, 0, 64], vec![])?; // P = 0
+    ///         ctx.set_input(&format!("past_{kv}_{layer}"), empty)?;
+    ///     }
+    /// }
+    /// for (step, token) in [7i64, 42, 3].into_iter().enumerate() {
+    ///     ctx.set_input("input_ids", Tensor::from_i64(vec![1, 1], vec![token])?)?;
+    ///     let bias = Tensor::from_f32(vec![1, 1, 1, step + 1], vec![0.0; step + 1])?;
+    ///     ctx.set_input("attn_bias", bias)?;
+    ///     ctx = session.run(ctx)?;
+    ///     // The presents became the next step's pasts.
+    ///     let past = ctx.inputs().iter().find(|(n, _)| n == "past_key_0").unwrap();
+    ///     assert_eq!(past.1.shape(), &[1, 8, step + 1, 64]);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn bind_kv_cache(&mut self) -> usize {
         let pairs: Vec<(String, String)> = self
             .declared_outputs
@@ -913,6 +1038,31 @@ impl RuntimeContext {
 
     /// Takes the outputs of the last run: they leave the context (and its
     /// I/O-domain charge); the next run allocates new ones.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+    /// # use onnx_prepared::plan::PreparedExecutionPlan;
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir)?;
+    /// # let plan = |name: &str| -> Result<PreparedExecutionPlan, Box<dyn std::error::Error>> {
+    /// #     let model = Model::open(dir.join(format!("{name}.onnx")))?;
+    /// #     Ok(PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?)
+    /// # };
+    /// use onnx_prepared::arena::Domain;
+    /// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+    /// use onnx_prepared_kernels::Tensor;
+    ///
+    /// let session = RuntimeSession::new(plan("gemm-chain")?, SessionOptions::default())?;
+    /// let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256])?;
+    /// let mut ctx = session.run(RuntimeContext::new(&session).with_input("A", a)?)?;
+    /// assert_eq!(ctx.output_bytes(), 256 * 4); // charged to the I/O domain
+    /// assert_eq!(session.state().budget().live(Domain::Io), 256 * 4);
+    /// let outputs = ctx.take_outputs(); // now the caller's
+    /// assert_eq!(outputs[0].0, "Y");
+    /// assert_eq!(session.state().budget().live(Domain::Io), 0);
+    /// # Ok(()) }
+    /// ```
     pub fn take_outputs(&mut self) -> Vec<(String, Tensor)> {
         if let Some(io) = &mut self.io {
             io.shrink(io.bytes());
@@ -992,13 +1142,15 @@ impl HandleInner {
 /// handle waits for the submission's terminal state (it never detaches);
 /// forgetting one is sound.
 ///
-/// ```no_run
+/// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 /// # use onnx_prepared::plan::PreparedExecutionPlan;
 /// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions, Status};
 /// # use onnx_prepared_kernels::Tensor;
-/// # let model = Model::open("target/fixtures/gemm-chain.onnx")?;
+/// # let dir = onnx_prepared_fixtures::default_dir();
+/// # onnx_prepared_fixtures::ensure_all(&dir)?;
+/// # let model = Model::open(dir.join("gemm-chain.onnx"))?;
 /// # let plan = PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?;
 /// let session = RuntimeSession::new(plan, SessionOptions::default())?;
 /// let prepare = session.prepare_async(); // eager preparation, in the background
@@ -1008,8 +1160,8 @@ impl HandleInner {
 ///     // ... other work; `run.cancel()` would stop it ...
 /// }
 /// match run.wait() {
-///     Ok(ctx) => println!("{} outputs", ctx.outputs().len()),
-///     Err(e) => eprintln!("{e}; failing task: {:?}", e.diagnostics.failed_task),
+///     Ok(ctx) => assert_eq!(ctx.outputs().len(), 1),
+///     Err(e) => panic!("{e}; failing task: {:?}", e.diagnostics.failed_task),
 /// }
 /// prepare.wait()?;
 /// # Ok(()) }
@@ -1053,6 +1205,36 @@ impl<T> ExecutionHandle<T> {
     /// only when no other run and no live eager `prepare` handle still
     /// needs it (protocol "interest"); otherwise it goes on for them, and a
     /// cancelled prepare handle's `wait` reports what they made of it.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+    /// # use onnx_prepared::plan::PreparedExecutionPlan;
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir)?;
+    /// # let plan = |name: &str| -> Result<PreparedExecutionPlan, Box<dyn std::error::Error>> {
+    /// #     let model = Model::open(dir.join(format!("{name}.onnx")))?;
+    /// #     Ok(PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?)
+    /// # };
+    /// use onnx_prepared::ErrorKind;
+    /// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+    /// use onnx_prepared_kernels::Tensor;
+    ///
+    /// let session = RuntimeSession::new(plan("tiny-llm")?, SessionOptions::default())?;
+    /// let ctx = RuntimeContext::new(&session)
+    ///     .with_input("input_ids", Tensor::from_i64(vec![1, 1], vec![7])?)?;
+    /// let run = session.run_async(ctx);
+    /// run.cancel();
+    /// match run.wait() {
+    ///     // Cancelled before it finished: the context comes back.
+    ///     Err(e) => {
+    ///         assert!(matches!(e.error.kind(), ErrorKind::Cancelled | ErrorKind::Input));
+    ///         assert!(e.context.is_some());
+    ///     }
+    ///     Ok(_) => unreachable!("inputs are missing: the run cannot succeed"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn cancel(&self) {
         let inner = self.inner();
         if let Kind::Run { submission, .. } = &inner.kind {
@@ -1062,6 +1244,32 @@ impl<T> ExecutionHandle<T> {
     }
 
     /// The current status, with diagnostics once failed.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+    /// # use onnx_prepared::plan::PreparedExecutionPlan;
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir)?;
+    /// # let plan = |name: &str| -> Result<PreparedExecutionPlan, Box<dyn std::error::Error>> {
+    /// #     let model = Model::open(dir.join(format!("{name}.onnx")))?;
+    /// #     Ok(PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?)
+    /// # };
+    /// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions, Status};
+    /// use onnx_prepared_kernels::Tensor;
+    ///
+    /// let session = RuntimeSession::new(plan("gemm-chain")?, SessionOptions::default())?;
+    /// let bad = Tensor::from_f32(vec![1, 7], vec![0.0; 7])?; // A is [*, 256]
+    /// let run = session.run_async(RuntimeContext::new(&session).with_input("A", bad)?);
+    /// while run.status() == Status::Running {
+    ///     std::thread::yield_now();
+    /// }
+    /// let Status::Failed(diagnostics) = run.status() else { unreachable!() };
+    /// assert_eq!(diagnostics.failed_task.unwrap().0, "run");
+    /// let err = run.wait().unwrap_err();
+    /// assert!(err.to_string().contains("A"), "{err}");
+    /// # Ok(()) }
+    /// ```
     pub fn status(&self) -> Status {
         let submission = self.submission();
         if !submission.is_done() {
