@@ -600,3 +600,61 @@ fn cancelling_the_only_prepare_handle_cancels_it() {
     session.prepare().unwrap();
     assert!(session.state().all_resident());
 }
+
+/// Eviction invalidates the readiness epoch: the next run takes the cold
+/// path, produces the evicted object again (reading only its sources) and
+/// gives the same outputs; the run after it is hot again.
+#[test]
+fn an_evicted_object_sends_the_next_run_down_the_cold_path() {
+    use onnx_prepared::session::TraceLane;
+    use onnx_prepared::store::Evict;
+
+    let model = Model::open(fixture("gemm-chain")).unwrap();
+    let source = Arc::new(FaultInjectingSource::new(
+        FileSource::open(&model).unwrap(),
+        model.weights().len(),
+    ));
+    let session = RuntimeSession::with_source(
+        plan("gemm-chain"),
+        source.clone() as Arc<dyn PayloadSource>,
+        SessionOptions {
+            trace: true,
+            ..options(2)
+        },
+    )
+    .unwrap();
+    let inputs = inputs("gemm-chain");
+    let expected = direct("gemm-chain", &inputs);
+    session.prepare().unwrap();
+    let ctx = session.run(context(&session, &inputs)).unwrap();
+    assert!(session.is_hot());
+    let read_before = source.counters().total();
+
+    // Evict one resident object: the last requirement.
+    let store = session.state().store();
+    let last = store.len() - 1;
+    assert!(matches!(store.try_evict(last), Evict::Evicted { .. }));
+    assert!(!session.is_hot(), "eviction moves the readiness epoch");
+    let hot_runs = |s: &RuntimeSession| {
+        s.trace()
+            .unwrap()
+            .events()
+            .iter()
+            .filter(|e| e.lane == TraceLane::Inference && e.name == "run (hot)")
+            .count()
+    };
+    let hot_before = hot_runs(&session);
+    let ctx = session.run(ctx).unwrap();
+    assert_eq!(ctx.outputs(), expected.as_slice());
+    assert_eq!(hot_runs(&session), hot_before, "the run took the cold path");
+    let reread = source.counters().total() - read_before;
+    let one_weight = 256 * 256 * 4;
+    assert!(
+        reread > 0 && reread <= one_weight,
+        "only the evicted object's source is read again ({reread} bytes)"
+    );
+    assert!(session.is_hot());
+    let ctx = session.run(ctx).unwrap();
+    assert_eq!(ctx.outputs(), expected.as_slice());
+    assert_eq!(hot_runs(&session), hot_before + 1, "hot again");
+}
