@@ -14,7 +14,9 @@
 //!   wide DAG (root → 998 → sink) and a seeded 10,000-node random DAG (0–3
 //!   dependencies among the previous 64 nodes, one source, one sink) on a
 //!   persistent pool (1 or 2 CPU workers; one submission per pass) vs a
-//!   single-thread topological replay of the same graph and vs the naive
+//!   single-thread topological replay of the same graph (Kahn's algorithm
+//!   with counters, and `plain`: the tasks in id order, no dependency
+//!   tracking — the floor) and vs the naive
 //!   rayon baseline (atomic counters, one `spawn` per ready node, 1 or 2
 //!   threads). Timed from the start of the first task's run to the end of
 //!   the last one's (submission set-up excluded); a per-node median over
@@ -318,6 +320,9 @@ fn rayon_dag(pool: &rayon::ThreadPool, graph: &TaskGraph, counts: &[AtomicU32], 
 /// end of the last task's run.
 #[derive(Clone, Copy)]
 enum Runner<'a> {
+    /// The tasks in id order (a topological order in every graph here):
+    /// no dependency tracking at all.
+    Plain,
     Replay,
     Pool(&'a WorkerPool),
     Rayon(&'a rayon::ThreadPool),
@@ -330,6 +335,13 @@ fn pass(
 ) -> Duration {
     let n = graph.len() as u32;
     match runner {
+        Runner::Plain => {
+            let span = Span::new(0, n - 1);
+            for t in 0..n {
+                span.task(t);
+            }
+            span.elapsed()
+        }
         Runner::Replay => {
             let span = Span::new(0, n - 1);
             replay(graph, &mut scratch.0, &mut scratch.1, &span);
@@ -373,6 +385,7 @@ fn dag(c: &mut Criterion) {
         ),
     ];
     let runners: Vec<(String, Runner<'_>)> = vec![
+        ("plain".into(), Runner::Plain),
         ("replay".into(), Runner::Replay),
         ("pool-1cpu".into(), Runner::Pool(&pools[0])),
         ("pool-2cpu".into(), Runner::Pool(&pools[1])),

@@ -107,7 +107,9 @@ impl TaskRunner for Case {
     }
 }
 
-fn random_case(rng: &mut Rng) -> (Case, TaskGraph) {
+/// A random submission; `sequential`: every task a critical CPU task, so a
+/// pool with one CPU worker may run it in id order (protocol "own").
+fn random_case(rng: &mut Rng, sequential: bool) -> (Case, TaskGraph) {
     let n = 1 + rng.below(48) as usize;
     let mut deps = Vec::with_capacity(n);
     let mut resources = Vec::with_capacity(n);
@@ -125,11 +127,13 @@ fn random_case(rng: &mut Rng) -> (Case, TaskGraph) {
         }
         deps.push(row);
         resources.push(match rng.below(3) {
+            _ if sequential => ResourceClass::Cpu,
             0 => ResourceClass::Io,
             1 => ResourceClass::Cpu,
             _ => ResourceClass::Inline,
         });
         priorities.push(match rng.below(3) {
+            _ if sequential => Priority::Critical,
             0 => Priority::Critical,
             1 => Priority::Prefetch,
             _ => Priority::Background,
@@ -212,12 +216,19 @@ fn check(case: &Case, outcome: &RunOutcome, cancelled_from_outside: bool) {
     }
 }
 
-fn round(pool: &WorkerPool, admission: &Arc<Admission>, rng: &mut Rng, rounds: usize) -> usize {
+fn round(
+    pool: &WorkerPool,
+    admission: &Arc<Admission>,
+    rng: &mut Rng,
+    rounds: usize,
+    sequential: bool,
+) -> usize {
     let mut tasks = 0;
     for _ in 0..rounds {
         let mut live = Vec::new();
         for _ in 0..4 {
-            let (case, graph) = random_case(rng);
+            let (case, graph) = random_case(rng, sequential);
+            assert!(!sequential || graph.is_sequential());
             tasks += graph.len();
             let case = Arc::new(case);
             let options = SubmitOptions {
@@ -264,20 +275,32 @@ fn random_dags_run_each_task_at_most_once_and_leak_nothing() {
     // lazily initialized statics) happen here, outside the measured span.
     {
         let pool = WorkerPool::new(config);
-        round(&pool, &admission, &mut rng, 20);
+        round(&pool, &admission, &mut rng, 20, false);
     }
     let before = LIVE.load(Ordering::SeqCst);
     let mut tasks = 0;
     {
         let pool = WorkerPool::new(config);
-        tasks += round(&pool, &admission, &mut rng, 750);
+        tasks += round(&pool, &admission, &mut rng, 750, false);
+    }
+    // Critical CPU-only DAGs on one CPU worker: submissions without
+    // admission are run in id order by their owner (protocol "own"), racing
+    // cancels from outside and inside, promotions, failures and panics.
+    let mut sequential = 0;
+    {
+        let pool = WorkerPool::new(PoolConfig {
+            cpu_workers: 1,
+            ..config
+        });
+        sequential += round(&pool, &admission, &mut rng, 500, true);
     }
     let after = LIVE.load(Ordering::SeqCst);
     let _ = std::panic::take_hook();
     assert!(tasks > 50_000, "{tasks} tasks");
+    assert!(sequential > 20_000, "{sequential} sequential tasks");
     assert_eq!(
         after, before,
-        "live allocations before and after 3000 submissions"
+        "live allocations before and after 5000 submissions"
     );
     assert_eq!(budget.live(Domain::Preparation), 0);
 }

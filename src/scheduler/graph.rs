@@ -78,6 +78,10 @@ pub struct TaskGraph {
     /// Per task, the inference step that first needs it (look-ahead
     /// window), [`UNGATED`] for tasks the window never holds.
     distances: Vec<u32>,
+    /// Every task is critical, on the CPU lane, and every dependency has a
+    /// smaller id than its dependent: id order is a valid sequential
+    /// schedule with nothing to reorder (protocol "own").
+    sequential: bool,
 }
 
 /// The distance of a task the look-ahead window never holds.
@@ -130,7 +134,11 @@ impl TaskGraph {
             }
             dependency_counts.push(row.len() as u32);
         }
+        let sequential = lanes.iter().all(|&l| l == Lane::Cpu)
+            && priorities.iter().all(|&p| p == Priority::Critical)
+            && (0..n).all(|i| deps.row(i).iter().all(|d| (d.0 as usize) < i));
         let graph = Self {
+            sequential,
             lanes,
             lane_tasks,
             priorities: priorities.to_vec(),
@@ -346,6 +354,12 @@ impl TaskGraph {
     /// The bytes `task` is estimated to hold while it runs.
     pub fn estimated_bytes(&self, task: TaskId) -> usize {
         self.estimated_bytes[task.0 as usize]
+    }
+
+    /// Whether every task is critical, on the CPU lane, and ids are a
+    /// topological order (protocol "own" may run the graph in id order).
+    pub fn is_sequential(&self) -> bool {
+        self.sequential
     }
 
     /// The tasks `task` waits for (a repeated dependency appears repeatedly).

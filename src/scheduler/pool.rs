@@ -419,7 +419,14 @@ fn worker(pool: &PoolShared, lane: Lane) {
             // A marked entry is a resumed suspension (already claimed).
             let claimed = task.0 & CLAIMED_ENTRY != 0;
             let task = TaskId(task.0 & !CLAIMED_ENTRY);
-            cache.submissions[i].execute(pool, lane, task, claimed, &mut local);
+            let submission = &cache.submissions[i];
+            if local.exclusive && lane == Lane::Cpu && !claimed && submission.try_own() {
+                // Protocol "own": alone on the CPU lane, run it in id order.
+                current = i;
+                submission.run_owned(pool, &mut local);
+                continue;
+            }
+            submission.execute(pool, lane, task, claimed, &mut local);
             continue;
         }
         if pool.shutdown.load(Ordering::Acquire) {

@@ -98,6 +98,16 @@ mod suspend {
     pub const DEAD: u32 = 4;
 }
 
+/// Who runs a submission's tasks (protocol "own").
+mod mode {
+    /// No task claimed yet: the exclusive CPU worker may still own it.
+    pub const NORMAL: u32 = 0;
+    /// One worker runs every task in id order, counting nothing.
+    pub const OWNED: u32 = 1;
+    /// Dependency counting: any participant claims ready tasks.
+    pub const SHARED: u32 = 2;
+}
+
 /// What the worker does after a run that suspended.
 enum Settled {
     /// Parked until resumed.
@@ -134,6 +144,8 @@ pub(super) struct SubmissionInner {
     /// The first failure (capacity 1, only `first_failed`'s winner puts).
     first_failure: Pool<(TaskId, TaskFailure)>,
     cancel_requested: AtomicBool,
+    /// Protocol "own": a [`mode`].
+    mode: AtomicU32,
     /// Set by a quiet resubmit: the roots were not posted; the waiter runs
     /// them (protocol "help"), or posts them if it waits without helping.
     roots_pending: AtomicBool,
@@ -220,6 +232,7 @@ impl SubmissionInner {
             first_failed: AtomicUsize::new(usize::MAX),
             first_failure: Pool::new(1),
             cancel_requested: AtomicBool::new(false),
+            mode: AtomicU32::new(mode::NORMAL),
             roots_pending: AtomicBool::new(false),
             admission: options.admission,
             window: options.look_ahead.map(|o| LookAhead::new(o, graph.len())),
@@ -263,6 +276,7 @@ impl SubmissionInner {
         self.first_failed.store(usize::MAX, Ordering::Relaxed);
         let _ = self.first_failure.take_first(|_| true);
         self.cancel_requested.store(false, Ordering::Relaxed);
+        self.mode.store(mode::NORMAL, Ordering::Relaxed);
         self.roots_pending.store(false, Ordering::Relaxed);
         self.terminal.store(0, Ordering::Release);
         // Still registered if not retired yet; else registered again by the
@@ -536,6 +550,9 @@ impl SubmissionInner {
                 return;
             }
         } else {
+            if !self.share() {
+                return; // Owned: its owner runs every task.
+            }
             let snapshot = state.snapshot();
             if snapshot.is_claimed() || snapshot.is_cancelled() || snapshot.remaining() != 0 {
                 return; // What the claim would say, before spending an admission.
@@ -556,26 +573,9 @@ impl SubmissionInner {
                 }
             }
         }
-        let mut suspended = false;
-        let result = match never {
-            Some(failure) => Err(failure),
-            None => {
-                let ctx = TaskContext {
-                    pool,
-                    submission: self,
-                    task,
-                    worker_lane: lane,
-                    on_worker: !local.waiter,
-                    suspended: AtomicBool::new(false),
-                };
-                let result = catch_unwind(AssertUnwindSafe(|| self.runner.run(task, &ctx)))
-                    .unwrap_or_else(|payload| {
-                        self.panicked.fetch_add(1, Ordering::Relaxed);
-                        Err(TaskFailure::from_panic(payload.as_ref()))
-                    });
-                suspended = ctx.suspended.load(Ordering::Relaxed);
-                result
-            }
+        let (result, suspended) = match never {
+            Some(failure) => (Err(failure), false),
+            None => self.run_claimed(pool, lane, task, !local.waiter),
         };
         if permit.is_some() {
             drop(permit);
@@ -618,6 +618,153 @@ impl SubmissionInner {
         }
         if release {
             self.release_held(pool);
+        }
+    }
+
+    /// Runs claimed `task` through the runner (a panic becomes a failure);
+    /// also says whether the run suspended.
+    fn run_claimed(
+        self: &Arc<Self>,
+        pool: &PoolShared,
+        lane: Lane,
+        task: TaskId,
+        on_worker: bool,
+    ) -> (Result<(), TaskFailure>, bool) {
+        let ctx = TaskContext {
+            pool,
+            submission: self,
+            task,
+            worker_lane: lane,
+            on_worker,
+            suspended: AtomicBool::new(false),
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| self.runner.run(task, &ctx))).unwrap_or_else(
+            |payload| {
+                self.panicked.fetch_add(1, Ordering::Relaxed);
+                Err(TaskFailure::from_panic(payload.as_ref()))
+            },
+        );
+        (result, ctx.suspended.load(Ordering::Relaxed))
+    }
+
+    /// Own step 1 for every participant but the owner: before its first
+    /// claim of a task of this submission, it makes the submission shared
+    /// (`false`: it is owned, leave its tasks to the owner).
+    fn share(&self) -> bool {
+        match self.mode.load(Ordering::Acquire) {
+            mode::SHARED => true,
+            mode::OWNED => false,
+            _ => match self.mode.compare_exchange(
+                mode::NORMAL,
+                mode::SHARED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => true,
+                Err(now) => now == mode::SHARED,
+            },
+        }
+    }
+
+    /// Own step 1 for the exclusive CPU worker: takes the whole submission
+    /// when nothing of it was claimed yet and its graph runs in id order
+    /// without admission or window.
+    pub(super) fn try_own(&self) -> bool {
+        self.graph.is_sequential()
+            && self.admission.is_none()
+            && self.window.is_none()
+            && self.mode.load(Ordering::Relaxed) == mode::NORMAL
+            && self
+                .mode
+                .compare_exchange(
+                    mode::NORMAL,
+                    mode::OWNED,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    /// Own steps 2–3: the owner runs every task in id order — claim (one
+    /// CAS, whatever the stale dependency count says), check the cancel
+    /// flag, run, terminal accounting — firing nothing. A failure
+    /// suppresses its dependents (on this thread, before the next claim);
+    /// a cancel sets its flag before it cancels any task, so a task
+    /// claimed after one of its dependencies was cancelled sees the flag
+    /// and is recorded cancelled. A run that suspends ends ownership
+    /// (step 4).
+    pub(super) fn run_owned(self: &Arc<Self>, pool: &PoolShared, local: &mut LocalWork) {
+        let n = self.graph.len();
+        let mut t = 0;
+        while t < n {
+            let task = TaskId(t as u32);
+            t += 1;
+            if self.states[task.0 as usize].try_claim_in_order() != Claim::Claimed {
+                continue;
+            }
+            if self.cancel_requested.load(Ordering::Acquire) {
+                // Claimed ahead of a cancel's sweep (which may have taken
+                // its dependencies already): its claimer records it
+                // cancelled, as for a continuation (claim step 1).
+                self.outcomes[task.0 as usize].store(code::CANCELLED, Ordering::Relaxed);
+                local.terminal += 1;
+                continue;
+            }
+            loop {
+                let (result, suspended) = self.run_claimed(pool, Lane::Cpu, task, true);
+                if suspended {
+                    match self.settle_suspension(task, result.is_ok()) {
+                        Settled::Suspended => {
+                            self.abandon_ownership(pool, task);
+                            return;
+                        }
+                        Settled::RunAgain => continue,
+                        Settled::Cancelled => {
+                            self.outcomes[task.0 as usize]
+                                .store(code::CANCELLED, Ordering::Relaxed);
+                            local.terminal += 1;
+                            break;
+                        }
+                        Settled::Finished => {}
+                    }
+                }
+                local.finished += 1;
+                if let Err(failure) = result {
+                    self.record_failure(task, failure);
+                    self.suppress_dependents(task);
+                    self.outcomes[task.0 as usize].store(code::FAILED, Ordering::Relaxed);
+                }
+                local.terminal += 1;
+                break;
+            }
+        }
+    }
+
+    /// Own step 4: `suspended` (claimed in order) waits for its resume, so
+    /// the rest of the graph goes back to dependency counting: the
+    /// submission becomes shared, then every later task's count drops by
+    /// the dependencies the owner completed (those before `suspended` it
+    /// claimed whose outcome is still unrecorded) — the subtraction that
+    /// reaches zero posts the task. Decrements commute, so a resumed task
+    /// that completes and fires meanwhile counts right.
+    fn abandon_ownership(&self, pool: &PoolShared, suspended: TaskId) {
+        self.mode.store(mode::SHARED, Ordering::SeqCst);
+        let completed = |d: TaskId| {
+            d.0 < suspended.0
+                && self.states[d.0 as usize].snapshot().is_claimed()
+                && self.outcomes[d.0 as usize].load(Ordering::Relaxed) == code::PENDING
+        };
+        for u in suspended.0 as usize + 1..self.graph.len() {
+            let task = TaskId(u as u32);
+            let done = self
+                .graph
+                .dependencies(task)
+                .iter()
+                .filter(|&&d| completed(d))
+                .count() as u32;
+            if done > 0 && self.states[u].dependencies_done(done) == DependencyDone::Fired {
+                self.post(pool, task);
+            }
         }
     }
 

@@ -157,6 +157,46 @@ impl TaskState {
         }
     }
 
+    /// Records that `k` dependencies finished at once; `Fired` for exactly
+    /// the call that takes the count to zero (protocol "own", step 4).
+    pub fn dependencies_done(&self, k: u32) -> DependencyDone {
+        let before = Snapshot(self.0.fetch_sub(k, Ordering::AcqRel));
+        debug_assert!(before.remaining() >= k, "dependency count underflow");
+        if before.remaining() == k {
+            DependencyDone::Fired
+        } else {
+            DependencyDone::Pending
+        }
+    }
+
+    /// Claims the run with a CAS whatever its dependency count says (the
+    /// owner of a sequential run ran every dependency itself, protocol
+    /// "own", step 2): exactly one caller ever gets `Claimed`, never for a
+    /// cancelled task.
+    pub fn try_claim_in_order(&self) -> Claim {
+        // Acquire: a cancelled word seen here makes the canceller's flag
+        // (set before its sweep) visible to the owner's next check.
+        let mut word = self.0.load(Ordering::Acquire);
+        loop {
+            let s = Snapshot(word);
+            if s.is_cancelled() {
+                return Claim::Cancelled;
+            }
+            if s.is_claimed() {
+                return Claim::AlreadyClaimed;
+            }
+            match self.0.compare_exchange_weak(
+                word,
+                word | CLAIMED,
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Claim::Claimed,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
     /// Records that one dependency finished and, if this call takes the
     /// count to zero of a task nobody cancelled, claims it in the same CAS.
     pub fn dependency_done_claiming(&self) -> FireClaim {
