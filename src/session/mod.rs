@@ -7,7 +7,7 @@
 //!
 //! **Preparation** (session tasks: every read and prepack of the plan):
 //! 1. The session keeps at most one live preparation submission
-//!    ([`TaskGraph::session_graph`], run by [`SessionTasks`](crate::state::SessionTasks)). A streaming
+//!    ([`TaskGraph::session_graph`], run by [`SessionTasks`]). A streaming
 //!    one (started by the first `run_async`) holds its tasks behind the
 //!    look-ahead window; an eager one ([`RuntimeSession::prepare_async`])
 //!    releases everything. Asking for eager preparation while a streaming

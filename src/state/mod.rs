@@ -2,7 +2,7 @@
 //! and arenas, on-demand sequential runs), [`SessionTasks`] (one session task
 //! by id, from any thread), and [`DirectReplay`], the eager baseline (load and
 //! prepack everything, then replay a compact action list), all built on the
-//! shared lowering and replay of [`lowering`].
+//! shared lowering and replay of `lowering`.
 
 mod direct;
 mod lowering;
