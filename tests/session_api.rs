@@ -280,6 +280,19 @@ fn run_and_run_async_wait_fail_alike() {
     );
 }
 
+/// A traced session over gemm-chain reading through `source`.
+fn traced_gemm_chain(source: Arc<FaultInjectingSource<FileSource>>) -> RuntimeSession {
+    RuntimeSession::with_source(
+        plan("gemm-chain"),
+        source as Arc<dyn PayloadSource>,
+        SessionOptions {
+            trace: true,
+            ..options(2)
+        },
+    )
+    .unwrap()
+}
+
 /// Design step 8: the two-Gemm chain with each weight behind a gate. The
 /// first Gemm executes while the second weight is still held back (the
 /// trace shows step `chain0` finished before the gate of `chain1.weight`
@@ -307,15 +320,7 @@ fn first_gemm_runs_before_the_second_weight_is_read() {
             .with_fault(id("chain0.weight"), ReadFault::Gate(gates[0].clone()))
             .with_fault(id("chain1.weight"), ReadFault::Gate(gates[1].clone())),
     );
-    let session = RuntimeSession::with_source(
-        plan("gemm-chain"),
-        source.clone() as Arc<dyn PayloadSource>,
-        SessionOptions {
-            trace: true,
-            ..options(2)
-        },
-    )
-    .unwrap();
+    let session = traced_gemm_chain(source.clone());
     let trace = session.trace().unwrap().clone();
     let inputs = inputs("gemm-chain");
     let run = session.run_async(context(&session, &inputs));
@@ -614,15 +619,7 @@ fn an_evicted_object_sends_the_next_run_down_the_cold_path() {
         FileSource::open(&model).unwrap(),
         model.weights().len(),
     ));
-    let session = RuntimeSession::with_source(
-        plan("gemm-chain"),
-        source.clone() as Arc<dyn PayloadSource>,
-        SessionOptions {
-            trace: true,
-            ..options(2)
-        },
-    )
-    .unwrap();
+    let session = traced_gemm_chain(source.clone());
     let inputs = inputs("gemm-chain");
     let expected = direct("gemm-chain", &inputs);
     session.prepare().unwrap();

@@ -13,3 +13,33 @@ pub fn model(f: impl Fn() + Sync + Send + 'static) {
     builder.preemption_bound = Some(2);
     builder.check(f);
 }
+
+/// A pool with one CPU worker and nothing else (the waiting thread is the
+/// model's main thread).
+#[cfg(loom)]
+pub fn one_cpu_worker() -> onnx_prepared::scheduler::WorkerPool {
+    onnx_prepared::scheduler::WorkerPool::new(onnx_prepared::scheduler::PoolConfig {
+        cpu_workers: 1,
+        io_workers: 0,
+        devices: 0,
+        pin_cpu_workers: false,
+    })
+}
+
+/// A thread that waits for a suspended run to park its resume handle in
+/// `slot(&owner)`, then resumes it (racing the run's return).
+#[cfg(loom)]
+pub fn spawn_resumer<T: Send + Sync + 'static>(
+    owner: std::sync::Arc<T>,
+    slot: fn(&T) -> &onnx_prepared::sync::Lock<Option<onnx_prepared::scheduler::ResumeHandle>>,
+) -> onnx_prepared::sync::thread::JoinHandle<()> {
+    onnx_prepared::sync::thread::spawn(move || {
+        loop {
+            if let Some(handle) = slot(&owner).with(Option::take) {
+                handle.resume();
+                return;
+            }
+            onnx_prepared::sync::thread::yield_now();
+        }
+    })
+}

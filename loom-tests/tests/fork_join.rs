@@ -5,20 +5,10 @@
 //! started inside a region runs inline.
 #![cfg(loom)]
 
-use loom_tests::model;
+use loom_tests::{model, one_cpu_worker};
 
-use onnx_prepared::scheduler::{PoolConfig, WorkerPool};
 use onnx_prepared::sync::{AtomicUsize, Ordering};
 use onnx_prepared_kernels::ParallelFor;
-
-fn one_cpu_worker() -> WorkerPool {
-    WorkerPool::new(PoolConfig {
-        cpu_workers: 1,
-        io_workers: 0,
-        devices: 0,
-        pin_cpu_workers: false,
-    })
-}
 
 #[test]
 fn each_task_runs_exactly_once_per_job() {

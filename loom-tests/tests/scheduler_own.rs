@@ -8,22 +8,11 @@
 //! counting, and the resumed task's dependents run once, after it.
 #![cfg(loom)]
 
-use loom_tests::model;
+use loom_tests::{model, one_cpu_worker, spawn_resumer};
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
-use onnx_prepared::scheduler::{
-    PoolConfig, ResumeHandle, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
-};
-use onnx_prepared::sync::{AtomicUsize, Lock, Ordering, thread};
-
-fn one_cpu_worker() -> WorkerPool {
-    WorkerPool::new(PoolConfig {
-        cpu_workers: 1,
-        io_workers: 0,
-        devices: 0,
-        pin_cpu_workers: false,
-    })
-}
+use onnx_prepared::scheduler::{ResumeHandle, TaskContext, TaskFailure, TaskGraph, TaskRunner};
+use onnx_prepared::sync::{AtomicUsize, Lock, Ordering};
 
 fn cpu_graph(deps: &[Vec<TaskId>]) -> TaskGraph {
     let n = deps.len();
@@ -145,18 +134,7 @@ fn a_suspension_hands_the_owned_rest_back_to_counting() {
         let runs = std::sync::Arc::new(Runs::new(&deps, Some(1)));
         let workers = one_cpu_worker();
         let run = workers.submit(cpu_graph(&deps), runs.clone()).unwrap();
-        let resumer = {
-            let runs = runs.clone();
-            thread::spawn(move || {
-                loop {
-                    if let Some(h) = runs.handle.with(Option::take) {
-                        h.resume();
-                        return;
-                    }
-                    thread::yield_now();
-                }
-            })
-        };
+        let resumer = spawn_resumer(runs.clone(), |r| &r.handle);
         let outcome = run.wait();
         resumer.join().unwrap();
         assert_eq!(outcome.completed, 4);

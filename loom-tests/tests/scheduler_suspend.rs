@@ -5,13 +5,11 @@
 //! second run, and `wait` returns — a lost resumption would deadlock.
 #![cfg(loom)]
 
-use loom_tests::model;
+use loom_tests::{model, one_cpu_worker, spawn_resumer};
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
-use onnx_prepared::scheduler::{
-    PoolConfig, ResumeHandle, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
-};
-use onnx_prepared::sync::{AtomicUsize, Lock, Ordering, thread};
+use onnx_prepared::scheduler::{ResumeHandle, TaskContext, TaskFailure, TaskGraph, TaskRunner};
+use onnx_prepared::sync::{AtomicUsize, Lock, Ordering};
 
 struct Runner {
     runs: [AtomicUsize; 2],
@@ -47,25 +45,9 @@ fn resume_racing_the_suspending_run_runs_it_once_more() {
             dependent_saw: AtomicUsize::new(0),
             handle: Lock::new(None),
         });
-        let workers = WorkerPool::new(PoolConfig {
-            cpu_workers: 1,
-            io_workers: 0,
-            devices: 0,
-            pin_cpu_workers: false,
-        });
+        let workers = one_cpu_worker();
         let run = workers.submit(graph, runner.clone()).unwrap();
-        let resumer = {
-            let runner = runner.clone();
-            thread::spawn(move || {
-                loop {
-                    if let Some(h) = runner.handle.with(Option::take) {
-                        h.resume();
-                        return;
-                    }
-                    thread::yield_now();
-                }
-            })
-        };
+        let resumer = spawn_resumer(runner.clone(), |r| &r.handle);
         let outcome = run.wait();
         resumer.join().unwrap();
         assert_eq!(outcome.completed, 2);

@@ -174,24 +174,45 @@ impl TaskState {
     /// "own", step 2): exactly one caller ever gets `Claimed`, never for a
     /// cancelled task.
     pub fn try_claim_in_order(&self) -> Claim {
-        // Acquire: a cancelled word seen here makes the canceller's flag
-        // (set before its sweep) visible to the owner's next check.
+        // The Acquire load of `set_unless`: a cancelled word seen here makes
+        // the canceller's flag (set before its sweep) visible to the
+        // owner's next check.
+        self.claim_if(|_| true)
+    }
+
+    /// Claims unless cancelled, claimed, or `ready` says no.
+    fn claim_if(&self, ready: impl Fn(Snapshot) -> bool) -> Claim {
+        match self.set_unless(CLAIMED, |s| {
+            if s.is_cancelled() {
+                Some(Claim::Cancelled)
+            } else if s.is_claimed() {
+                Some(Claim::AlreadyClaimed)
+            } else if !ready(s) {
+                Some(Claim::NotReady)
+            } else {
+                None
+            }
+        }) {
+            Ok(()) => Claim::Claimed,
+            Err(refused) => refused,
+        }
+    }
+
+    /// CASes `bit` into the word (`AcqRel`; every load `Acquire`) unless
+    /// `refuse` gives a reason first, re-checked after every lost race.
+    fn set_unless<R>(&self, bit: u32, refuse: impl Fn(Snapshot) -> Option<R>) -> Result<(), R> {
         let mut word = self.0.load(Ordering::Acquire);
         loop {
-            let s = Snapshot(word);
-            if s.is_cancelled() {
-                return Claim::Cancelled;
-            }
-            if s.is_claimed() {
-                return Claim::AlreadyClaimed;
+            if let Some(reason) = refuse(Snapshot(word)) {
+                return Err(reason);
             }
             match self.0.compare_exchange_weak(
                 word,
-                word | CLAIMED,
-                Ordering::Acquire,
+                word | bit,
+                Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Claim::Claimed,
+                Ok(_) => return Ok(()),
                 Err(actual) => word = actual,
             }
         }
@@ -221,28 +242,7 @@ impl TaskState {
 
     /// Claims the run with a CAS: exactly one caller ever gets `Claimed`.
     pub fn try_claim(&self) -> Claim {
-        let mut word = self.0.load(Ordering::Acquire);
-        loop {
-            let s = Snapshot(word);
-            if s.is_cancelled() {
-                return Claim::Cancelled;
-            }
-            if s.is_claimed() {
-                return Claim::AlreadyClaimed;
-            }
-            if s.remaining() != 0 {
-                return Claim::NotReady;
-            }
-            match self.0.compare_exchange_weak(
-                word,
-                word | CLAIMED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Claim::Claimed,
-                Err(actual) => word = actual,
-            }
-        }
+        self.claim_if(|s| s.remaining() == 0)
     }
 
     /// Sets the promoted mark and returns the word as it was before: the
@@ -256,24 +256,17 @@ impl TaskState {
     /// Cancels the task unless it was already claimed; exactly one call gets
     /// [`Cancel::Cancelled`].
     pub fn cancel(&self) -> Cancel {
-        let mut word = self.0.load(Ordering::Acquire);
-        loop {
-            let s = Snapshot(word);
+        match self.set_unless(CANCELLED, |s| {
             if s.is_claimed() {
-                return Cancel::TooLate;
+                Some(Cancel::TooLate)
+            } else if s.is_cancelled() {
+                Some(Cancel::AlreadyCancelled)
+            } else {
+                None
             }
-            if s.is_cancelled() {
-                return Cancel::AlreadyCancelled;
-            }
-            match self.0.compare_exchange_weak(
-                word,
-                word | CANCELLED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Cancel::Cancelled,
-                Err(actual) => word = actual,
-            }
+        }) {
+            Ok(()) => Cancel::Cancelled,
+            Err(refused) => refused,
         }
     }
 }
