@@ -3,6 +3,7 @@
 //! the worker loop). Protocols are numbered in the module docs of
 //! [`crate::scheduler`].
 
+use crossbeam_utils::CachePadded;
 use std::sync::Arc;
 
 use onnx_prepared_kernels::ParallelFor;
@@ -75,8 +76,10 @@ impl Parking {
 #[derive(Debug)]
 pub(super) struct PoolShared {
     config: PoolConfig,
-    /// By dense lane index: io, cpu, (inline: unused), devices.
-    parking: Box<[Parking]>,
+    /// By dense lane index: io, cpu, (inline: unused), devices. Each on
+    /// lines of its own: a lane's workers write `searching` whenever they
+    /// run dry, and every post reads the posted lane's `sleepers`.
+    parking: Box<[CachePadded<Parking>]>,
     /// Submissions not yet retired; workers cache a copy.
     registry: Lock<Vec<Arc<SubmissionInner>>>,
     /// Bumped (SeqCst) whenever `registry` changes.
@@ -489,7 +492,7 @@ impl WorkerPool {
         let shared = Arc::new(PoolShared {
             config,
             parking: (0..Lane::HOST.len() + config.devices as usize)
-                .map(|_| Parking::default())
+                .map(|_| CachePadded::new(Parking::default()))
                 .collect(),
             // Reserved so that (re)submitting does not allocate while at most
             // this many submissions are live.

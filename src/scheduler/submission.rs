@@ -3,11 +3,14 @@
 //! handle ([`Submission`]), the cancel token and the context a running task
 //! sees ([`TaskContext`]). Hot path: `execute`, once per task.
 
+use crossbeam_utils::CachePadded;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
 
 use crate::plan::{Priority, TaskId};
-use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Latch, Lock, Ordering, Pool, fence};
+use crate::sync::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Latch, Lock, Ordering, Pool, fence,
+};
 
 use super::admission::{Admission, AdmissionPermit, Refusal};
 use super::graph::TaskGraph;
@@ -132,11 +135,13 @@ pub(super) struct SubmissionInner {
     /// Per task, its [`suspend`] state.
     suspension: Box<[AtomicU32]>,
     pub(super) queues: ReadyQueues,
-    /// Runs that finished (completed or failed).
-    finished: AtomicUsize,
+    /// Tasks that reached a terminal state (low 32 bits; the last one
+    /// opens `all_done`) and runs that finished, completed or failed (high
+    /// 32 bits): one word, so a worker's flush is one RMW, on lines of its
+    /// own, so the read-mostly fields the hot path loads (runner, graph,
+    /// states) do not bounce between cores with it.
+    counts: CachePadded<AtomicU64>,
     panicked: AtomicUsize,
-    /// Tasks that reached a terminal state; the last one opens `all_done`.
-    terminal: AtomicUsize,
     /// Per task, its [`code`]: written once by the owner of its accounting.
     outcomes: Box<[AtomicU32]>,
     /// Id of the first failed task, `usize::MAX` while none failed.
@@ -159,7 +164,7 @@ impl std::fmt::Debug for SubmissionInner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Submission")
             .field("tasks", &self.graph.len())
-            .field("terminal", &self.terminal.load(Ordering::Relaxed))
+            .field("terminal", &self.terminal())
             .finish_non_exhaustive()
     }
 }
@@ -223,9 +228,8 @@ impl SubmissionInner {
                 .map(|_| AtomicU32::new(suspend::IDLE))
                 .collect(),
             queues: ReadyQueues::with_lane_capacities(&capacities),
-            finished: AtomicUsize::new(0),
+            counts: CachePadded::new(AtomicU64::new(0)),
             panicked: AtomicUsize::new(0),
-            terminal: AtomicUsize::new(0),
             outcomes: (0..graph.len())
                 .map(|_| AtomicU32::new(code::PENDING))
                 .collect(),
@@ -271,17 +275,21 @@ impl SubmissionInner {
         for lane in 0..self.queues.lanes() {
             while self.queues.pop(Lane::from_index(lane)).is_some() {}
         }
-        self.finished.store(0, Ordering::Relaxed);
         self.panicked.store(0, Ordering::Relaxed);
         self.first_failed.store(usize::MAX, Ordering::Relaxed);
         let _ = self.first_failure.take_first(|_| true);
         self.cancel_requested.store(false, Ordering::Relaxed);
         self.mode.store(mode::NORMAL, Ordering::Relaxed);
         self.roots_pending.store(false, Ordering::Relaxed);
-        self.terminal.store(0, Ordering::Release);
+        self.counts.store(0, Ordering::Release);
         // Still registered if not retired yet; else registered again by the
         // resubmit (or lazily).
         self.all_done.reset();
+    }
+
+    /// Tasks that reached a terminal state so far.
+    fn terminal(&self) -> usize {
+        self.counts.load(Ordering::Acquire) as u32 as usize
     }
 
     /// Whether every task reached a terminal state.
@@ -448,12 +456,21 @@ impl SubmissionInner {
     /// Adds `n` terminal tasks; the addition that reaches the task count
     /// opens the completion latch and retires the submission from the pool.
     pub(super) fn add_terminal(&self, n: usize) {
-        if n == 0 {
+        self.add_counts(n, 0);
+    }
+
+    /// Adds `n` terminal tasks and `finished` finished runs in one RMW;
+    /// the addition that reaches the task count opens the latch.
+    fn add_counts(&self, n: usize, finished: usize) {
+        if n == 0 && finished == 0 {
             return;
         }
+        // Both fit 32 bits: a graph has at most MAX_SCHEDULER_TASKS tasks.
+        let add = n as u64 | (finished as u64) << 32;
         // AcqRel: the last addition acquires every earlier one (a release
         // sequence), so the opener's `open` publishes every outcome.
-        if self.terminal.fetch_add(n, Ordering::AcqRel) + n == self.graph.len() {
+        let before = self.counts.fetch_add(add, Ordering::AcqRel);
+        if n > 0 && (before as u32 as usize) + n == self.graph.len() {
             self.all_done.open();
             if self.registered.load(Ordering::Acquire)
                 && let Some(pool) = self.pool.upgrade()
@@ -476,12 +493,9 @@ impl SubmissionInner {
     /// Publishes a worker's batched counts (terminal accounting, claim
     /// step 4).
     pub(super) fn flush(&self, local: &mut LocalWork) {
-        if local.finished > 0 {
-            self.finished.fetch_add(local.finished, Ordering::AcqRel);
-            local.finished = 0;
-        }
+        let finished = std::mem::take(&mut local.finished);
         let n = std::mem::take(&mut local.terminal);
-        self.add_terminal(n);
+        self.add_counts(n, finished);
     }
 
     /// Admit protocol (steps 1–3): a permit for `task`, `Ok(None)` when
@@ -1058,13 +1072,13 @@ impl Submission {
     /// Tasks that reached a terminal state so far (workers publish their
     /// counts in batches, at the latest when they run out of local work).
     pub fn terminal(&self) -> usize {
-        self.inner.terminal.load(Ordering::Acquire)
+        self.inner.terminal()
     }
 
     /// Tasks whose run finished (completed or failed) so far, published in
     /// batches like [`Submission::terminal`].
     pub fn finished(&self) -> usize {
-        self.inner.finished.load(Ordering::Acquire)
+        (self.inner.counts.load(Ordering::Acquire) >> 32) as usize
     }
 
     /// Runs that panicked so far.
