@@ -73,8 +73,9 @@
 //!    — completed or failed (its claimer), suppressed or cancelled (the one
 //!    caller whose `TaskState::cancel` got `Cancelled`). Each stores its code
 //!    in the task's outcome word. Claimers count in a worker-local batch and
-//!    publish it (`terminal += n`, AcqRel) when the local buffer runs dry;
-//!    cancellers publish at once. The addition that reaches the task count
+//!    publish it when the local buffer runs dry — one AcqRel `fetch_add` on
+//!    a padded word holding the terminal count (low half) and the finished
+//!    runs (high half); cancellers publish at once. The addition that reaches the task count
 //!    opens the completion latch (so [`Submission::wait`] returns after every
 //!    outcome is published) and retires the submission.
 //!
