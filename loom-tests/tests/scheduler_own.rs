@@ -5,7 +5,8 @@
 //! terminal state; a waiter helping races the worker for the submission and
 //! every task still runs once, after its dependencies; a run that suspends
 //! inside an owned run hands the rest of the graph back to dependency
-//! counting, and the resumed task's dependents run once, after it.
+//! counting, and the resumed task's dependents run once, after it — also
+//! when a helping waiter popped a root entry while the run was owned.
 #![cfg(loom)]
 
 use loom_tests::{model, one_cpu_worker, spawn_resumer};
@@ -142,6 +143,26 @@ fn a_suspension_hands_the_owned_rest_back_to_counting() {
         for t in [2, 3] {
             assert_eq!(runs.ready_deps[t].load(Ordering::SeqCst), 1, "task {t}");
         }
+        drop(run);
+        drop(workers);
+    });
+}
+
+#[test]
+fn a_root_popped_by_a_helper_during_an_owned_run_survives_the_hand_back() {
+    model(|| {
+        // 0 → 1 (suspends once); 2 is a second root. The waiter helps:
+        // it may pop root 2's entry while the worker owns the run.
+        let deps = [vec![], vec![TaskId(0)], vec![]];
+        let runs = std::sync::Arc::new(Runs::new(&deps, Some(1)));
+        let workers = one_cpu_worker();
+        let run = workers.submit(cpu_graph(&deps), runs.clone()).unwrap();
+        let resumer = spawn_resumer(runs.clone(), |r| &r.handle);
+        let outcome = run.wait_helping();
+        resumer.join().unwrap();
+        assert_eq!(outcome.completed, 3);
+        assert_eq!(runs.counts(), [1, 2, 1]);
+        assert_eq!(runs.ready_deps[1].load(Ordering::SeqCst), 1);
         drop(run);
         drop(workers);
     });

@@ -426,7 +426,7 @@ fn worker(pool: &PoolShared, lane: Lane) {
             if local.exclusive && lane == Lane::Cpu && !claimed && submission.try_own() {
                 // Protocol "own": alone on the CPU lane, run it in id order.
                 current = i;
-                submission.run_owned(pool, &mut local);
+                submission.run_owned(pool, task, &mut local);
                 continue;
             }
             submission.execute(pool, lane, task, claimed, &mut local);

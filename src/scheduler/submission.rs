@@ -565,7 +565,10 @@ impl SubmissionInner {
             }
         } else {
             if !self.share() {
-                return; // Owned: its owner runs every task.
+                // Owned (own step 1): the entry goes back, for the owner to
+                // skip or, should ownership end, for counting to run.
+                self.post(pool, task);
+                return;
             }
             let snapshot = state.snapshot();
             if snapshot.is_claimed() || snapshot.is_cancelled() || snapshot.remaining() != 0 {
@@ -680,6 +683,11 @@ impl SubmissionInner {
         }
     }
 
+    /// Whether a worker owns the submission now (own step 1).
+    pub(super) fn is_owned(&self) -> bool {
+        self.mode.load(Ordering::Acquire) == mode::OWNED
+    }
+
     /// Own step 1 for the exclusive CPU worker: takes the whole submission
     /// when nothing of it was claimed yet and its graph runs in id order
     /// without admission or window.
@@ -707,7 +715,14 @@ impl SubmissionInner {
     /// claimed after one of its dependencies was cancelled sees the flag
     /// and is recorded cancelled. A run that suspends ends ownership
     /// (step 4).
-    pub(super) fn run_owned(self: &Arc<Self>, pool: &PoolShared, local: &mut LocalWork) {
+    /// `entry`: the task whose queue entry the owner consumed to take the
+    /// submission (step 4 restores it if the task is still to run).
+    pub(super) fn run_owned(
+        self: &Arc<Self>,
+        pool: &PoolShared,
+        entry: TaskId,
+        local: &mut LocalWork,
+    ) {
         let n = self.graph.len();
         let mut t = 0;
         while t < n {
@@ -729,8 +744,16 @@ impl SubmissionInner {
                 if suspended {
                     match self.settle_suspension(task, result.is_ok()) {
                         Settled::Suspended => {
-                            self.abandon_ownership(pool, task);
+                            self.abandon_ownership(pool, task, entry);
                             return;
+                        }
+                        Settled::RunAgain if self.cancel_requested.load(Ordering::Acquire) => {
+                            // Resumed, but cancelled meanwhile: as a
+                            // resumed entry would be (claim step 1).
+                            self.outcomes[task.0 as usize]
+                                .store(code::CANCELLED, Ordering::Relaxed);
+                            local.terminal += 1;
+                            break;
                         }
                         Settled::RunAgain => continue,
                         Settled::Cancelled => {
@@ -756,13 +779,21 @@ impl SubmissionInner {
 
     /// Own step 4: `suspended` (claimed in order) waits for its resume, so
     /// the rest of the graph goes back to dependency counting: the
-    /// submission becomes shared, then every later task's count drops by
+    /// submission becomes shared, the queue entry the owner consumed is
+    /// restored if its task comes later, then every later task's count
+    /// drops by
     /// the dependencies the owner completed (those before `suspended` it
     /// claimed whose outcome is still unrecorded) — the subtraction that
     /// reaches zero posts the task. Decrements commute, so a resumed task
     /// that completes and fires meanwhile counts right.
-    fn abandon_ownership(&self, pool: &PoolShared, suspended: TaskId) {
+    fn abandon_ownership(&self, pool: &PoolShared, suspended: TaskId, entry: TaskId) {
         self.mode.store(mode::SHARED, Ordering::SeqCst);
+        if entry.0 > suspended.0 {
+            // The entry the owner consumed to take the submission belongs
+            // to a task it never reached: put it back (helpers put back
+            // theirs, step 1).
+            self.post(pool, entry);
+        }
         let completed = |d: TaskId| {
             d.0 < suspended.0
                 && self.states[d.0 as usize].snapshot().is_claimed()
@@ -1030,6 +1061,9 @@ impl Submission {
             let task = TaskId(task.0 & !CLAIMED_ENTRY);
             inner.execute(&self.pool, Lane::Cpu, task, claimed, &mut local);
             inner.flush(&mut local);
+            if inner.is_owned() {
+                break; // Its owner runs the rest (own step 1).
+            }
         }
     }
 
