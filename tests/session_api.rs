@@ -655,3 +655,100 @@ fn an_evicted_object_sends_the_next_run_down_the_cold_path() {
     assert_eq!(ctx.outputs(), expected.as_slice());
     assert_eq!(hot_runs(&session), hot_before + 1, "hot again");
 }
+
+/// An output charge the I/O domain refuses fails the run before anything
+/// of the context changed: it comes back with the previous run's outputs,
+/// and a run that fits succeeds after it.
+#[test]
+fn a_refused_output_charge_leaves_the_context_as_it_was() {
+    use onnx_prepared::ErrorKind;
+
+    let y_bytes = 256 * 4; // Y is [rows, 256] f32
+    let session = RuntimeSession::new(
+        plan("gemm-chain"),
+        SessionOptions {
+            budget: BudgetLimits::unlimited().with_domain(Domain::Io, y_bytes),
+            ..options(2)
+        },
+    )
+    .unwrap();
+    let one_row = Tensor::from_f32(vec![1, 256], vec![0.25; 256]).unwrap();
+    let ctx = session
+        .run(
+            RuntimeContext::new(&session)
+                .with_input("A", one_row)
+                .unwrap(),
+        )
+        .unwrap();
+    let first = ctx.outputs().to_vec();
+    assert_eq!(ctx.output_bytes(), y_bytes);
+    let mut ctx = ctx;
+    ctx.set_input("A", Tensor::from_f32(vec![3, 256], vec![0.5; 768]).unwrap())
+        .unwrap();
+    let err = session.run(ctx).unwrap_err();
+    assert_eq!(err.error.kind(), ErrorKind::Budget, "{err}");
+    let mut ctx = *err.context.unwrap();
+    assert_eq!(ctx.outputs(), first.as_slice(), "outputs untouched");
+    assert_eq!(ctx.output_bytes(), y_bytes);
+    ctx.set_input(
+        "A",
+        Tensor::from_f32(vec![1, 256], vec![0.25; 256]).unwrap(),
+    )
+    .unwrap();
+    let ctx = session.run(ctx).unwrap();
+    assert_eq!(ctx.outputs(), first.as_slice());
+}
+
+/// A streaming run that fails leaves no preparation stuck behind its
+/// window: the rest completes in the background and `wait_idle` returns.
+#[test]
+fn wait_idle_returns_after_a_failed_streaming_run() {
+    use onnx_prepared::scheduler::LookAheadOptions;
+    use std::time::Duration;
+
+    let model = Model::open(fixture("tiny-llm")).unwrap();
+    let first = model
+        .weights()
+        .iter()
+        .position(|w| w.name() == "embed.weight")
+        .unwrap();
+    let source: Arc<dyn PayloadSource> = Arc::new(
+        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
+            .with_fault(WeightId(first as u32), ReadFault::Fail),
+    );
+    let session = Arc::new(
+        RuntimeSession::with_source(
+            plan("tiny-llm"),
+            source,
+            SessionOptions {
+                look_ahead: LookAheadOptions {
+                    initial_distance: 1,
+                    max_distance: 1,
+                    ..LookAheadOptions::default()
+                },
+                ..options(2)
+            },
+        )
+        .unwrap(),
+    );
+    let inputs = inputs("tiny-llm");
+    let err = session
+        .run_async(context(&session, &inputs))
+        .wait()
+        .unwrap_err();
+    assert!(err.to_string().contains("embed.weight"), "{err}");
+    let (done, idle) = std::sync::mpsc::channel();
+    let waiting = session.clone();
+    onnx_prepared::sync::thread::spawn(move || {
+        waiting.wait_idle();
+        let _ = done.send(());
+    });
+    idle.recv_timeout(Duration::from_secs(20))
+        .expect("the failed run's preparation completes in the background");
+    // Everything but the object the failed read makes is resident.
+    let store = session.state().store();
+    let missing = (0..store.len())
+        .filter(|&r| !store.snapshot(r).is_resident())
+        .count();
+    assert_eq!(missing, 1, "of {} objects", store.len());
+}

@@ -186,18 +186,33 @@ impl Preparation {
             *count = count.saturating_sub(1);
             i.eager == 0 && i.runs == 0
         });
-        if last && cancelled && !self.submission.is_done() {
+        if !last || self.submission.is_done() {
+            return;
+        }
+        if cancelled {
             self.submission.cancel_token().cancel();
             self.runner.tasks.resume_suspended();
+            self.runner.tasks.release_held();
+        } else if self.streaming {
+            // Its last run ended (done or failed): nothing advances the
+            // window any more, so the rest completes in the background.
+            self.submission.advance(u32::MAX - 1);
         }
     }
 }
 
 impl Drop for Preparation {
+    /// Nobody holds the preparation any more (no handle, no run, not the
+    /// session's current one): what never started never will. Reads the
+    /// budget gate suspended hold the submission through their resume
+    /// handles, inside the runner the submission holds, so they are
+    /// resumed (into the cancelled submission) to break that cycle.
     fn drop(&mut self) {
-        // Reads the budget gate suspended hold the submission through their
-        // resume handles, inside the runner the submission holds.
+        if !self.submission.is_done() {
+            self.submission.cancel_token().cancel();
+        }
         self.runner.tasks.resume_suspended();
+        self.runner.tasks.release_held();
     }
 }
 
@@ -600,6 +615,11 @@ impl SessionInner {
                     }
                     return p.clone();
                 }
+                if p.submission.is_done() || p.submission.cancel_token().is_cancelled() {
+                    // Its prepacks that did not run never will; a handle
+                    // may keep it alive, but not its sources.
+                    p.runner.tasks.release_held();
+                }
             }
             let runner = Arc::new(PreparationRunner {
                 tasks: self.state.shared_session_tasks(),
@@ -935,17 +955,24 @@ impl RuntimeContext {
     /// allocates nothing for them), bound outputs moved into their inputs,
     /// and the bytes left charged to the I/O domain.
     fn finish_outputs(&mut self, state: &PreparedExecutionState) -> Result<(), Error> {
-        state.outputs_into(&self.invocation, &mut self.outputs);
-        self.apply_cache();
-        let bytes: u64 = self
-            .outputs
-            .iter()
-            .map(|(_, t)| t.dtype().byte_len(t.len() as u64).unwrap_or(u64::MAX))
-            .sum();
-        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+        // Charge first: refused, the context keeps its previous outputs and
+        // cache state, and the run fails.
+        let bytes = state.output_bytes(&self.invocation);
         match &mut self.io {
             Some(io) => io.resize(bytes)?,
             None => self.io = Some(state.budget().reserve(Domain::Io, bytes)?),
+        }
+        state.outputs_into(&self.invocation, &mut self.outputs);
+        self.apply_cache();
+        // Outputs moved into inputs are the caller's cache, not outputs.
+        let kept = self
+            .outputs
+            .iter()
+            .map(|(_, t)| t.dtype().byte_len(t.len() as u64).unwrap_or(u64::MAX))
+            .fold(0u64, u64::saturating_add);
+        if let Some(io) = &mut self.io {
+            let kept = usize::try_from(kept).unwrap_or(usize::MAX).min(io.bytes());
+            io.shrink(io.bytes() - kept);
         }
         Ok(())
     }

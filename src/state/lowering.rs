@@ -221,6 +221,23 @@ impl Lowered {
         out
     }
 
+    /// The bytes of the graph outputs `outputs_into` would write.
+    pub(crate) fn output_bytes<O: Objects + ?Sized>(&self, objects: &O) -> usize {
+        self.output_operands
+            .iter()
+            .map(|operand| {
+                let t = match *operand {
+                    Operand::Const(c) => Some(&*self.constants[c as usize]),
+                    Operand::Buffer(b) => Some(&self.buffers[b as usize]),
+                    Operand::Object(r) => objects.object(r).and_then(|o| o.as_source()),
+                    Operand::None => None,
+                };
+                t.and_then(|t| t.dtype().byte_len(t.len() as u64))
+                    .map_or(0, |b| usize::try_from(b).unwrap_or(usize::MAX))
+            })
+            .fold(0usize, usize::saturating_add)
+    }
+
     /// The graph outputs written into `out`, reusing its tensors: an
     /// output whose type and element count match the tensor already in its
     /// slot is copied into it without allocating.

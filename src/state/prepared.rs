@@ -514,6 +514,15 @@ impl PreparedExecutionState {
         lowered.outputs(self.plan.resolved(), &GuardObjects(self.store.read_guard()))
     }
 
+    /// The bytes of the invocation's last run's graph outputs.
+    pub fn output_bytes(&self, invocation: &InvocationState) -> usize {
+        let lowered = invocation
+            .lowered
+            .as_ref()
+            .expect("begin_run_ordered comes first");
+        lowered.output_bytes(&GuardObjects(self.store.read_guard()))
+    }
+
     /// The graph outputs of the invocation's last run written into `out`,
     /// reusing its tensors (no allocation when types and element counts
     /// match the previous run's).

@@ -44,10 +44,16 @@
 //!    consuming them will need. A read that does not fit suspends
 //!    ([`TaskContext::suspend`]) under the gate's lock; every session task
 //!    that ends (its bytes released before it takes the lock) resumes all
-//!    suspended reads, which check again. A read that finds no other session
-//!    task running and no source held starts anyway: nothing could release
-//!    bytes for it, so it runs and an impossible budget fails with the
-//!    arena's typed error instead of waiting forever.
+//!    suspended reads, which check again. A read starts anyway when waiting
+//!    could never end, so that an impossible budget fails with the arena's
+//!    typed error instead of hanging: when no other session task runs and
+//!    no share is held (nothing could release bytes), or when one of its
+//!    prepacks already holds a sibling read's share (that prepack cannot
+//!    run, and release it, before this read). Shares never wait for a
+//!    prepack that will not run: a failed read drops its consumers' shares
+//!    (and marks them, so a sibling's later share is dropped too), and the
+//!    session releases what a finished or cancelled preparation still
+//!    holds ([`SessionTasks::release_held`]).
 //!
 //! Why the skip in 1(b)–(c) is safe: deciding "no consumer" only saves the
 //! read; a prepack that finds its requirement absent after all falls back to
@@ -69,7 +75,7 @@ use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind, TaskSc
 use crate::scheduler::ResumeHandle;
 use crate::scheduler::{TaskContext, TaskFailure, TaskRunner};
 use crate::store::ClaimLoad;
-use crate::sync::{Lock, Pool};
+use crate::sync::{AtomicBool, Lock, Ordering, Pool};
 
 /// Runs the plan's session tasks one at a time by id; `Sync`, so a worker
 /// pool may call [`execute`](Self::execute) from any thread (see module
@@ -82,6 +88,9 @@ pub struct SessionTasks<'a> {
     /// the read task that delivered each. Capacity: the prepack's
     /// dependency count (0 for every other task).
     inbox: Box<[Pool<Share>]>,
+    /// Prepacks a failed read suppressed: they never run, so shares for
+    /// them are dropped, not held (protocol 1(g)).
+    dead: Box<[AtomicBool]>,
     /// Protocol 3; `None` under an unlimited budget. Shared by every
     /// runner of the state, so two preparations of one session never
     /// admit past each other.
@@ -175,8 +184,15 @@ impl SessionTasks<'_> {
             }
             _ => 0,
         };
+        // A prepack holding shares of this read's siblings cannot release
+        // them before this read ran: waiting for them would never end.
+        let sibling_waits = tasks.dependents.row(t).iter().any(|d| {
+            let d = d.0 as usize;
+            tasks.kind[d] == TaskKind::Prepack && !self.inbox[d].is_empty()
+        });
         gate.inner.with(|g| {
             if need == 0
+                || sibling_waits
                 || self.fits(gate, g.admitted + need, tasks.publishes[t])
                 || (g.running == 0 && g.held == 0)
             {
@@ -224,6 +240,25 @@ impl SessionTasks<'_> {
             <= global
     }
 
+    /// Drops every share still waiting in an inbox (prepacks of a finished
+    /// or cancelled preparation that will never run) and lets suspended
+    /// reads check again.
+    pub fn release_held(&self) {
+        for d in 0..self.inbox.len() {
+            self.drop_shares(d);
+        }
+    }
+
+    /// Drops prepack `d`'s shares (their bytes first), then tells the gate.
+    fn drop_shares(&self, d: usize) {
+        let n = self.inbox[d].drain().len();
+        if n > 0
+            && let Some(gate) = &self.gate
+        {
+            gate.held(-(n as isize));
+        }
+    }
+
     /// Resumes every read suspended by the budget gate (they check again;
     /// a cancelled submission ignores them). Breaks the cycle a suspended
     /// read's handle would otherwise keep between a dropped preparation
@@ -239,10 +274,7 @@ impl Drop for SessionTasks<'_> {
     /// Releases the shares still in the inboxes (prepacks that never ran)
     /// and lets suspended reads check again.
     fn drop(&mut self) {
-        let left: usize = self.inbox.iter().map(|i| i.drain().len()).sum();
-        if let Some(gate) = &self.gate {
-            gate.held(-(left as isize));
-        }
+        self.release_held();
     }
 }
 
@@ -322,6 +354,9 @@ impl PreparedExecutionState {
     /// A runner of this state's session tasks by id.
     pub fn session_tasks(&self) -> SessionTasks<'_> {
         SessionTasks {
+            dead: (0..self.plan().tasks().len())
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             inbox: inboxes(self),
             gate: self.gate.clone(),
             state: StateRef::Borrowed(self),
@@ -332,6 +367,9 @@ impl PreparedExecutionState {
     /// is a [`TaskRunner`] a [`crate::scheduler::WorkerPool`] can run.
     pub fn shared_session_tasks(self: &Arc<Self>) -> SessionTasks<'static> {
         SessionTasks {
+            dead: (0..self.plan().tasks().len())
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             inbox: inboxes(self),
             gate: self.gate.clone(),
             state: StateRef::Shared(self.clone()),
@@ -419,6 +457,9 @@ impl<'a> SessionTasks<'a> {
                 // for a producer that will never run.
                 let cause = format!("task `{}` failed: {e}", tasks.name[t]);
                 for d in consumers {
+                    // Suppressed with this read: siblings' shares go now.
+                    self.dead[d.0 as usize].store(true, Ordering::SeqCst);
+                    self.drop_shares(d.0 as usize);
                     if let Some(q) = tasks.publishes[d.0 as usize] {
                         state.record_failure(q, &cause);
                         let store = state.store();
@@ -441,11 +482,18 @@ impl<'a> SessionTasks<'a> {
             state.publish(claim, r, std::slice::from_ref(&held.tensor))?;
         }
         for d in consumers {
+            let d = d.0 as usize;
             // Full only when this read ran twice: the prepack has its share.
-            if self.inbox[d.0 as usize].put((task, held.clone())).is_ok()
+            if self.inbox[d].put((task, held.clone())).is_ok()
                 && let Some(gate) = &self.gate
             {
                 gate.held(1);
+            }
+            // A sibling read failed meanwhile: its drop may have run before
+            // this put (the flag is set before that drop, read after this
+            // put, both SeqCst), so drop again.
+            if self.dead[d].load(Ordering::SeqCst) {
+                self.drop_shares(d);
             }
         }
         Ok(())
