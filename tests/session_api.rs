@@ -521,6 +521,18 @@ fn gated_tiny_llm(
     (session, source, gate)
 }
 
+/// Whether `wait_idle` returns within `limit` (a watchdog thread, so a
+/// preparation that never ends fails the test instead of hanging it).
+fn idles_within(session: &Arc<RuntimeSession>, limit: std::time::Duration) -> bool {
+    let (done, idle) = std::sync::mpsc::channel();
+    let waiting = session.clone();
+    onnx_prepared::sync::thread::spawn(move || {
+        waiting.wait_idle();
+        let _ = done.send(());
+    });
+    idle.recv_timeout(limit).is_ok()
+}
+
 /// Weights whose read has started.
 fn reads_started(source: &FaultInjectingSource<FileSource>, session: &RuntimeSession) -> usize {
     let weights = session.state().plan().resolved().model().weights().len();
@@ -553,14 +565,10 @@ fn cancelling_the_only_run_cancels_its_preparation() {
     gate.open();
     // A cancelled preparation ends; one left running would wait for its
     // window forever.
-    let (done, idle) = std::sync::mpsc::channel();
-    let waiting = session.clone();
-    onnx_prepared::sync::thread::spawn(move || {
-        waiting.wait_idle();
-        let _ = done.send(());
-    });
-    idle.recv_timeout(Duration::from_secs(20))
-        .expect("the preparation ends once its only run was cancelled");
+    assert!(
+        idles_within(&session, Duration::from_secs(20)),
+        "the preparation ends once its only run was cancelled"
+    );
     let started = reads_started(&source, &session);
     assert!(started <= 2, "{started} reads started after the cancel");
     assert!(!session.state().all_resident());
@@ -737,14 +745,10 @@ fn wait_idle_returns_after_a_failed_streaming_run() {
         .wait()
         .unwrap_err();
     assert!(err.to_string().contains("embed.weight"), "{err}");
-    let (done, idle) = std::sync::mpsc::channel();
-    let waiting = session.clone();
-    onnx_prepared::sync::thread::spawn(move || {
-        waiting.wait_idle();
-        let _ = done.send(());
-    });
-    idle.recv_timeout(Duration::from_secs(20))
-        .expect("the failed run's preparation completes in the background");
+    assert!(
+        idles_within(&session, Duration::from_secs(20)),
+        "the failed run's preparation completes in the background"
+    );
     // Everything but the object the failed read makes is resident.
     let store = session.state().store();
     let missing = (0..store.len())
