@@ -320,6 +320,13 @@ impl Tensor {
         self.data.len()
     }
 
+    /// Bytes of the elements (saturating; a tensor that exists fits).
+    pub fn byte_len(&self) -> usize {
+        self.dtype()
+            .byte_len(self.len() as u64)
+            .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX))
+    }
+
     /// Whether there are no elements.
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()

@@ -559,8 +559,7 @@ impl SubmissionInner {
             if self.cancel_requested.load(Ordering::Acquire) {
                 // Claimed when it fired, but the run was cancelled before it
                 // started: the claimer owns its accounting (cancel step 2).
-                self.outcomes[task.0 as usize].store(code::CANCELLED, Ordering::Relaxed);
-                local.terminal += 1;
+                self.cancelled_claim(task, local);
                 return;
             }
         } else {
@@ -606,8 +605,7 @@ impl SubmissionInner {
                     return;
                 }
                 Settled::Cancelled => {
-                    self.outcomes[task.0 as usize].store(code::CANCELLED, Ordering::Relaxed);
-                    local.terminal += 1;
+                    self.cancelled_claim(task, local);
                     return;
                 }
                 Settled::Finished => {}
@@ -636,6 +634,13 @@ impl SubmissionInner {
         if release {
             self.release_held(pool);
         }
+    }
+
+    /// A claimed `task` that will not run because its submission was
+    /// cancelled: its claimer records it (claim step 1, cancel step 2).
+    fn cancelled_claim(&self, task: TaskId, local: &mut LocalWork) {
+        self.outcomes[task.0 as usize].store(code::CANCELLED, Ordering::Relaxed);
+        local.terminal += 1;
     }
 
     /// Runs claimed `task` through the runner (a panic becomes a failure);
@@ -735,8 +740,7 @@ impl SubmissionInner {
                 // Claimed ahead of a cancel's sweep (which may have taken
                 // its dependencies already): its claimer records it
                 // cancelled, as for a continuation (claim step 1).
-                self.outcomes[task.0 as usize].store(code::CANCELLED, Ordering::Relaxed);
-                local.terminal += 1;
+                self.cancelled_claim(task, local);
                 continue;
             }
             loop {
@@ -750,16 +754,12 @@ impl SubmissionInner {
                         Settled::RunAgain if self.cancel_requested.load(Ordering::Acquire) => {
                             // Resumed, but cancelled meanwhile: as a
                             // resumed entry would be (claim step 1).
-                            self.outcomes[task.0 as usize]
-                                .store(code::CANCELLED, Ordering::Relaxed);
-                            local.terminal += 1;
+                            self.cancelled_claim(task, local);
                             break;
                         }
                         Settled::RunAgain => continue,
                         Settled::Cancelled => {
-                            self.outcomes[task.0 as usize]
-                                .store(code::CANCELLED, Ordering::Relaxed);
-                            local.terminal += 1;
+                            self.cancelled_claim(task, local);
                             break;
                         }
                         Settled::Finished => {}

@@ -190,14 +190,25 @@ impl Preparation {
             return;
         }
         if cancelled {
-            self.submission.cancel_token().cancel();
-            self.runner.tasks.resume_suspended();
-            self.runner.tasks.release_held();
+            self.stop();
         } else if self.streaming {
             // Its last run ended (done or failed): nothing advances the
             // window any more, so the rest completes in the background.
             self.submission.advance(u32::MAX - 1);
         }
+    }
+}
+
+impl Preparation {
+    /// Cancels what has not started, resumes reads the budget gate
+    /// suspended (into the cancelled submission: they end) and drops the
+    /// sources waiting for prepacks that will not run.
+    fn stop(&self) {
+        if !self.submission.is_done() {
+            self.submission.cancel_token().cancel();
+        }
+        self.runner.tasks.resume_suspended();
+        self.runner.tasks.release_held();
     }
 }
 
@@ -208,11 +219,7 @@ impl Drop for Preparation {
     /// handles, inside the runner the submission holds, so they are
     /// resumed (into the cancelled submission) to break that cycle.
     fn drop(&mut self) {
-        if !self.submission.is_done() {
-            self.submission.cancel_token().cancel();
-        }
-        self.runner.tasks.resume_suspended();
-        self.runner.tasks.release_held();
+        self.stop();
     }
 }
 
@@ -968,11 +975,10 @@ impl RuntimeContext {
         let kept = self
             .outputs
             .iter()
-            .map(|(_, t)| t.dtype().byte_len(t.len() as u64).unwrap_or(u64::MAX))
-            .fold(0u64, u64::saturating_add);
+            .map(|(_, t)| t.byte_len())
+            .fold(0, usize::saturating_add);
         if let Some(io) = &mut self.io {
-            let kept = usize::try_from(kept).unwrap_or(usize::MAX).min(io.bytes());
-            io.shrink(io.bytes() - kept);
+            io.shrink(io.bytes() - kept.min(io.bytes()));
         }
         Ok(())
     }

@@ -159,8 +159,8 @@ impl Lowered {
     pub(crate) fn buffer_bytes(&self) -> usize {
         self.buffers
             .iter()
-            .map(|t| t.dtype().byte_len(t.len() as u64).unwrap_or(0) as usize)
-            .sum()
+            .map(Tensor::byte_len)
+            .fold(0, usize::saturating_add)
     }
 
     /// Number of actions.
@@ -232,8 +232,7 @@ impl Lowered {
                     Operand::Object(r) => objects.object(r).and_then(|o| o.as_source()),
                     Operand::None => None,
                 };
-                t.and_then(|t| t.dtype().byte_len(t.len() as u64))
-                    .map_or(0, |b| usize::try_from(b).unwrap_or(usize::MAX))
+                t.map_or(0, Tensor::byte_len)
             })
             .fold(0usize, usize::saturating_add)
     }

@@ -22,7 +22,7 @@ impl PreparedObject {
     /// Bytes held.
     pub fn byte_len(&self) -> usize {
         match self {
-            PreparedObject::Source(t) => t.dtype().byte_len(t.len() as u64).unwrap_or(0) as usize,
+            PreparedObject::Source(t) => t.byte_len(),
             PreparedObject::Packed(p) => p.byte_len(),
         }
     }
