@@ -199,6 +199,20 @@ pub trait Operator: Send + Sync + Debug {
     /// not a constant.
     fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError>;
 
+    /// Outputs computed from the input types and shapes alone, for operators
+    /// that never read input elements (Shape, Size). Lowering folds these
+    /// into constants even when their inputs are run-time values, so the
+    /// `Shape -> Gather -> Concat -> Reshape` chains exporters emit are
+    /// evaluated once per input-shape set. `None`: the operator reads
+    /// elements (the default).
+    fn fold_shapes(
+        &self,
+        inputs: &[Option<InputInfo<'_>>],
+    ) -> Option<Result<Vec<Tensor>, KernelError>> {
+        let _ = inputs;
+        None
+    }
+
     /// The packing this operator offers for these inputs on this CPU, when
     /// its weight inputs are constants. `None`: it takes every input as is.
     fn prepack(

@@ -16,8 +16,17 @@ pub fn operator(spec: &NodeSpec<'_>) -> Result<Box<dyn Operator>, KernelError> {
     if let Some(op) = ops::basic::lookup(&spec) {
         return op;
     }
-    if let Some(op) = ops::linalg::lookup(&spec) {
-        return op;
+    let families = [
+        ops::linalg::lookup,
+        ops::index::lookup,
+        ops::math::lookup,
+        ops::attention::lookup,
+        ops::quant::lookup,
+    ];
+    for lookup in families {
+        if let Some(op) = lookup(&spec) {
+            return op;
+        }
     }
     Err(KernelError::UnsupportedOp {
         domain: if domain.is_empty() {

@@ -52,6 +52,17 @@ impl ElementType {
         }
     }
 
+    /// The type a tensor of this element type holds in memory: 4-bit
+    /// values are unpacked one per byte (`I4` to `I8`, `U4` to `U8`) when
+    /// read, every other type is itself.
+    pub fn compute(self) -> Self {
+        match self {
+            Self::I4 => Self::I8,
+            Self::U4 => Self::U8,
+            t => t,
+        }
+    }
+
     /// The short lowercase name used in reports (`f32`, `u8`, `i4`, ...).
     pub fn name(self) -> &'static str {
         match self {
@@ -177,6 +188,27 @@ impl TensorData {
 
     /// Decodes little-endian bytes; `None` when the length is not a whole
     /// number of elements or the type is storage-only.
+    /// `elements` values of `dtype` stored as ONNX stores them: like
+    /// [`TensorData::from_le_bytes`], and 4-bit types (two per byte, low
+    /// nibble first) unpacked to one `I8` (sign-extended) or `U8` per value.
+    /// `None` when the byte count does not match.
+    pub fn decode(dtype: ElementType, bytes: &[u8], elements: usize) -> Option<Self> {
+        match dtype {
+            ElementType::I4 | ElementType::U4 => {
+                if bytes.len() != elements.div_ceil(2) {
+                    return None;
+                }
+                let nibble = |i: usize| (bytes[i / 2] >> ((i % 2) * 4)) & 0x0f;
+                Some(if dtype == ElementType::I4 {
+                    Self::I8((0..elements).map(|i| ((nibble(i) << 4) as i8) >> 4).collect())
+                } else {
+                    Self::U8((0..elements).map(nibble).collect())
+                })
+            }
+            _ => Self::from_le_bytes(dtype, bytes),
+        }
+    }
+
     pub fn from_le_bytes(dtype: ElementType, bytes: &[u8]) -> Option<Self> {
         fn decode<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Option<Vec<T>> {
             if !bytes.len().is_multiple_of(N) {

@@ -401,7 +401,7 @@ pub(crate) fn decode_embedded_tensor(
     let elements = onnx_prepared_kernels::element_count(&dims).ok_or_else(overflow)? as u64;
     let byte_len = element_type.byte_len(elements).ok_or_else(overflow)?;
     let bytes = embedded_bytes(name, element_type, elements, byte_len, tensor.clone())?;
-    let data = onnx_prepared_kernels::TensorData::from_le_bytes(element_type, &bytes)
+    let data = onnx_prepared_kernels::TensorData::decode(element_type, &bytes, elements as usize)
         .ok_or_else(unsupported)?;
     onnx_prepared_kernels::Tensor::new(dims, data).map_err(|_| overflow())
 }

@@ -204,7 +204,7 @@ impl<'a> ProbeView<'a> {
             Known::Value(_, dtype, shape) => Some(InputInfo::dynamic(*dtype, shape)),
             Known::Inline(i) => Some(InputInfo::known(&self.inline[i.0 as usize])),
             Known::Weight(w) => Some(InputInfo::unloaded(
-                self.weights[w.index()].element_type(),
+                self.weights[w.index()].element_type().compute(),
                 &self.weight_dims[w.index()],
             )),
         }
@@ -710,12 +710,13 @@ fn embedded_tensor(model: &Model, id: WeightId) -> Result<Tensor, Error> {
     let WeightSource::Embedded { bytes } = d.source() else {
         unreachable!("embedded checked by caller")
     };
-    let data = onnx_prepared_kernels::TensorData::from_le_bytes(d.element_type(), bytes)
+    let dims: Vec<usize> = d.dims().iter().map(|&x| x as usize).collect();
+    let elements = onnx_prepared_kernels::element_count(&dims).unwrap_or(usize::MAX);
+    let data = onnx_prepared_kernels::TensorData::decode(d.element_type(), bytes, elements)
         .ok_or_else(|| ResolveError::WeightType {
             weight: d.name().to_owned(),
             dtype: d.element_type(),
         })?;
-    let dims = d.dims().iter().map(|&x| x as usize).collect();
     Ok(
         Tensor::new(dims, data).map_err(|_| ResolveError::WeightType {
             weight: d.name().to_owned(),

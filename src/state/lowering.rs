@@ -445,17 +445,42 @@ pub(crate) fn lower(
                     Source::Prepared(r) => {
                         let w = source_of(r.0);
                         Some(InputInfo::unloaded(
-                            weights[w.index()].element_type(),
+                            weights[w.index()].element_type().compute(),
                             &weight_dims[w.index()],
                         ))
                     }
                     Source::Consumed(w) => Some(InputInfo::unloaded(
-                        weights[w.index()].element_type(),
+                        weights[w.index()].element_type().compute(),
                         &weight_dims[w.index()],
                     )),
                 })
             })
             .collect();
+        // Shape-only operators (Shape, Size) fold for this shape set even
+        // when their inputs are run-time values.
+        if infos.len() == node.inputs.len()
+            && infos.iter().zip(&node.inputs).all(|(i, op)| i.is_some() == op.is_some())
+            && let Some(folded) = node.op.fold_shapes(&infos)
+        {
+            let tensors = match folded {
+                Ok(t) if t.len() == node.outputs.len() => t,
+                Ok(t) => {
+                    return fail(
+                        &node.name,
+                        KernelError::Shape(format!(
+                            "{} outputs folded for {}",
+                            t.len(),
+                            node.outputs.len()
+                        )),
+                    );
+                }
+                Err(source) => return fail(&node.name, source),
+            };
+            for (id, t) in node.outputs.iter().zip(tensors) {
+                known[id.0 as usize] = Known::Const(Arc::new(t));
+            }
+            continue;
+        }
         let outs = match node.op.infer(&infos) {
             Ok(o) => o,
             Err(KernelError::NeedsConstant { input, .. }) => {

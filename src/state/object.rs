@@ -55,8 +55,9 @@ pub(crate) fn source_tensor(
         weight: d.name().to_owned(),
         dtype: d.element_type(),
     };
-    let data = TensorData::from_le_bytes(d.element_type(), bytes).ok_or_else(bad)?;
-    let dims = d.dims().iter().map(|&x| x as usize).collect();
+    let dims: Vec<usize> = d.dims().iter().map(|&x| x as usize).collect();
+    let elements = onnx_prepared_kernels::element_count(&dims).ok_or_else(bad)?;
+    let data = TensorData::decode(d.element_type(), bytes, elements).ok_or_else(bad)?;
     Ok(Tensor::new(dims, data).map_err(|_| bad())?)
 }
 

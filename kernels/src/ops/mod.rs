@@ -1,5 +1,16 @@
 //! The operators. Each family owns its lookup; each operator has a scalar
 //! reference path that is the oracle for its fast kernels.
+//!
+//! Families: `basic` (elementwise, normalization, data movement), `linalg`
+//! (Gemm, MatMul, MatMulNBits), `index` (shape and indexing: Shape, Range,
+//! Expand, Gather/Scatter forms, Where, Pad...), `math` (comparison, logic,
+//! unary math, reductions), `attention` (fused attention, rotary
+//! embeddings, skip normalizations, quantized gathers) and `quant`
+//! (DequantizeLinear and quantized MatMul patterns).
 
+pub mod attention;
 pub mod basic;
+pub mod index;
 pub mod linalg;
+pub mod math;
+pub mod quant;

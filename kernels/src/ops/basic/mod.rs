@@ -13,15 +13,15 @@
 
 #[macro_use]
 mod macros;
-mod broadcast;
+pub(crate) mod broadcast;
 mod cast;
-mod common;
+pub(crate) mod common;
 mod concat;
 mod constant;
 mod elementwise;
 mod gather;
 mod norm;
-mod real;
+pub(crate) mod real;
 mod shape;
 mod slice;
 mod softmax;

@@ -30,10 +30,10 @@
 //! nothing of tensors or ONNX.
 
 mod gemm;
-mod isa;
+pub(crate) mod isa;
 mod matmul;
 mod nbits;
-mod q4;
+pub(crate) mod q4;
 pub mod reference;
 mod sgemm;
 mod shape;

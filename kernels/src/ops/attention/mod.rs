@@ -1,0 +1,12 @@
+//! Transformer operators: fused attention (ONNX Attention, com.microsoft
+//! GroupQueryAttention), rotary embeddings, skip normalizations and
+//! GatherBlockQuantized.
+
+use crate::{KernelError, NodeSpec, Operator};
+
+/// The operator for `spec` if this family implements its op type (the
+/// domain is `""` for ai.onnx).
+pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelError>> {
+    let _ = spec;
+    None
+}
