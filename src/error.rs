@@ -95,6 +95,10 @@ pub enum ResolveError {
         /// Its ONNX type name.
         dtype: String,
     },
+    /// The model uses operators without a kernel: every one is listed, with
+    /// how many nodes use it.
+    #[error("{}", unsupported_message(.0))]
+    UnsupportedOperators(Vec<UnsupportedOperator>),
     /// A weight's element type has no compute representation (4-bit types
     /// are only read by kernels that consume them packed).
     #[error("weight `{weight}` has element type {dtype}, which no kernel reads directly")]
@@ -104,6 +108,49 @@ pub enum ResolveError {
         /// Its type.
         dtype: ElementType,
     },
+}
+
+/// One operator without a kernel, as [`ResolveError::UnsupportedOperators`]
+/// lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsupportedOperator {
+    /// Domain (`ai.onnx` for the default domain).
+    pub domain: String,
+    /// Operator type.
+    pub op_type: String,
+    /// The opset version the model imports for the domain.
+    pub opset: i64,
+    /// Nodes that use it.
+    pub nodes: usize,
+    /// The first such node.
+    pub first_node: String,
+}
+
+fn unsupported_message(ops: &[UnsupportedOperator]) -> String {
+    let nodes: usize = ops.iter().map(|o| o.nodes).sum();
+    let list: Vec<String> = ops
+        .iter()
+        .map(|o| {
+            format!(
+                "{}::{} (opset {}): {} node{}, first `{}`",
+                o.domain,
+                o.op_type,
+                o.opset,
+                o.nodes,
+                if o.nodes == 1 { "" } else { "s" },
+                o.first_node
+            )
+        })
+        .collect();
+    format!(
+        "{} operator{} used by {} node{} {} not supported: {}",
+        ops.len(),
+        if ops.len() == 1 { "" } else { "s" },
+        nodes,
+        if nodes == 1 { "" } else { "s" },
+        if ops.len() == 1 { "is" } else { "are" },
+        list.join("; ")
+    )
 }
 
 /// A run was given bad inputs, or a kernel failed while running.

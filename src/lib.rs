@@ -26,6 +26,7 @@
 //! ```
 
 pub mod arena;
+pub mod decoder;
 pub mod error;
 pub mod limits;
 pub mod model;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
+use onnx_prepared::decoder::{self, Lengths};
 use onnx_prepared::model::Model;
 use onnx_prepared::model::inspect::InspectReport;
 use onnx_prepared::model::{ResolveOptions, ResolvedModel};
@@ -13,8 +14,7 @@ use onnx_prepared::npz;
 use onnx_prepared::plan::{PlanDump, PreparedExecutionPlan};
 use onnx_prepared::session::report::{BenchRun, run_modes};
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions, Trace};
-use onnx_prepared::state::{Dim, GraphInput};
-use onnx_prepared_kernels::{CpuFeatures, Tensor, TensorData};
+use onnx_prepared_kernels::{CpuFeatures, Tensor};
 
 #[derive(Parser)]
 #[command(
@@ -73,6 +73,9 @@ enum Command {
         /// Write the session's Chrome trace (reads, prepacks, steps) to this file.
         #[arg(long)]
         trace: Option<PathBuf>,
+        /// How the outputs are made: `eager` (prepare, then run), `streaming` (a cold run, weights loading behind it) or `hot` (the second run of a prepared session).
+        #[arg(long, value_enum, default_value_t = RunMode::Eager)]
+        mode: RunMode,
     },
     /// Measure the four ways to a first output (eager, streaming, prepared, hot), each in a fresh session.
     Bench {
@@ -94,6 +97,23 @@ enum Command {
         #[arg(long)]
         trace: Option<PathBuf>,
     },
+    /// Greedy decoding for a decoder model with a past/present KV cache: prints the new token ids, time to first token and tokens/s.
+    Generate {
+        /// The `.onnx` file.
+        model: PathBuf,
+        /// The prompt's token ids, comma-separated (e.g. `1,2,3`).
+        #[arg(long, value_delimiter = ',', required = true, num_args = 1..)]
+        prompt_ids: Vec<i64>,
+        /// How many tokens to generate.
+        #[arg(long, default_value_t = 16)]
+        max_new_tokens: usize,
+        /// CPU threads for the kernels.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        threads: u16,
+        /// Print `{"tokens": [...], "time_to_first_token_s": ..., "tokens_per_s": ...}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Generate the fixture models if missing, measure tiny-llm's four modes, show the streaming timeline and decode a few tokens.
     Demo {
         /// Where the fixtures live (default: target/fixtures).
@@ -110,6 +130,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect { model, json } => inspect(model, json),
         Command::Demo { fixtures, trace } => demo(fixtures, trace),
+        Command::Generate {
+            model,
+            prompt_ids,
+            max_new_tokens,
+            threads,
+            json,
+        } => generate(&model, &prompt_ids, max_new_tokens, threads.into(), json),
         Command::Bench {
             model,
             json,
@@ -139,6 +166,7 @@ fn main() -> ExitCode {
             repeat,
             portable,
             trace,
+            mode,
         } => run(RunArgs {
             model,
             inputs,
@@ -148,6 +176,7 @@ fn main() -> ExitCode {
             repeat,
             portable,
             trace,
+            mode,
         }),
     };
     match result {
@@ -169,6 +198,17 @@ fn parse_dim(s: &str) -> Result<(String, usize), String> {
     Ok((name.to_owned(), value))
 }
 
+/// How `run` makes the outputs it writes.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum RunMode {
+    /// Prepare every weight, then run.
+    Eager,
+    /// Run a cold session: the run starts while the weights load.
+    Streaming,
+    /// Prepare, run once, and write the second (hot-path) run's outputs.
+    Hot,
+}
+
 struct RunArgs {
     model: PathBuf,
     inputs: Option<PathBuf>,
@@ -178,86 +218,22 @@ struct RunArgs {
     repeat: usize,
     portable: bool,
     trace: Option<PathBuf>,
+    mode: RunMode,
 }
 
 fn all_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// The size of symbolic dim `name` for generated inputs: given with
-/// `--dim`, else `defaults`, else 1; `total` (a key length) defaults to
-/// `P + T`.
-fn dim_size(name: &str, given: &[(String, usize)], defaults: &[(&str, usize)]) -> usize {
-    if let Some((_, v)) = given.iter().find(|(n, _)| n == name) {
-        return *v;
-    }
-    if name == "total" {
-        return dim_size("P", given, defaults) + dim_size("T", given, defaults);
-    }
-    defaults
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map_or(1, |(_, v)| *v)
-}
-
-/// Deterministic inputs of the declared types: an input named `attn_bias`
-/// is the additive causal mask over its last two dims `[T, P + T]` (0 where
-/// the key position is at most the query's `P + i`, -10000 elsewhere);
-/// other floats are in [-1, 1); integer inputs named `*ids*` are token ids
-/// in [0, 8192), other integers in [0, 10); booleans alternate.
+/// Generated inputs for a model's declared inputs: sizes by role
+/// (`onnx_prepared::decoder`), `--dim` names checked against the model's.
 fn generated_inputs(
-    inputs: &[GraphInput],
+    resolved: &ResolvedModel,
     dims: &[(String, usize)],
-    defaults: &[(&str, usize)],
+    defaults: Lengths,
 ) -> Result<Vec<(String, Tensor)>, Box<dyn std::error::Error>> {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
-    let mut out = Vec::new();
-    for input in inputs {
-        let shape: Vec<usize> = input
-            .dims
-            .iter()
-            .flatten()
-            .map(|d| match d {
-                Dim::Fixed(n) => *n,
-                Dim::Symbolic(p) => dim_size(p, dims, defaults),
-                Dim::Unknown => 1,
-            })
-            .collect();
-        let ids = input.name.contains("ids");
-        let mut t = Tensor::zeros(input.dtype, shape.clone())?;
-        match t.data_mut() {
-            TensorData::F32(v) if input.name == "attn_bias" && shape.len() >= 2 => {
-                let keys = shape[shape.len() - 1];
-                let queries = shape[shape.len() - 2];
-                let past = keys.saturating_sub(queries);
-                for (k, x) in v.iter_mut().enumerate() {
-                    let (i, j) = ((k / keys.max(1)) % queries.max(1), k % keys.max(1));
-                    *x = if j <= past + i { 0.0 } else { -10000.0 };
-                }
-            }
-            TensorData::F32(v) => v
-                .iter_mut()
-                .for_each(|x| *x = (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0),
-            TensorData::F64(v) => v
-                .iter_mut()
-                .for_each(|x| *x = (next() >> 11) as f64 / (1u64 << 52) as f64 - 1.0),
-            TensorData::I64(v) if ids => v.iter_mut().for_each(|x| *x = (next() % 8192) as i64),
-            TensorData::I64(v) => v.iter_mut().for_each(|x| *x = (next() % 10) as i64),
-            TensorData::I32(v) if ids => v.iter_mut().for_each(|x| *x = (next() % 8192) as i32),
-            TensorData::I32(v) => v.iter_mut().for_each(|x| *x = (next() % 10) as i32),
-            TensorData::Bool(v) => v.iter_mut().enumerate().for_each(|(i, x)| *x = i % 2 == 0),
-            _ => {}
-        }
-        out.push((input.name.clone(), t));
-    }
-    Ok(out)
+    let (len, others) = decoder::lengths_from_dims(resolved.inputs(), dims, defaults)?;
+    Ok(decoder::generated_inputs(resolved, len, &others)?)
 }
 
 fn write_trace(path: &Path, trace: &Trace) -> Result<(), Box<dyn std::error::Error>> {
@@ -295,11 +271,13 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
             ..SessionOptions::default()
         },
     )?;
-    session.prepare()?;
+    if args.mode != RunMode::Streaming {
+        session.prepare()?;
+    }
     let load = start.elapsed();
     let inputs = match &args.inputs {
         Some(path) => npz::read_npz(path)?,
-        None => generated_inputs(session.state().plan().resolved().inputs(), &args.dims, &[])?,
+        None => generated_inputs(session.state().plan().resolved(), &args.dims, RUN_DIMS)?,
     };
     let mut ctx = RuntimeContext::new(&session);
     for (name, value) in inputs {
@@ -308,6 +286,9 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     let first = Instant::now();
     let mut ctx = session.run(ctx)?;
     let first = first.elapsed();
+    if args.mode == RunMode::Hot {
+        ctx = session.run(ctx)?;
+    }
     let outputs = ctx.take_outputs();
     let mut times = Vec::with_capacity(args.repeat);
     for _ in 0..args.repeat {
@@ -343,6 +324,47 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// `generate`: a streaming session (the prompt's run starts while the
+/// weights load), then greedy decoding on the hot path.
+fn generate(
+    path: &Path,
+    prompt: &[i64],
+    max_new_tokens: usize,
+    threads: usize,
+    json: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let model = Model::open(path)?;
+    let resolved = ResolvedModel::resolve(model, &ResolveOptions::default())?;
+    let session = RuntimeSession::new(
+        PreparedExecutionPlan::build(resolved)?,
+        SessionOptions {
+            cpu_threads: threads.saturating_sub(1).max(1),
+            intra_op_threads: Some(threads),
+            ..SessionOptions::default()
+        },
+    )?;
+    let out = decoder::generate(&session, prompt, max_new_tokens)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "tokens": out.tokens,
+                "time_to_first_token_s": out.time_to_first_token.as_secs_f64(),
+                "tokens_per_s": out.tokens_per_s(),
+            })
+        );
+    } else {
+        let ids: Vec<String> = out.tokens.iter().map(i64::to_string).collect();
+        println!("{}", ids.join(","));
+        eprintln!(
+            "time to first token {:.2?}, {:.1} tokens/s after it",
+            out.time_to_first_token,
+            out.tokens_per_s()
+        );
+    }
+    Ok(())
+}
+
 struct BenchArgs {
     model: PathBuf,
     json: bool,
@@ -352,9 +374,19 @@ struct BenchArgs {
     trace: Option<PathBuf>,
 }
 
-/// Symbolic dims of generated bench inputs: a 128-token prefill with no
-/// past.
-const BENCH_DIMS: [(&str, usize); 2] = [("T", 128), ("P", 0)];
+/// Generated bench inputs: a 128-token prefill with no past.
+const BENCH_DIMS: Lengths = Lengths {
+    batch: 1,
+    tokens: 128,
+    past: 0,
+};
+
+/// Generated run inputs: one new token after one past token.
+const RUN_DIMS: Lengths = Lengths {
+    batch: 1,
+    tokens: 1,
+    past: 1,
+};
 
 /// The four modes on `model` with inputs from `inputs` or generated.
 fn bench_modes(
@@ -368,7 +400,7 @@ fn bench_modes(
         Some(path) => npz::read_npz(path)?,
         None => {
             let resolved = ResolvedModel::resolve(model.clone(), &ResolveOptions::default())?;
-            generated_inputs(resolved.inputs(), dims, &BENCH_DIMS)?
+            generated_inputs(&resolved, dims, BENCH_DIMS)?
         }
     };
     let options = SessionOptions {
@@ -476,7 +508,7 @@ fn demo(dir: Option<PathBuf>, trace: Option<PathBuf>) -> Result<(), Box<dyn std:
     let run = bench_modes(&dir.join("tiny-llm.onnx"), threads, None, &[])?;
     println!(
         "\ntiny-llm, prefill T={} P=0, {threads} threads: {WARM_CACHE_NOTE}\n",
-        BENCH_DIMS[0].1
+        BENCH_DIMS.tokens
     );
     print!("{}", run.report.table());
     println!("\nstreaming mode: I/O, prepacks and inference overlap\n");
@@ -507,7 +539,7 @@ fn decode_tiny_llm(run: BenchRun) -> Result<(), Box<dyn std::error::Error>> {
             .max_by(|a, b| a.1.total_cmp(b.1))
             .map_or(0, |(i, _)| i as i64))
     };
-    let prompt = BENCH_DIMS[0].1;
+    let prompt = BENCH_DIMS.tokens;
     let outputs = ctx.take_outputs();
     let mut next = greedy(&outputs)?;
     println!("\ngreedy decode on the hot session (presents fed back as pasts):");

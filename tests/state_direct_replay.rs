@@ -9,7 +9,7 @@ use onnx_prepared::error::{ResolveError, RunError};
 use onnx_prepared::model::{FileSource, Model};
 use onnx_prepared::state::{DirectReplay, DirectReplayOptions};
 use onnx_prepared::{Error, ErrorKind};
-use onnx_prepared_kernels::{CpuFeatures, KernelError, Tensor};
+use onnx_prepared_kernels::{CpuFeatures, Tensor};
 
 /// Counts allocations made by the current thread (other test threads do not
 /// disturb the count).
@@ -179,7 +179,7 @@ fn threads_do_not_change_results() {
 }
 
 #[test]
-fn unsupported_operator_names_the_node() {
+fn unsupported_operators_are_listed_together() {
     use onnx_prepared::model::proto::{
         GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TypeProto, ValueInfoProto,
         type_proto,
@@ -195,20 +195,30 @@ fn unsupported_operator_names_the_node() {
         }),
         ..Default::default()
     };
+    let node = |name: &str, domain: &str, op: &str, input: &str, output: &str| NodeProto {
+        name: Some(name.into()),
+        domain: Some(domain.into()),
+        op_type: Some(op.into()),
+        input: vec![input.into()],
+        output: vec![output.into()],
+        ..Default::default()
+    };
+    let opset = |domain: &str, version| OperatorSetIdProto {
+        domain: Some(domain.into()),
+        version: Some(version),
+    };
+    // Two DFT nodes, a supported Neg between them, and a
+    // custom-domain operator: every unsupported one is reported, with counts.
     let model = ModelProto {
         ir_version: Some(11),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(23),
-        }],
+        opset_import: vec![opset("", 23), opset("com.example", 1)],
         graph: Some(GraphProto {
-            node: vec![NodeProto {
-                name: Some("fft0".into()),
-                op_type: Some("DFT".into()),
-                input: vec!["x".into()],
-                output: vec!["y".into()],
-                ..Default::default()
-            }],
+            node: vec![
+                node("fft0", "", "DFT", "x", "a"),
+                node("neg", "", "Neg", "a", "b"),
+                node("fft1", "", "DFT", "b", "c"),
+                node("custom", "com.example", "Frobnicate", "c", "y"),
+            ],
             input: vec![value("x")],
             output: vec![value("y")],
             ..Default::default()
@@ -221,8 +231,35 @@ fn unsupported_operator_names_the_node() {
     let model = Model::open(&path).unwrap();
     let source = FileSource::open(&model).unwrap();
     let err = DirectReplay::new(&model, &source, DirectReplayOptions::default()).unwrap_err();
+    let Error::Resolve(ResolveError::UnsupportedOperators(ops)) = &err else {
+        panic!("expected UnsupportedOperators, got {err}");
+    };
+    let listed: Vec<(&str, &str, i64, usize, &str)> = ops
+        .iter()
+        .map(|o| {
+            (
+                o.domain.as_str(),
+                o.op_type.as_str(),
+                o.opset,
+                o.nodes,
+                o.first_node.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("ai.onnx", "DFT", 23, 2, "fft0"),
+            ("com.example", "Frobnicate", 1, 1, "custom")
+        ]
+    );
+    let message = err.to_string();
     assert!(
-        matches!(&err, Error::Resolve(ResolveError::Kernel { node, source: KernelError::UnsupportedOp { .. } }) if node == "fft0"),
-        "{err}"
+        message.contains("ai.onnx::DFT (opset 23): 2 nodes"),
+        "{message}"
+    );
+    assert!(
+        message.contains("com.example::Frobnicate (opset 1): 1 node"),
+        "{message}"
     );
 }

@@ -8,14 +8,14 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use onnx_prepared_kernels::{
-    CpuFeatures, ElementType, InputInfo, NodeSpec, Operator, OutputInfo, Prepack, Sequential,
-    Tensor, registry,
+    CpuFeatures, ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, Prepack,
+    Sequential, Tensor, registry,
 };
 use sha2::{Digest, Sha256};
 
 use super::{Model, NodeAttributes, WeightId, WeightSource};
 use crate::Error;
-use crate::error::ResolveError;
+use crate::error::{ResolveError, UnsupportedOperator};
 use crate::state::{Dim, GraphInput};
 
 /// Index of a value (graph input or node output) of a [`ResolvedModel`].
@@ -195,12 +195,25 @@ struct ProbeView<'a> {
     weights: &'a [super::WeightDescriptor],
     weight_dims: &'a [Vec<usize>],
     unprobed: &'a HashSet<ValueId>,
+    /// Values known for the probe shapes only (a `Shape` of a graph input
+    /// and what is computed from it): shown to kernels so that shape
+    /// inference reaches past `Reshape`, never folded.
+    probe_values: &'a HashMap<ValueId, Arc<Tensor>>,
 }
 
 impl<'a> ProbeView<'a> {
     fn info(&self, k: &'a Known) -> Option<InputInfo<'a>> {
         match k {
             Known::Value(id, ..) if self.unprobed.contains(id) => None,
+            Known::Value(id, ..) if self.probe_values.contains_key(id) => {
+                let t = &self.probe_values[id];
+                Some(InputInfo {
+                    dtype: t.dtype(),
+                    shape: t.shape(),
+                    value: Some(t),
+                    constant: false,
+                })
+            }
             Known::Value(_, dtype, shape) => Some(InputInfo::dynamic(*dtype, shape)),
             Known::Inline(i) => Some(InputInfo::known(&self.inline[i.0 as usize])),
             Known::Weight(w) => Some(InputInfo::unloaded(
@@ -262,6 +275,7 @@ impl ResolvedModel {
         let mut known: HashMap<String, Known> = HashMap::new();
         // Values whose type and shape the probe could not infer.
         let mut unprobed: HashSet<ValueId> = HashSet::new();
+        let mut probe_values: HashMap<ValueId, Arc<Tensor>> = HashMap::new();
         let weight_dims: Vec<Vec<usize>> = model
             .weights()
             .iter()
@@ -320,6 +334,7 @@ impl ResolvedModel {
             probe_outputs: Vec<OutputInfo>,
         }
         let mut pending: Vec<Pending> = Vec::new();
+        let mut unsupported: Vec<UnsupportedOperator> = Vec::new();
         for (index, node) in graph.node.iter().enumerate() {
             let op_type = node.op_type.as_deref().unwrap_or_default();
             let name = node
@@ -343,10 +358,48 @@ impl ResolvedModel {
                 inputs: node.input.len(),
                 outputs: node.output.len(),
             };
-            let op = registry::operator(&spec).map_err(|source| ResolveError::Kernel {
-                node: name.clone(),
-                source,
-            })?;
+            let op = match registry::operator(&spec) {
+                Ok(op) => op,
+                Err(KernelError::UnsupportedOp {
+                    domain,
+                    op_type,
+                    opset,
+                }) => {
+                    // Keep going: one error lists every operator without a
+                    // kernel. The node's outputs stay unprobed.
+                    match unsupported.iter_mut().find(|u: &&mut UnsupportedOperator| {
+                        u.domain == domain && u.op_type == op_type
+                    }) {
+                        Some(u) => u.nodes += 1,
+                        None => unsupported.push(UnsupportedOperator {
+                            domain,
+                            op_type,
+                            opset,
+                            nodes: 1,
+                            first_node: name.clone(),
+                        }),
+                    }
+                    for out in &node.output {
+                        if !out.is_empty() && !known.contains_key(out) {
+                            let id = new_value(out.clone(), &mut value_names);
+                            ids.insert(out.clone(), id);
+                            unprobed.insert(id);
+                            known.insert(
+                                out.clone(),
+                                Known::Value(id, ElementType::F32, Vec::new()),
+                            );
+                        }
+                    }
+                    continue;
+                }
+                Err(source) => {
+                    return Err(ResolveError::Kernel {
+                        node: name.clone(),
+                        source,
+                    }
+                    .into());
+                }
+            };
             let mut node_inputs = Vec::with_capacity(node.input.len());
             for input in &node.input {
                 if input.is_empty() {
@@ -367,6 +420,7 @@ impl ResolvedModel {
                 weights: model.weights(),
                 weight_dims: &weight_dims,
                 unprobed: &unprobed,
+                probe_values: &probe_values,
             };
             let infos: Vec<Option<InputInfo<'_>>> = node_inputs
                 .iter()
@@ -423,6 +477,12 @@ impl ResolvedModel {
                 }
                 continue;
             }
+            let probe_out =
+                probe_evaluate(&*op, &infos, outs.as_deref(), &node_inputs, |k| match k {
+                    Known::Inline(i) => Some(&*inline[i.0 as usize]),
+                    Known::Value(id, ..) => probe_values.get(id).map(|t| &**t),
+                    Known::Weight(_) => None,
+                });
             let mut outputs = Vec::with_capacity(node.output.len());
             for (i, out) in node.output.iter().enumerate() {
                 let info = outs.as_ref().and_then(|o| o.get(i));
@@ -450,6 +510,11 @@ impl ResolvedModel {
                 known.insert(label, Known::Value(id, dtype, shape));
                 outputs.push(id);
             }
+            if let Some(values) = probe_out {
+                for (id, t) in outputs.iter().zip(values) {
+                    probe_values.insert(*id, Arc::new(t));
+                }
+            }
             pending.push(Pending {
                 scope: scope_of(&name),
                 name,
@@ -458,6 +523,10 @@ impl ResolvedModel {
                 outputs,
                 probe_outputs: outs.unwrap_or_default(),
             });
+        }
+
+        if !unsupported.is_empty() {
+            return Err(ResolveError::UnsupportedOperators(unsupported).into());
         }
 
         // Graph outputs and liveness.
@@ -521,6 +590,7 @@ impl ResolvedModel {
                 weights: model.weights(),
                 weight_dims: &weight_dims,
                 unprobed: &unprobed,
+                probe_values: &probe_values,
             };
             let infos: Vec<Option<InputInfo<'_>>> = p
                 .inputs
@@ -697,6 +767,59 @@ impl ResolvedModel {
 }
 
 /// The scope of a node name: the name without its last `.`/`/` component.
+/// Most elements a probe value may hold: probe values are shapes, indices
+/// and the small tensors computed from them, never activations.
+const MAX_PROBE_ELEMENTS: usize = 1 << 12;
+
+/// Outputs of a node for the probe shapes, when they are cheap to know: a
+/// shape-only operator, or a small node whose inputs are all inline
+/// constants or probe values (at least one of them a probe value).
+fn probe_evaluate<'k>(
+    op: &dyn Operator,
+    infos: &[Option<InputInfo<'_>>],
+    outs: Option<&[OutputInfo]>,
+    inputs: &'k [Option<Known>],
+    value: impl Fn(&'k Known) -> Option<&'k Tensor>,
+) -> Option<Vec<Tensor>> {
+    if infos
+        .iter()
+        .zip(inputs)
+        .all(|(i, k)| i.is_some() == k.is_some())
+        && let Some(Ok(values)) = op.fold_shapes(infos)
+    {
+        return Some(values);
+    }
+    let outs = outs?;
+    let small = outs
+        .iter()
+        .try_fold(0usize, |n, o| {
+            n.checked_add(onnx_prepared_kernels::element_count(&o.shape)?)
+        })
+        .is_some_and(|n| n <= MAX_PROBE_ELEMENTS);
+    let probe_input = inputs
+        .iter()
+        .flatten()
+        .any(|k| matches!(k, Known::Value(..)));
+    if !small || !probe_input {
+        return None;
+    }
+    let mut ins = Vec::with_capacity(inputs.len());
+    for k in inputs {
+        ins.push(match k {
+            None => None,
+            Some(k) => Some(value(k)?),
+        });
+    }
+    let mut tensors = Vec::with_capacity(outs.len());
+    for o in outs {
+        tensors.push(Tensor::zeros(o.dtype, o.shape.clone()).ok()?);
+    }
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        op.execute(&ins, None, &mut tensors, &Sequential)
+    }));
+    matches!(ran, Ok(Ok(()))).then_some(tensors)
+}
+
 /// A node whose name has no separator is its own scope.
 pub fn scope_of(name: &str) -> String {
     match name.rfind(['.', '/']) {

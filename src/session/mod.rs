@@ -904,9 +904,12 @@ impl RuntimeContext {
         Ok(())
     }
 
-    /// Binds every output named `present…` to the input named `past…` with
-    /// the same suffix (`present_key_0` → `past_key_0`); returns how many
-    /// pairs it bound.
+    /// Binds every KV-cache output to the input it becomes on the next
+    /// step, whatever the exporter's convention: `present_key_0` →
+    /// `past_key_0` (same suffix), `present.0.key` →
+    /// `past_key_values.0.key` (same layer and kind; torch, optimum and the
+    /// ONNX Runtime GenAI builder); returns how many pairs it bound. See
+    /// [`crate::decoder::kv_cache_pairs`].
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -942,19 +945,17 @@ impl RuntimeContext {
     /// # Ok(()) }
     /// ```
     pub fn bind_kv_cache(&mut self) -> usize {
-        let pairs: Vec<(String, String)> = self
-            .declared_outputs
-            .iter()
-            .filter_map(|o| {
-                let input = format!("past{}", o.strip_prefix("present")?);
-                self.declared.contains(&input).then(|| (o.clone(), input))
-            })
-            .collect();
+        let pairs = crate::decoder::kv_cache_pairs(&self.declared, &self.declared_outputs);
         for (o, i) in &pairs {
             self.cache.retain(|(_, bound)| bound != i);
             self.cache.push((o.clone(), i.clone()));
         }
         pairs.len()
+    }
+
+    /// The cache bindings, as (output, input) pairs.
+    pub fn cache_bindings(&self) -> &[(String, String)] {
+        &self.cache
     }
 
     /// Run end: the outputs written into the context's output tensors

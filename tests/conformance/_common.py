@@ -105,6 +105,7 @@ def run_cli(
     portable: bool = False,
     repeat: int | None = None,
     timeout: float = 600.0,
+    mode: str | None = None,
 ) -> str:
     """Runs `onnx-prepared run`; returns its stdout; raises RunFailed."""
     cmd = bin_command(binary) + ["run", str(model)]
@@ -118,6 +119,8 @@ def run_cli(
         cmd += ["--repeat", str(repeat)]
     if portable:
         cmd.append("--portable")
+    if mode is not None:
+        cmd += ["--mode", mode]
     env = dict(os.environ)
     env.setdefault("RUST_BACKTRACE", "1")
     try:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The conformance checks CI runs: ONNX Runtime parity on the fixtures, and the
+# The conformance checks CI runs: ONNX Runtime parity on the fixtures and on
+# the committed real models (tests/models/real), and the
 # ONNX backend node tests (SIMD kernels, then --portable scalar kernels).
 # Builds nothing: pass the built binary and the make-fixtures output dir.
 #
@@ -49,6 +50,7 @@ run() {
 }
 
 run "parity" "$here/parity.py" --bin "$bin" --fixtures "$fixtures"
+run "real models" "$here/real_models.py" --bin "$bin"
 run "node tests" "$here/node_tests.py" --bin "$bin"
 run "node tests (portable)" "$here/node_tests.py" --bin "$bin" --portable
 

@@ -1,0 +1,149 @@
+//! Greedy decoding for any decoder model with a past/present KV cache.
+
+use std::time::{Duration, Instant};
+
+use onnx_prepared_kernels::TensorData;
+
+use super::{InputRole, Lengths, Rng, input_role, input_tensor, vocab_size};
+use crate::Error;
+use crate::error::RunError;
+use crate::session::{RuntimeContext, RuntimeSession};
+
+/// The result of [`generate`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// The new tokens, in order.
+    pub tokens: Vec<i64>,
+    /// From the call to the first new token (the prompt's run, with the
+    /// model's loading when the session was cold).
+    pub time_to_first_token: Duration,
+    /// The decode steps after the first token.
+    pub decode_time: Duration,
+}
+
+impl Generation {
+    /// New tokens per second over the decode steps after the first token
+    /// (0 when there were none).
+    pub fn tokens_per_s(&self) -> f64 {
+        let steps = self.tokens.len().saturating_sub(1);
+        if steps == 0 || self.decode_time.is_zero() {
+            return 0.0;
+        }
+        steps as f64 / self.decode_time.as_secs_f64()
+    }
+}
+
+fn unsupported(what: String) -> Error {
+    RunError::Unsupported { what }.into()
+}
+
+/// Decodes `max_new_tokens` tokens greedily after `prompt` (batch 1): the
+/// prompt runs as one prefill, then one token per run with the presents
+/// moved into the pasts ([`RuntimeContext::bind_kv_cache`]) and the mask,
+/// positions, `seqlens_k` and `total_sequence_length` grown each step.
+///
+/// # Errors
+/// An empty prompt, a model without a logits output or whose past inputs
+/// have no matching present outputs, and any run error.
+pub fn generate(
+    session: &RuntimeSession,
+    prompt: &[i64],
+    max_new_tokens: usize,
+) -> Result<Generation, Error> {
+    if prompt.is_empty() {
+        return Err(unsupported("generating from an empty prompt".into()));
+    }
+    let resolved = session.state().plan().resolved().clone();
+    let inputs = resolved.inputs();
+    if !inputs
+        .iter()
+        .any(|i| input_role(&i.name) == InputRole::TokenIds)
+    {
+        return Err(unsupported(
+            "generating with a model that has no token-ids input (`input_ids`)".into(),
+        ));
+    }
+    let outputs: Vec<&str> = resolved.outputs().iter().map(|(n, _)| n.as_str()).collect();
+    let logits = outputs
+        .iter()
+        .find(|n| n.contains("logits"))
+        .or(outputs.first())
+        .map(|n| (*n).to_owned())
+        .ok_or_else(|| unsupported("generating with a model that has no outputs".into()))?;
+    let vocab = vocab_size(&resolved).unwrap_or(usize::MAX);
+
+    let mut ctx = RuntimeContext::new(session);
+    ctx.bind_kv_cache();
+    let pasts: Vec<&str> = inputs
+        .iter()
+        .filter(|i| input_role(&i.name) == InputRole::PastKv)
+        .map(|i| i.name.as_str())
+        .collect();
+    for p in &pasts {
+        if !ctx.cache_bindings().iter().any(|(_, i)| i == p) {
+            return Err(unsupported(format!(
+                "generating: past input `{p}` has no matching present output"
+            )));
+        }
+    }
+
+    let start = Instant::now();
+    let mut rng = Rng::default();
+    let mut tokens = Vec::with_capacity(max_new_tokens);
+    let mut ids: Vec<i64> = prompt.to_vec();
+    let mut past = 0usize;
+    let mut time_to_first_token = Duration::ZERO;
+    while tokens.len() < max_new_tokens {
+        let len = Lengths {
+            batch: 1,
+            tokens: ids.len(),
+            past,
+        };
+        for input in inputs {
+            let role = input_role(&input.name);
+            if role == InputRole::PastKv && past > 0 {
+                continue; // the bound present of the last run
+            }
+            let t = input_tensor(input, len, &[], Some(&ids), vocab, &mut rng)?;
+            ctx.set_input(&input.name, t)?;
+        }
+        ctx = session.run(ctx).map_err(|e| e.error)?;
+        let out = ctx
+            .output(&logits)
+            .ok_or_else(|| unsupported(format!("output `{logits}` missing after a run")))?;
+        let TensorData::F32(values) = out.data() else {
+            return Err(unsupported(format!(
+                "generating from `{logits}` of type {}, not f32",
+                out.dtype()
+            )));
+        };
+        let width = out.shape().last().copied().unwrap_or(0);
+        if width == 0 || values.len() < width {
+            return Err(unsupported(format!(
+                "generating from `{logits}` of shape {:?}",
+                out.shape()
+            )));
+        }
+        let row = &values[values.len() - width..];
+        let next = row
+            .iter()
+            .enumerate()
+            .fold((0usize, f32::NEG_INFINITY), |best, (i, &v)| {
+                if v > best.1 { (i, v) } else { best }
+            })
+            .0 as i64;
+        if tokens.is_empty() {
+            time_to_first_token = start.elapsed();
+        }
+        tokens.push(next);
+        past += ids.len();
+        ids.clear();
+        ids.push(next);
+    }
+    let decode_time = start.elapsed().saturating_sub(time_to_first_token);
+    Ok(Generation {
+        tokens,
+        time_to_first_token,
+        decode_time,
+    })
+}

@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Tiny random-weight decoder models from the producers people use.
+
+For each architecture (Llama, Qwen2, Phi-3, Mistral) a random-weight
+checkpoint is made from a transformers config (no hub access), then exported
+by each producer:
+
+  torch-dynamo        torch.onnx.export(dynamo=True), the default opset
+  torch-dynamo-op23   torch.onnx.export(dynamo=True, opset_version=23)
+  torchscript         torch.onnx.export(dynamo=False)
+  optimum             optimum-cli export onnx --task text-generation-with-past
+                      (only when OPTIMUM_PYTHON names a python with optimum-onnx)
+  nbits-sym           onnxruntime MatMulNBitsQuantizer, block 32, symmetric
+  nbits-asym          the same, asymmetric (zero points)
+  nbits-qdq           the same in QDQ form (DequantizeLinear(int4) -> MatMul)
+  genai-int4          onnxruntime_genai.models.builder -p int4 -e cpu
+  genai-fp32          onnxruntime_genai.models.builder -p fp32 -e cpu
+
+Every model goes to OUT/<arch>-<producer>/ (model.onnx plus whatever
+external data the producer writes), and OUT/versions.json records the
+package versions and which producer failed on what. The quantizer variants
+start from the torchscript export.
+
+    target/rm-venv/bin/python tools/real-models/generate.py --out tests/models/real
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+SEED = 1234
+LAYERS = 2
+HIDDEN = 64
+HEADS = 4
+KV_HEADS = 2
+INTERMEDIATE = 96  # never equal to the vocabulary: the GenAI builder finds the LM head by it
+VOCAB = 384
+MAX_POS = 256
+
+
+def configs():
+    from transformers import LlamaConfig, MistralConfig, Phi3Config, Qwen2Config
+
+    common = dict(
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        vocab_size=VOCAB,
+        max_position_embeddings=MAX_POS,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return {
+        "llama": ("LlamaForCausalLM", LlamaConfig(**common)),
+        "qwen2": ("Qwen2ForCausalLM", Qwen2Config(**common, use_sliding_window=False)),
+        "phi3": ("Phi3ForCausalLM", Phi3Config(**common, pad_token_id=0)),
+        "mistral": ("MistralForCausalLM", MistralConfig(**common, sliding_window=None)),
+    }
+
+
+def checkpoint(arch: str, work: Path) -> Path:
+    import torch
+    import transformers
+
+    cls_name, config = configs()[arch]
+    torch.manual_seed(SEED)
+    model = getattr(transformers, cls_name)(config).eval()
+    # Larger-than-default weights so that logits differ visibly between tokens.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.08)
+    out = work / f"hf-{arch}"
+    model.save_pretrained(out)
+    tokenizer().save_pretrained(out)
+    return out
+
+
+def tokenizer():
+    """A word-level tokenizer over `t0 .. t{VOCAB-1}`: the GenAI builder and
+    optimum save a tokenizer next to the model, so the checkpoint needs one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", bos_token="t1",
+                                   eos_token="t2", pad_token="t0")
+
+
+class Wrapper:
+    """forward(input_ids, attention_mask, position_ids, *pasts) -> (logits, *presents)."""
+
+    @staticmethod
+    def build(model):
+        import torch
+        from transformers import DynamicCache
+
+        class W(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, input_ids, attention_mask, position_ids, *pasts):
+                cache = DynamicCache()
+                for i in range(LAYERS):
+                    cache.update(pasts[2 * i], pasts[2 * i + 1], i)
+                out = self.m(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    position_ids=position_ids,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                pkv = out.past_key_values
+                presents = []
+                for i in range(LAYERS):
+                    if hasattr(pkv, "layers"):
+                        presents += [pkv.layers[i].keys, pkv.layers[i].values]
+                    else:
+                        presents += [pkv.key_cache[i], pkv.value_cache[i]]
+                return (out.logits, *presents)
+
+        return W(model).eval()
+
+
+def io_names():
+    inputs = ["input_ids", "attention_mask", "position_ids"]
+    outputs = ["logits"]
+    for i in range(LAYERS):
+        inputs += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
+        outputs += [f"present.{i}.key", f"present.{i}.value"]
+    return inputs, outputs
+
+
+def sample_inputs(past: int = 3, new: int = 2):
+    import torch
+
+    head = HIDDEN // HEADS
+    ids = torch.randint(0, VOCAB, (1, new), dtype=torch.int64)
+    mask = torch.ones((1, past + new), dtype=torch.int64)
+    pos = torch.arange(past, past + new, dtype=torch.int64).unsqueeze(0)
+    pasts = []
+    for _ in range(LAYERS):
+        pasts += [torch.randn(1, KV_HEADS, past, head), torch.randn(1, KV_HEADS, past, head)]
+    return (ids, mask, pos, *pasts)
+
+
+def torch_export(hf: Path, out: Path, dynamo: bool, opset: int | None):
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf, attn_implementation="eager").eval()
+    w = Wrapper.build(model)
+    inputs, outputs = io_names()
+    dyn = {"input_ids": {0: "batch_size", 1: "sequence_length"},
+           "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
+           "position_ids": {0: "batch_size", 1: "sequence_length"},
+           "logits": {0: "batch_size", 1: "sequence_length"}}
+    for i in range(LAYERS):
+        for kv in ("key", "value"):
+            dyn[f"past_key_values.{i}.{kv}"] = {0: "batch_size", 2: "past_sequence_length"}
+            dyn[f"present.{i}.{kv}"] = {0: "batch_size", 2: "total_sequence_length"}
+    out.mkdir(parents=True, exist_ok=True)
+    if dynamo:
+        # torch.export names the dims itself (`s10`, `s43 + s70`): exactly what
+        # users bring. AUTO lets it derive the mask length as past + new.
+        auto = torch.export.Dim.AUTO
+        shapes = ({1: auto}, {1: auto}, {1: auto}, tuple({2: auto} for _ in range(2 * LAYERS)))
+        kwargs = dict(input_names=inputs, output_names=outputs, dynamic_shapes=shapes, dynamo=True)
+    else:
+        kwargs = dict(input_names=inputs, output_names=outputs, dynamic_axes=dyn, dynamo=False)
+    if opset is not None:
+        kwargs["opset_version"] = opset
+    with torch.no_grad():
+        torch.onnx.export(w, sample_inputs(), str(out / "model.onnx"), **kwargs)
+
+
+def nbits(src: Path, out: Path, symmetric: bool, qdq: bool):
+    import onnx
+    from onnxruntime.quantization import matmul_nbits_quantizer as mq
+    from onnxruntime.quantization.quant_utils import QuantFormat
+
+    model = onnx.load(str(src / "model.onnx"))
+    config = mq.DefaultWeightOnlyQuantConfig(
+        block_size=32,
+        is_symmetric=symmetric,
+        quant_format=QuantFormat.QDQ if qdq else QuantFormat.QOperator,
+        op_types_to_quantize=("MatMul",),
+    )
+    q = mq.MatMulNBitsQuantizer(model, algo_config=config)
+    q.process()
+    out.mkdir(parents=True, exist_ok=True)
+    q.model.save_model_to_file(str(out / "model.onnx"), use_external_data_format=False)
+
+
+def genai(hf: Path, out: Path, precision: str, work: Path):
+    cache = work / f"genai-cache-{precision}"
+    tmp = work / f"genai-out-{hf.name}-{precision}"
+    cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", str(tmp),
+           "-p", precision, "-e", "cpu", "-c", str(cache)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in tmp.iterdir():
+        if f.name.endswith((".onnx", ".onnx.data", ".json")) and "tokenizer" not in f.name:
+            shutil.copy(f, out / f.name)
+
+
+def optimum(hf: Path, out: Path, work: Path):
+    py = os.environ.get("OPTIMUM_PYTHON")
+    if not py:
+        raise RuntimeError("OPTIMUM_PYTHON is not set (a python with optimum-onnx; see README.md)")
+    tmp = work / f"optimum-{hf.name}"
+    subprocess.run([py, "-m", "optimum.exporters.onnx", "--model", str(hf),
+                    "--task", "text-generation-with-past", str(tmp)],
+                   check=True, capture_output=True, text=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in tmp.iterdir():
+        if f.suffix in (".onnx", ".onnx_data") or f.name.endswith(".data"):
+            shutil.copy(f, out / f.name)
+
+
+def versions():
+    out = {}
+    for pkg in ("torch", "transformers", "onnx", "onnxruntime", "onnxscript", "onnx_ir",
+                "onnxruntime_genai", "numpy"):
+        try:
+            mod = __import__(pkg)
+            out[pkg] = getattr(mod, "__version__", "?")
+        except Exception as e:  # noqa: BLE001 - recorded, not fatal
+            out[pkg] = f"missing: {e}"
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--arch", default="llama,qwen2,phi3,mistral")
+    ap.add_argument("--producers", default="torch-dynamo,torch-dynamo-op23,torchscript,optimum,"
+                    "nbits-sym,nbits-asym,nbits-qdq,genai-int4,genai-fp32")
+    args = ap.parse_args()
+    producers = args.producers.split(",")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {"versions": versions(), "config": dict(layers=LAYERS, hidden=HIDDEN, heads=HEADS,
+              kv_heads=KV_HEADS, intermediate=INTERMEDIATE, vocab=VOCAB), "made": [], "failed": {}}
+    with tempfile.TemporaryDirectory() as tmpdir:
+        work = Path(tmpdir)
+        for arch in args.arch.split(","):
+            hf = checkpoint(arch, work)
+            for p in producers:
+                out = args.out / f"{arch}-{p}"
+                shutil.rmtree(out, ignore_errors=True)
+                try:
+                    if p == "torch-dynamo":
+                        torch_export(hf, out, True, None)
+                    elif p == "torch-dynamo-op23":
+                        torch_export(hf, out, True, 23)
+                    elif p == "torchscript":
+                        torch_export(hf, out, False, 17)
+                    elif p.startswith("nbits-"):
+                        base = args.out / f"{arch}-torchscript"
+                        if not (base / "model.onnx").exists():
+                            torch_export(hf, base, False, 17)
+                        nbits(base, out, symmetric=(p == "nbits-sym"), qdq=(p == "nbits-qdq"))
+                    elif p == "genai-int4":
+                        genai(hf, out, "int4", work)
+                    elif p == "genai-fp32":
+                        genai(hf, out, "fp32", work)
+                    elif p == "optimum":
+                        optimum(hf, out, work)
+                    else:
+                        raise ValueError(f"unknown producer {p}")
+                    report["made"].append(out.name)
+                    print(f"ok     {out.name}", flush=True)
+                except Exception as e:  # noqa: BLE001 - one producer failing must not stop the others
+                    shutil.rmtree(out, ignore_errors=True)
+                    detail = getattr(e, "stderr", None) or traceback.format_exc()
+                    report["failed"][out.name] = str(detail)[-2000:]
+                    print(f"FAILED {out.name}: {str(e)[:200]}", flush=True)
+    (args.out / "versions.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
