@@ -162,7 +162,7 @@ impl Attention {
         past: Option<(&[usize], &[usize])>,
     ) -> Result<Dims, KernelError> {
         let split = |hidden: usize, heads: usize, what: &str| -> Result<usize, KernelError> {
-            if hidden % heads != 0 {
+            if !hidden.is_multiple_of(heads) {
                 return Err(shape_err(format!(
                     "{what} hidden size {hidden} is not a multiple of {heads} heads"
                 )));

@@ -522,6 +522,9 @@ pub(crate) fn attend_with_scores<T: Float>(
     });
 }
 
+/// Writes row `(batch, head, position)` into the slice it is given.
+pub(crate) type RowFill<'f, T> = dyn Fn(usize, usize, usize, &mut [T]) + Sync + 'f;
+
 /// Fills `dst` (`[batch, heads, len, width]`) row by row with `f(b, g, j,
 /// row)`, split across `par` by (batch, head).
 pub(crate) fn fill_rows<T: Float>(
@@ -530,7 +533,7 @@ pub(crate) fn fill_rows<T: Float>(
     len: usize,
     width: usize,
     par: &dyn ParallelFor,
-    f: &(dyn Fn(usize, usize, usize, &mut [T]) + Sync),
+    f: &RowFill<'_, T>,
 ) {
     let per_head = len * width;
     if per_head == 0 || heads == 0 {
