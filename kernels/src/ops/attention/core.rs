@@ -1,0 +1,551 @@
+//! The fused attention core shared by ONNX `Attention` and com.microsoft
+//! `GroupQueryAttention` (hot path).
+//!
+//! Each output row (one batch, query head and query position) is computed in
+//! one pass over its allowed key range, in blocks of [`KEY_BLOCK`] keys:
+//! scores (scaled dot products, optionally soft-capped, plus the mask's
+//! bias), an online, numerically stable softmax (running maximum and sum,
+//! rescaling the accumulator when the maximum grows) and the weighted sum of
+//! V. No score matrix is materialized; the only scratch is one block of
+//! scores and the f32 query row and accumulator (on the stack for head sizes
+//! up to [`STACK_SCRATCH`] floats together). Rows are split across the
+//! caller's threads in contiguous chunks of the output.
+//!
+//! When the caller asks for the QK matrix itself (ONNX `qk_matmul_output`),
+//! rows are computed by [`attend_with_scores`] instead, which writes each
+//! full score row into that output and runs on the calling thread.
+
+use std::ops::Range;
+
+use crate::ops::basic::common::Elem;
+use crate::par::rows_chunk;
+use crate::{ParallelFor, for_each_chunk_mut};
+
+use super::rotary::Rotary;
+
+/// Keys scored at once (a stack array of scores).
+pub(crate) const KEY_BLOCK: usize = 64;
+
+/// Query row plus accumulator floats kept on the stack.
+const STACK_SCRATCH: usize = 1024;
+
+/// The float element types attention computes on (in f32).
+pub(crate) trait Float: Elem + Default {
+    /// To f32.
+    fn to_f32(self) -> f32;
+    /// From f32 (rounded).
+    fn from_f32(v: f32) -> Self;
+    /// The slice as f32, when this is f32 (accumulate in place).
+    fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]>;
+}
+
+impl Float for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]> {
+        Some(s)
+    }
+}
+
+impl Float for half::f16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        half::f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        half::f16::from_f32(v)
+    }
+    #[inline(always)]
+    fn as_f32_mut(_: &mut [Self]) -> Option<&mut [f32]> {
+        None
+    }
+}
+
+impl Float for half::bf16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        half::bf16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        half::bf16::from_f32(v)
+    }
+    #[inline(always)]
+    fn as_f32_mut(_: &mut [Self]) -> Option<&mut [f32]> {
+        None
+    }
+}
+
+/// Element offsets of a `[batch, seq, head]`-indexed tensor whose head rows
+/// are contiguous.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Strides {
+    /// Batch stride.
+    pub b: usize,
+    /// Sequence stride.
+    pub s: usize,
+    /// Head stride.
+    pub h: usize,
+}
+
+impl Strides {
+    /// `[B, S, H, D]` (the 3-D `[B, S, H*D]` layout).
+    pub(crate) fn bsnh(s: usize, h: usize, d: usize) -> Self {
+        Self {
+            b: s * h * d,
+            s: h * d,
+            h: d,
+        }
+    }
+
+    /// `[B, H, S, D]`.
+    pub(crate) fn bnsh(s: usize, h: usize, d: usize) -> Self {
+        Self {
+            b: h * s * d,
+            s: d,
+            h: s * d,
+        }
+    }
+
+    #[inline(always)]
+    fn at(&self, b: usize, s: usize, h: usize) -> usize {
+        b * self.b + s * self.s + h * self.h
+    }
+}
+
+/// Key or value rows: `past` (BNSH, the first `past_len` rows of each head)
+/// followed by `new` (rows `past_len..`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rows<'a, T> {
+    /// Past rows (`[B, H, cap, width]`, empty when none).
+    pub past: &'a [T],
+    /// Past layout.
+    pub past_strides: Strides,
+    /// Past rows used per head.
+    pub past_len: usize,
+    /// New rows.
+    pub new: &'a [T],
+    /// New layout.
+    pub new_strides: Strides,
+    /// Row width.
+    pub width: usize,
+}
+
+impl<'a, T> Rows<'a, T> {
+    /// Row `j` of head `g` of batch `b`.
+    #[inline(always)]
+    pub(crate) fn row(&self, b: usize, g: usize, j: usize) -> &'a [T] {
+        if j < self.past_len {
+            let o = self.past_strides.at(b, j, g);
+            &self.past[o..o + self.width]
+        } else {
+            let o = self.new_strides.at(b, j - self.past_len, g);
+            &self.new[o..o + self.width]
+        }
+    }
+}
+
+/// Mask values.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum MaskData<'a, T> {
+    /// `true` = attend.
+    Bool(&'a [bool]),
+    /// Added to the scores.
+    Float(&'a [T]),
+}
+
+/// An attention mask broadcast to `[B, H, Sq, total]`; keys at or past
+/// `len` are masked out (a mask shorter than the key sequence).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mask<'a, T> {
+    /// The elements.
+    pub data: MaskData<'a, T>,
+    /// Strides for batch, query head, query row and key (0 = broadcast).
+    pub strides: [usize; 4],
+    /// Keys the mask covers.
+    pub len: usize,
+}
+
+impl<T: Float> Mask<'_, T> {
+    #[inline(always)]
+    fn base(&self, b: usize, h: usize, i: usize) -> usize {
+        b * self.strides[0] + h * self.strides[1] + i * self.strides[2]
+    }
+
+    /// Adds the bias of keys `j0..j0 + s.len()` to `s`.
+    #[inline(always)]
+    fn add(&self, base: usize, j0: usize, s: &mut [f32]) {
+        let sj = self.strides[3];
+        for (t, v) in s.iter_mut().enumerate() {
+            let j = j0 + t;
+            *v += self.bias(base, j, sj);
+        }
+    }
+
+    #[inline(always)]
+    fn bias(&self, base: usize, j: usize, sj: usize) -> f32 {
+        if j >= self.len {
+            return f32::NEG_INFINITY;
+        }
+        match self.data {
+            MaskData::Bool(m) => {
+                if m[base + j * sj] {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }
+            MaskData::Float(m) => m[base + j * sj].to_f32(),
+        }
+    }
+}
+
+/// Rotary embedding applied to each query row before scoring.
+#[derive(Clone, Copy)]
+pub(crate) struct QueryRotary<'a, T> {
+    /// The caches.
+    pub rotary: Rotary<'a, T>,
+    /// Position of query row `i` of batch `b`.
+    pub position: &'a (dyn Fn(usize, usize) -> usize + Sync),
+}
+
+/// Everything one attention call needs.
+#[derive(Clone, Copy)]
+pub(crate) struct Problem<'a, T> {
+    /// Batch size.
+    pub batch: usize,
+    /// Query heads.
+    pub q_heads: usize,
+    /// Key/value heads (divides `q_heads`).
+    pub kv_heads: usize,
+    /// Query rows per batch.
+    pub q_len: usize,
+    /// Q/K head size.
+    pub d: usize,
+    /// V head size.
+    pub dv: usize,
+    /// Queries.
+    pub q: &'a [T],
+    /// Query layout.
+    pub q_strides: Strides,
+    /// Keys.
+    pub k: Rows<'a, T>,
+    /// Values.
+    pub v: Rows<'a, T>,
+    /// Key positions `[lo, hi)` that query row `i` of batch `b` may attend
+    /// (causal, window and padding limits; the mask applies within).
+    pub keys: &'a (dyn Fn(usize, usize) -> Range<usize> + Sync),
+    /// The mask.
+    pub mask: Option<Mask<'a, T>>,
+    /// Score scale.
+    pub scale: f32,
+    /// Soft cap (`c * tanh(s / c)`); 0 = off.
+    pub softcap: f32,
+    /// Rotary embedding of the queries.
+    pub rotary: Option<QueryRotary<'a, T>>,
+    /// Output layout: `[B, Sq, H, dv]` when true, else `[B, H, Sq, dv]`.
+    pub out_bsnh: bool,
+}
+
+/// What the QK output holds (ONNX `qk_matmul_output_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QkMode {
+    /// Scaled (and soft-capped) scores.
+    Scores,
+    /// Scores plus the mask's bias.
+    Biased,
+    /// Softmax probabilities.
+    Softmax,
+}
+
+impl<T: Float> Problem<'_, T> {
+    /// (batch, head, query row) of output row `r`.
+    #[inline(always)]
+    fn decode(&self, r: usize) -> (usize, usize, usize) {
+        let (h, s) = (self.q_heads, self.q_len);
+        if self.out_bsnh {
+            (r / (h * s), r % h, (r / h) % s)
+        } else {
+            (r / (h * s), (r / s) % h, r % s)
+        }
+    }
+
+    /// Loads query row (b, h, i) as scaled f32 (rotated first when asked).
+    #[inline(always)]
+    fn load_q(&self, b: usize, h: usize, i: usize, q: &mut [f32]) {
+        let o = self.q_strides.at(b, i, h);
+        let src = &self.q[o..o + self.d];
+        match &self.rotary {
+            Some(r) => r.rotary.apply(src, q, (r.position)(b, i)),
+            None => {
+                for (d, &s) in q.iter_mut().zip(src) {
+                    *d = s.to_f32();
+                }
+            }
+        }
+        for v in q.iter_mut() {
+            *v *= self.scale;
+        }
+    }
+
+    #[inline(always)]
+    fn cap(&self, s: &mut [f32]) {
+        if self.softcap > 0.0 {
+            let c = self.softcap;
+            for v in s.iter_mut() {
+                *v = c * (*v / c).tanh();
+            }
+        }
+    }
+
+    /// One output row by the online softmax; `acc` receives the result.
+    fn row(&self, b: usize, h: usize, i: usize, q: &mut [f32], acc: &mut [f32]) {
+        self.load_q(b, h, i, q);
+        let g = h / (self.q_heads / self.kv_heads);
+        let keys = (self.keys)(b, i);
+        let mask_base = self.mask.as_ref().map(|m| m.base(b, h, i));
+        acc.fill(0.0);
+        let mut m = f32::NEG_INFINITY;
+        let mut l = 0.0f32;
+        let mut s = [0.0f32; KEY_BLOCK];
+        let mut j0 = keys.start;
+        while j0 < keys.end {
+            let n = KEY_BLOCK.min(keys.end - j0);
+            let s = &mut s[..n];
+            for (t, v) in s.iter_mut().enumerate() {
+                *v = dot(q, self.k.row(b, g, j0 + t));
+            }
+            self.cap(s);
+            if let (Some(mask), Some(base)) = (&self.mask, mask_base) {
+                mask.add(base, j0, s);
+            }
+            let bm = s.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+            if bm > m {
+                let f = if m == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (m - bm).exp()
+                };
+                for a in acc.iter_mut() {
+                    *a *= f;
+                }
+                l *= f;
+                m = bm;
+            }
+            if m != f32::NEG_INFINITY {
+                for (t, &v) in s.iter().enumerate() {
+                    let p = (v - m).exp();
+                    if p != 0.0 || p.is_nan() {
+                        l += p;
+                        axpy(p, self.v.row(b, g, j0 + t), acc);
+                    }
+                }
+            }
+            j0 += n;
+        }
+        if m == f32::NEG_INFINITY || l == 0.0 {
+            // Every key masked: the row is zero.
+            acc.fill(0.0);
+        } else {
+            let inv = 1.0 / l;
+            for a in acc.iter_mut() {
+                *a *= inv;
+            }
+        }
+    }
+}
+
+/// `sum(a[i] * b[i])` with eight accumulators (vectorizes).
+#[inline(always)]
+fn dot<T: Float>(a: &[f32], b: &[T]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let ca = a.chunks_exact(8);
+    let cb = b.chunks_exact(8);
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for k in 0..8 {
+            acc[k] += x[k] * y[k].to_f32();
+        }
+    }
+    let mut s = 0.0;
+    for (&x, &y) in ra.iter().zip(rb) {
+        s += x * y.to_f32();
+    }
+    s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
+/// `acc += p * v`.
+#[inline(always)]
+fn axpy<T: Float>(p: f32, v: &[T], acc: &mut [f32]) {
+    for (a, &x) in acc.iter_mut().zip(v) {
+        *a += p * x.to_f32();
+    }
+}
+
+/// Runs `f(q, acc)` with f32 scratch of `d` and `dv` floats (stack when small).
+#[inline]
+fn with_scratch(d: usize, dv: usize, f: impl FnOnce(&mut [f32], &mut [f32])) {
+    let mut stack = [0.0f32; STACK_SCRATCH];
+    let mut heap;
+    let buf: &mut [f32] = if d + dv <= STACK_SCRATCH {
+        &mut stack[..d + dv]
+    } else {
+        heap = vec![0.0f32; d + dv];
+        &mut heap
+    };
+    let (q, acc) = buf.split_at_mut(d);
+    f(q, acc)
+}
+
+/// Computes every output row of `p` into `out` (`[B, Sq, H, dv]` or
+/// `[B, H, Sq, dv]` per `p.out_bsnh`; the caller checked its length), split
+/// across `par`.
+pub(crate) fn attend<T: Float>(p: &Problem<'_, T>, out: &mut [T], par: &dyn ParallelFor) {
+    let rows = p.batch * p.q_heads * p.q_len;
+    if rows == 0 || p.dv == 0 {
+        return;
+    }
+    let chunk = rows_chunk(par, rows, p.dv);
+    for_each_chunk_mut(par, out, chunk, &|offset, chunk: &mut [T]| {
+        with_scratch(p.d, p.dv, |q, acc| {
+            for (n, o) in chunk.chunks_exact_mut(p.dv).enumerate() {
+                let (b, h, i) = p.decode(offset / p.dv + n);
+                match T::as_f32_mut(o) {
+                    Some(o) => p.row(b, h, i, q, o),
+                    None => {
+                        p.row(b, h, i, q, acc);
+                        for (d, &a) in o.iter_mut().zip(acc.iter()) {
+                            *d = T::from_f32(a);
+                        }
+                    }
+                }
+            }
+        });
+    });
+}
+
+/// Like [`attend`], also writing each row's scores (`[B, H, Sq, total]`,
+/// `total` = keys per batch) in `mode`; on the calling thread.
+pub(crate) fn attend_with_scores<T: Float>(
+    p: &Problem<'_, T>,
+    out: &mut [T],
+    scores: &mut [T],
+    total: usize,
+    mode: QkMode,
+) {
+    let rows = p.batch * p.q_heads * p.q_len;
+    let group = p.q_heads / p.kv_heads;
+    with_scratch(p.d, p.dv, |q, acc| {
+        for r in 0..rows {
+            let (b, h, i) = p.decode(r);
+            p.load_q(b, h, i, q);
+            let g = h / group;
+            let keys = (p.keys)(b, i);
+            let sr = ((b * p.q_heads + h) * p.q_len + i) * total;
+            let srow = &mut scores[sr..sr + total];
+            let base = p.mask.as_ref().map(|m| m.base(b, h, i));
+            let bias = |j: usize| -> f32 {
+                if !keys.contains(&j) {
+                    return f32::NEG_INFINITY;
+                }
+                match (&p.mask, base) {
+                    (Some(m), Some(base)) => m.bias(base, j, m.strides[3]),
+                    _ => 0.0,
+                }
+            };
+            for (j, o) in srow.iter_mut().enumerate() {
+                let mut s = [dot(q, p.k.row(b, g, j))];
+                p.cap(&mut s);
+                let v = if mode == QkMode::Biased {
+                    s[0] + bias(j)
+                } else {
+                    s[0]
+                };
+                *o = T::from_f32(v);
+            }
+            let z = |j: usize, v: T| -> f32 {
+                if mode == QkMode::Biased {
+                    v.to_f32()
+                } else {
+                    v.to_f32() + bias(j)
+                }
+            };
+            let m = srow
+                .iter()
+                .enumerate()
+                .fold(f32::NEG_INFINITY, |a, (j, &v)| a.max(z(j, v)));
+            acc.fill(0.0);
+            let mut l = 0.0f32;
+            if m != f32::NEG_INFINITY {
+                for (j, o) in srow.iter_mut().enumerate() {
+                    let e = (z(j, *o) - m).exp();
+                    if e != 0.0 || e.is_nan() {
+                        l += e;
+                        axpy(e, p.v.row(b, g, j), acc);
+                    }
+                    if mode == QkMode::Softmax {
+                        *o = T::from_f32(e);
+                    }
+                }
+            }
+            let inv = if m == f32::NEG_INFINITY || l == 0.0 {
+                0.0
+            } else {
+                1.0 / l
+            };
+            if mode == QkMode::Softmax {
+                for o in srow.iter_mut() {
+                    *o = if inv == 0.0 {
+                        T::default()
+                    } else {
+                        T::from_f32(o.to_f32() * inv)
+                    };
+                }
+            }
+            let orow = if p.out_bsnh {
+                ((b * p.q_len + i) * p.q_heads + h) * p.dv
+            } else {
+                ((b * p.q_heads + h) * p.q_len + i) * p.dv
+            };
+            for (d, &a) in out[orow..orow + p.dv].iter_mut().zip(acc.iter()) {
+                *d = T::from_f32(a * inv);
+            }
+        }
+    });
+}
+
+/// Writes row `(batch, head, position)` into the slice it is given.
+pub(crate) type RowFill<'f, T> = dyn Fn(usize, usize, usize, &mut [T]) + Sync + 'f;
+
+/// Fills `dst` (`[batch, heads, len, width]`) row by row with `f(b, g, j,
+/// row)`, split across `par` by (batch, head).
+pub(crate) fn fill_rows<T: Float>(
+    dst: &mut [T],
+    heads: usize,
+    len: usize,
+    width: usize,
+    par: &dyn ParallelFor,
+    f: &RowFill<'_, T>,
+) {
+    let per_head = len * width;
+    if per_head == 0 || heads == 0 {
+        return;
+    }
+    let chunk = rows_chunk(par, dst.len() / per_head, per_head);
+    for_each_chunk_mut(par, dst, chunk, &|offset, c: &mut [T]| {
+        for (n, head) in c.chunks_exact_mut(per_head).enumerate() {
+            let bg = offset / per_head + n;
+            for (j, row) in head.chunks_exact_mut(width).enumerate() {
+                f(bg / heads, bg % heads, j, row);
+            }
+        }
+    });
+}
