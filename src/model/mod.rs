@@ -11,6 +11,7 @@ mod error;
 mod external;
 pub mod inspect;
 mod payload;
+mod qdq;
 mod resolve;
 mod weight;
 

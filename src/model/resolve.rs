@@ -335,7 +335,13 @@ impl ResolvedModel {
         }
         let mut pending: Vec<Pending> = Vec::new();
         let mut unsupported: Vec<UnsupportedOperator> = Vec::new();
+        let (qdq_skip, qdq_fused) = super::qdq::find(&model);
         for (index, node) in graph.node.iter().enumerate() {
+            if qdq_skip.contains(&index) {
+                continue; // runs inside its MatMul's fused operator
+            }
+            let fused = qdq_fused.get(&index);
+            let input_names: &[String] = fused.map_or(&node.input, |f| &f.inputs);
             let op_type = node.op_type.as_deref().unwrap_or_default();
             let name = node
                 .name
@@ -358,7 +364,11 @@ impl ResolvedModel {
                 inputs: node.input.len(),
                 outputs: node.output.len(),
             };
-            let op = match registry::operator(&spec) {
+            let looked_up = match fused {
+                Some(f) => f.operator(options.cpu),
+                None => registry::operator(&spec),
+            };
+            let op = match looked_up {
                 Ok(op) => op,
                 Err(KernelError::UnsupportedOp {
                     domain,
@@ -400,8 +410,8 @@ impl ResolvedModel {
                     .into());
                 }
             };
-            let mut node_inputs = Vec::with_capacity(node.input.len());
-            for input in &node.input {
+            let mut node_inputs = Vec::with_capacity(input_names.len());
+            for input in input_names {
                 if input.is_empty() {
                     node_inputs.push(None);
                     continue;
