@@ -239,13 +239,12 @@ fn run<O, V, Z>(
                 ys.fill(O::from_f32(0.0));
                 continue;
             }
-            let mut d = (m * geo.gather_dim + index as usize) * block;
-            let (mut x, rem) = (d / q_full, d % q_full);
+            let base = (m * geo.gather_dim + index as usize) * block;
+            let (mut x, rem) = (base / q_full, base % q_full);
             let (mut j, mut z) = (rem / geo.q_inner, rem % geo.q_inner);
-            for o in ys.iter_mut() {
+            for (d, o) in (base..).zip(ys.iter_mut()) {
                 let s = x * s_full + (j >> geo.shift) * geo.q_inner + z;
                 *o = O::from_f32((val(d) - zp(s)) as f32 * scales[s].to_f32());
-                d += 1;
                 z += 1;
                 if z == geo.q_inner {
                     z = 0;
@@ -264,10 +263,7 @@ impl GatherBlockQuantized {
     fn execute_typed<O: OutFloat>(
         &self,
         geo: &Geo,
-        data: &Tensor,
-        indices: Ints<'_>,
-        scales: &Tensor,
-        zp: Option<&Tensor>,
+        (data, indices, scales, zp): (&Tensor, Ints<'_>, &Tensor, Option<&Tensor>),
         y: &mut [O],
         par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
@@ -377,12 +373,12 @@ impl Operator for GatherBlockQuantized {
             ElementType::F32 => {
                 let y = typed_mut::<f32>(OP, out)?;
                 check_len(OP, "output", y.len(), want)?;
-                self.execute_typed(&geo, data, idx, scales, zp, y, par)
+                self.execute_typed(&geo, (data, idx, scales, zp), y, par)
             }
             ElementType::F16 => {
                 let y = typed_mut::<f16>(OP, out)?;
                 check_len(OP, "output", y.len(), want)?;
-                self.execute_typed(&geo, data, idx, scales, zp, y, par)
+                self.execute_typed(&geo, (data, idx, scales, zp), y, par)
             }
             dtype => Err(KernelError::UnsupportedType { op: OP, dtype }),
         }

@@ -218,13 +218,13 @@ impl QdqMatMul {
 
     /// MatMulNBits' `B`, `scales` and zero points (f32) for q4 blocks of
     /// `kb` weights, from the QDQ weights.
-    fn to_nbits(
+    fn nbits_sources(
         &self,
         kb: usize,
         w: Quant<'_>,
         scale: &[f32],
         zp: Option<Quant<'_>>,
-    ) -> Result<(Vec<u8>, Vec<f32>, Option<TensorData>), KernelError> {
+    ) -> Result<NBitsSources, KernelError> {
         let (k, n, bs) = (self.k, self.n, self.block_size);
         let qblocks = k.div_ceil(kb);
         let offset = if self.signed { 8 } else { 0 };
@@ -289,7 +289,7 @@ impl QdqMatMul {
         scale: &[f32],
         zp: Option<Quant<'_>>,
     ) -> Result<PackedWeight, KernelError> {
-        let (b, scales, zps) = self.to_nbits(kb, w, scale, zp)?;
+        let (b, scales, zps) = self.nbits_sources(kb, w, scale, zp)?;
         let layout = self.layout(kb, zp.is_some(), isa);
         Ok(q4::pack(
             &self.params(kb),
@@ -301,6 +301,9 @@ impl QdqMatMul {
         ))
     }
 }
+
+/// MatMulNBits' `B` bytes, f32 scales and optional f32 zero points.
+type NBitsSources = (Vec<u8>, Vec<f32>, Option<TensorData>);
 
 /// Packs `W`, `scale` and the optional zero point.
 #[derive(Debug)]
