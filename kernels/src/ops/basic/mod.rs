@@ -23,6 +23,7 @@ mod gather;
 pub(crate) mod norm;
 pub(crate) mod real;
 mod shape;
+mod skip_norm;
 mod slice;
 mod softmax;
 mod transpose;
@@ -58,6 +59,10 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
         ("", "RMSNormalization") => boxed(norm::Norm::new(spec, NormKind::Rms)),
         ("" | "com.microsoft", "SimplifiedLayerNormalization") => {
             boxed(norm::Norm::new(spec, NormKind::SimplifiedLayer))
+        }
+        ("com.microsoft", "SkipLayerNormalization") => boxed(skip_norm::SkipNorm::new(spec, false)),
+        ("com.microsoft", "SkipSimplifiedLayerNormalization") => {
+            boxed(skip_norm::SkipNorm::new(spec, true))
         }
         ("", "Gather") => boxed(gather::Gather::new(spec)),
         ("", "Transpose") => boxed(transpose::Transpose::new(spec)),

@@ -1,11 +1,35 @@
-//! Quantization operators: DequantizeLinear and the prepacked
-//! DequantizeLinear(4-bit) -> MatMul pattern.
+//! Quantization operators: DequantizeLinear, `com.microsoft`
+//! GatherBlockQuantized and the prepacked DequantizeLinear(4-bit) -> MatMul
+//! pattern ([`qdq_matmul`]).
+//!
+//! Files: `dequantize` (DequantizeLinear), `gather_block`
+//! (GatherBlockQuantized), `qdq_matmul` (the fused pattern over the
+//! MatMulNBits 4-bit kernels of `linalg::q4`), `common` (f32-computed float
+//! outputs and quantized element access).
+
+mod common;
+mod dequantize;
+mod gather_block;
+mod qdq_matmul;
+
+pub use qdq_matmul::{qdq_matmul, qdq_matmul_with_cpu};
 
 use crate::{KernelError, NodeSpec, Operator};
+
+fn boxed<O: Operator + 'static>(
+    op: Result<O, KernelError>,
+) -> Result<Box<dyn Operator>, KernelError> {
+    op.map(|o| Box::new(o) as Box<dyn Operator>)
+}
 
 /// The operator for `spec` if this family implements its op type (the
 /// domain is `""` for ai.onnx).
 pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelError>> {
-    let _ = spec;
-    None
+    Some(match (spec.domain, spec.op_type) {
+        ("" | "ai.onnx", "DequantizeLinear") => boxed(dequantize::DequantizeLinear::new(spec)),
+        ("com.microsoft", "GatherBlockQuantized") => {
+            boxed(gather_block::GatherBlockQuantized::new(spec))
+        }
+        _ => return None,
+    })
 }
