@@ -409,3 +409,22 @@ fn pad_errors() {
         .unwrap_err();
     assert!(is_shape(&e), "{e:?}");
 }
+
+#[test]
+fn pad_extreme_values_error_or_work_without_panicking() {
+    let x = var(f32t(&[1], &[1.]));
+    // 1 + MIN + MAX = 0: a valid empty output.
+    let y = Node::new("Pad", 13)
+        .string("mode", "edge")
+        .run1(&[x.clone(), ints(&[i64::MIN, i64::MAX])])
+        .unwrap();
+    assert_eq!(y, f32t(&[0], &[]));
+    let e = Node::new("Pad", 13)
+        .run1(&[x.clone(), ints(&[i64::MAX, i64::MAX])])
+        .unwrap_err();
+    assert!(is_shape(&e), "{e:?}");
+    let e = Node::new("Pad", 13)
+        .run1(&[x, ints(&[i64::MIN, 0])])
+        .unwrap_err();
+    assert!(is_shape(&e), "{e:?}");
+}

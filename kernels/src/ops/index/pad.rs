@@ -118,12 +118,13 @@ struct AxisMap {
 
 impl AxisMap {
     fn new(dim: usize, begin: i64, end: i64) -> Self {
-        let lo = (-begin).max(0);
-        let hi = dim as i64 - (-end).max(0);
+        // Saturating: pads come from the model and may be extreme.
+        let lo = begin.saturating_neg().max(0);
+        let hi = (dim as i64).saturating_sub(end.saturating_neg().max(0));
         Self {
             begin: begin.max(0),
             lo,
-            len: (hi - lo).max(0),
+            len: hi.saturating_sub(lo).max(0),
         }
     }
 
@@ -178,7 +179,9 @@ fn pad<T: Elem>(
         len: 0,
     }; MAX_RANK];
     for d in 0..rank {
-        let end = os[d] as i64 - xs[d] as i64 - begin[d];
+        let end = (os[d] as i64)
+            .saturating_sub(xs[d] as i64)
+            .saturating_sub(begin[d]);
         maps[d] = AxisMap::new(xs[d], begin[d], end);
     }
     let src = typed::<T>("Pad", x)?;
