@@ -1,0 +1,265 @@
+//! `Num`: the numeric element types (every integer width, f16, bf16, f32,
+//! f64) with the ONNX semantics the math operators need (hot path), the
+//! type-dispatch macros, and the elementwise map helper.
+
+use half::{bf16, f16};
+
+use crate::ops::basic::common::{Elem, check_len, typed, typed_mut};
+use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::{ElementType, KernelError, ParallelFor, Tensor, for_each_chunk_mut};
+
+/// A numeric element type: comparisons follow IEEE for floats, integer
+/// arithmetic wraps.
+pub(crate) trait Num: Elem + PartialOrd {
+    /// 0.
+    const ZERO: Self;
+    /// 1.
+    const ONE: Self;
+    /// The lowest value (negative infinity for floats).
+    const LOWEST: Self;
+    /// The highest value (infinity for floats).
+    const HIGHEST: Self;
+    /// Whether the value is NaN (always false for integers).
+    fn is_nan(self) -> bool;
+    /// Sum (wrapping for integers).
+    fn add(self, o: Self) -> Self;
+    /// Product (wrapping for integers).
+    fn mul(self, o: Self) -> Self;
+    /// The value divided by a count (truncating for integers; a count of
+    /// 0 gives NaN for floats, 0 for integers).
+    fn div_count(self, n: usize) -> Self;
+    /// Absolute value (wrapping: `|MIN| = MIN`).
+    fn abs(self) -> Self;
+    /// -1, 0 or 1 (NaN stays NaN).
+    fn sign(self) -> Self;
+    /// Value from an f64 (Clip attributes): saturating for integers.
+    fn from_f64(v: f64) -> Self;
+
+    /// The larger value, NaN if either is NaN.
+    #[inline(always)]
+    fn max_nan(self, o: Self) -> Self {
+        if self.is_nan() || self >= o { self } else { o }
+    }
+
+    /// The smaller value, NaN if either is NaN.
+    #[inline(always)]
+    fn min_nan(self, o: Self) -> Self {
+        if self.is_nan() || self <= o { self } else { o }
+    }
+}
+
+macro_rules! impl_num_int {
+    ($($t:ty: $abs:expr, $sign:expr;)*) => {
+        $(
+            impl Num for $t {
+                const ZERO: Self = 0;
+                const ONE: Self = 1;
+                const LOWEST: Self = <$t>::MIN;
+                const HIGHEST: Self = <$t>::MAX;
+                #[inline(always)]
+                fn is_nan(self) -> bool { false }
+                #[inline(always)]
+                fn add(self, o: Self) -> Self { self.wrapping_add(o) }
+                #[inline(always)]
+                fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
+                #[inline(always)]
+                fn div_count(self, n: usize) -> Self {
+                    match <$t>::try_from(n) {
+                        Ok(0) => 0,
+                        Ok(d) => self.wrapping_div(d),
+                        // More elements than the type holds: only a
+                        // wrapped sum could be this large.
+                        Err(_) => 0,
+                    }
+                }
+                #[inline(always)]
+                fn abs(self) -> Self { $abs(self) }
+                #[inline(always)]
+                fn sign(self) -> Self { $sign(self) }
+                #[inline(always)]
+                fn from_f64(v: f64) -> Self { v as $t }
+            }
+        )*
+    };
+}
+
+impl_num_int! {
+    i8: i8::wrapping_abs, i8::signum;
+    i16: i16::wrapping_abs, i16::signum;
+    i32: i32::wrapping_abs, i32::signum;
+    i64: i64::wrapping_abs, i64::signum;
+    u8: |v| v, |v: u8| v.min(1);
+    u16: |v| v, |v: u16| v.min(1);
+    u32: |v| v, |v: u32| v.min(1);
+    u64: |v| v, |v: u64| v.min(1);
+}
+
+macro_rules! impl_num_float {
+    ($($t:ident),*) => {
+        $(
+            impl Num for $t {
+                const ZERO: Self = 0.0;
+                const ONE: Self = 1.0;
+                const LOWEST: Self = $t::NEG_INFINITY;
+                const HIGHEST: Self = $t::INFINITY;
+                #[inline(always)]
+                fn is_nan(self) -> bool { self != self }
+                #[inline(always)]
+                fn add(self, o: Self) -> Self { self + o }
+                #[inline(always)]
+                fn mul(self, o: Self) -> Self { self * o }
+                #[inline(always)]
+                fn div_count(self, n: usize) -> Self { self / n as $t }
+                #[inline(always)]
+                fn abs(self) -> Self { $t::abs(self) }
+                #[inline(always)]
+                fn sign(self) -> Self {
+                    if self > 0.0 { 1.0 } else if self < 0.0 { -1.0 } else { self * 0.0 }
+                }
+                #[inline(always)]
+                fn from_f64(v: f64) -> Self { v as $t }
+            }
+        )*
+    };
+}
+
+impl_num_float!(f32, f64);
+
+macro_rules! impl_num_half {
+    ($($t:ident),*) => {
+        $(
+            impl Num for $t {
+                const ZERO: Self = $t::ZERO;
+                const ONE: Self = $t::ONE;
+                const LOWEST: Self = $t::NEG_INFINITY;
+                const HIGHEST: Self = $t::INFINITY;
+                #[inline(always)]
+                fn is_nan(self) -> bool { $t::is_nan(self) }
+                #[inline(always)]
+                fn add(self, o: Self) -> Self { $t::from_f32(self.to_f32() + o.to_f32()) }
+                #[inline(always)]
+                fn mul(self, o: Self) -> Self { $t::from_f32(self.to_f32() * o.to_f32()) }
+                #[inline(always)]
+                fn div_count(self, n: usize) -> Self { $t::from_f32(self.to_f32() / n as f32) }
+                #[inline(always)]
+                fn abs(self) -> Self { $t::from_bits(self.to_bits() & 0x7fff) }
+                #[inline(always)]
+                fn sign(self) -> Self { $t::from_f32(self.to_f32().sign()) }
+                #[inline(always)]
+                fn from_f64(v: f64) -> Self { $t::from_f64(v) }
+            }
+        )*
+    };
+}
+
+impl_num_half!(f16, bf16);
+
+/// Whether `dtype` is one of the [`Num`] types.
+pub(crate) fn is_num(dtype: ElementType) -> bool {
+    use ElementType as E;
+    matches!(
+        dtype,
+        E::F32
+            | E::F64
+            | E::F16
+            | E::BF16
+            | E::I8
+            | E::I16
+            | E::I32
+            | E::I64
+            | E::U8
+            | E::U16
+            | E::U32
+            | E::U64
+    )
+}
+
+/// Whether `dtype` is a float type.
+pub(crate) fn is_float(dtype: ElementType) -> bool {
+    use ElementType as E;
+    matches!(dtype, E::F32 | E::F64 | E::F16 | E::BF16)
+}
+
+/// Runs `$body` with `$T` bound to the [`Num`] type of `$dtype`, `$err`
+/// for any other type.
+macro_rules! dispatch_num {
+    ($dtype:expr, $T:ident => $body:expr, else $err:expr) => {{
+        use $crate::ElementType as E;
+        match $dtype {
+            E::F32 => {
+                type $T = f32;
+                $body
+            }
+            E::F64 => {
+                type $T = f64;
+                $body
+            }
+            E::F16 => {
+                type $T = ::half::f16;
+                $body
+            }
+            E::BF16 => {
+                type $T = ::half::bf16;
+                $body
+            }
+            E::I8 => {
+                type $T = i8;
+                $body
+            }
+            E::I16 => {
+                type $T = i16;
+                $body
+            }
+            E::I32 => {
+                type $T = i32;
+                $body
+            }
+            E::I64 => {
+                type $T = i64;
+                $body
+            }
+            E::U8 => {
+                type $T = u8;
+                $body
+            }
+            E::U16 => {
+                type $T = u16;
+                $body
+            }
+            E::U32 => {
+                type $T = u32;
+                $body
+            }
+            E::U64 => {
+                type $T = u64;
+                $body
+            }
+            _ => $err,
+        }
+    }};
+}
+
+/// `y[i] = f(x[i])` over same-length tensors, in parallel chunks when
+/// large.
+#[inline]
+pub(crate) fn map<A: Elem + Sync, B: Elem + Send>(
+    op: &'static str,
+    x: &Tensor,
+    y: &mut Tensor,
+    par: &dyn ParallelFor,
+    f: impl Fn(A) -> B + Sync,
+) -> Result<(), KernelError> {
+    let (x, y) = (typed::<A>(op, x)?, typed_mut::<B>(op, y)?);
+    check_len(op, "output", y.len(), x.len())?;
+    let chunk = if y.len() < PARALLEL_MIN_ELEMENTS || par.threads() <= 1 {
+        y.len()
+    } else {
+        rows_chunk(par, y.len(), 1).max(4096)
+    };
+    for_each_chunk_mut(par, y, chunk, &|offset, out| {
+        for (o, &v) in out.iter_mut().zip(&x[offset..]) {
+            *o = f(v);
+        }
+    });
+    Ok(())
+}

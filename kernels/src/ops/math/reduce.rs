@@ -1,0 +1,479 @@
+//! ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd.
+//!
+//! Axes come from the `axes` attribute (ReduceSum before opset 13, the
+//! others before 18) or from a constant second input (after), with
+//! `keepdims` and `noop_with_empty_axes`. The input shape is collapsed into
+//! alternating groups of reduced and kept dimensions (size-1 dimensions
+//! dropped); one pass over the input in memory order then combines each
+//! innermost run into the output: a reduced innermost run is folded with
+//! eight independent lanes (vectorizable), a kept innermost run is combined
+//! elementwise into its output row. Large reductions split over the
+//! outermost kept group (independent outputs), or over output columns when
+//! the leading axes are reduced.
+
+use super::num::Num;
+use crate::ops::basic::common::{
+    Attrs, Elem, Ints, MAX_RANK, check_inputs, check_len, constant_ints, input, optional,
+    output, required, typed, typed_mut,
+};
+use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::{
+    ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
+    Tensor, for_each_chunk_mut,
+};
+
+/// Which reduction a [`Reduce`] computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReduceKind {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+}
+
+impl ReduceKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Sum => "ReduceSum",
+            Self::Mean => "ReduceMean",
+            Self::Max => "ReduceMax",
+            Self::Min => "ReduceMin",
+            Self::Prod => "ReduceProd",
+        }
+    }
+
+    /// The first opset that takes `axes` as an input.
+    fn axes_input_opset(self) -> i64 {
+        if self == Self::Sum { 13 } else { 18 }
+    }
+}
+
+/// A reducible element type: the [`Num`] types and bool (Max/Min only).
+pub(crate) trait Reducible: Elem {
+    /// The identity of the reduction.
+    fn identity(kind: ReduceKind) -> Self;
+    /// Combines two partial results.
+    fn combine(kind: ReduceKind, a: Self, b: Self) -> Self;
+    /// The mean from a sum over `n` elements.
+    fn mean(self, n: usize) -> Self;
+}
+
+impl<T: Num> Reducible for T {
+    #[inline(always)]
+    fn identity(kind: ReduceKind) -> Self {
+        match kind {
+            ReduceKind::Sum | ReduceKind::Mean => T::ZERO,
+            ReduceKind::Prod => T::ONE,
+            ReduceKind::Max => T::LOWEST,
+            ReduceKind::Min => T::HIGHEST,
+        }
+    }
+    #[inline(always)]
+    fn combine(kind: ReduceKind, a: Self, b: Self) -> Self {
+        match kind {
+            ReduceKind::Sum | ReduceKind::Mean => a.add(b),
+            ReduceKind::Prod => a.mul(b),
+            ReduceKind::Max => a.max_nan(b),
+            ReduceKind::Min => a.min_nan(b),
+        }
+    }
+    #[inline(always)]
+    fn mean(self, n: usize) -> Self {
+        self.div_count(n)
+    }
+}
+
+impl Reducible for bool {
+    #[inline(always)]
+    fn identity(kind: ReduceKind) -> Self {
+        matches!(kind, ReduceKind::Min | ReduceKind::Prod)
+    }
+    #[inline(always)]
+    fn combine(kind: ReduceKind, a: Self, b: Self) -> Self {
+        match kind {
+            ReduceKind::Min | ReduceKind::Prod => a & b,
+            _ => a | b,
+        }
+    }
+    #[inline(always)]
+    fn mean(self, _n: usize) -> Self {
+        self
+    }
+}
+
+/// Where the axes come from.
+#[derive(Debug, Clone)]
+enum AxesFrom {
+    /// The attribute (absent: every axis).
+    Attribute(Option<Vec<i64>>),
+    /// Input 1 (absent or empty: every axis, or none with
+    /// `noop_with_empty_axes`).
+    Input,
+}
+
+/// One reduction operator.
+#[derive(Debug)]
+pub(crate) struct Reduce {
+    kind: ReduceKind,
+    axes: AxesFrom,
+    keepdims: bool,
+    noop_with_empty_axes: bool,
+}
+
+impl Reduce {
+    pub(crate) fn new(spec: &NodeSpec<'_>, kind: ReduceKind) -> Result<Self, KernelError> {
+        let op = kind.name();
+        let from_input = spec.opset >= kind.axes_input_opset();
+        let allowed: &[&'static str] = if from_input {
+            &["keepdims", "noop_with_empty_axes"]
+        } else {
+            &["axes", "keepdims"]
+        };
+        let attrs = Attrs::new(spec, op, allowed)?;
+        let flag = |name: &'static str, default: i64| -> Result<bool, KernelError> {
+            match attrs.int_or(name, default)? {
+                0 => Ok(false),
+                1 => Ok(true),
+                v => Err(attrs.error(name, format!("must be 0 or 1, got {v}"))),
+            }
+        };
+        let keepdims = flag("keepdims", 1)?;
+        let noop_with_empty_axes = flag("noop_with_empty_axes", 0)?;
+        let axes = if from_input {
+            AxesFrom::Input
+        } else {
+            AxesFrom::Attribute(attrs.ints("axes")?)
+        };
+        Ok(Self {
+            kind,
+            axes,
+            keepdims,
+            noop_with_empty_axes,
+        })
+    }
+
+    fn supports(&self, dtype: ElementType) -> bool {
+        use ElementType as E;
+        match self.kind {
+            ReduceKind::Max | ReduceKind::Min => super::num::is_num(dtype) || dtype == E::Bool,
+            _ => matches!(dtype, E::F32 | E::F64 | E::I32 | E::I64 | E::U32 | E::U64),
+        }
+    }
+}
+
+/// Which axes are reduced: none (`noop_with_empty_axes` with no axes), all,
+/// or a list (validated against the rank: in range, no repeats).
+#[derive(Debug, Clone, Copy)]
+enum Axes<'a> {
+    None,
+    All,
+    List(Ints<'a>),
+}
+
+impl Axes<'_> {
+    /// Whether dimension `d` of a rank-`rank` input is reduced.
+    #[inline]
+    fn reduces(&self, d: usize, rank: usize) -> bool {
+        match self {
+            Self::None => false,
+            Self::All => true,
+            Self::List(axes) => (0..axes.len()).any(|i| {
+                let a = axes.get(i);
+                let a = if a < 0 { a + rank as i64 } else { a };
+                a == d as i64
+            }),
+        }
+    }
+
+    fn check(&self, op: &'static str, rank: usize) -> Result<(), KernelError> {
+        if let Self::List(axes) = self {
+            let r = rank as i64;
+            for i in 0..axes.len() {
+                let a = axes.get(i);
+                if a < -r || a >= r {
+                    return Err(KernelError::Shape(format!(
+                        "{op}: axis {a} is out of range for rank {rank}"
+                    )));
+                }
+                let n = if a < 0 { a + r } else { a };
+                if (0..i).any(|j| {
+                    let b = axes.get(j);
+                    (if b < 0 { b + r } else { b }) == n
+                }) {
+                    return Err(KernelError::Shape(format!(
+                        "{op}: axis {a} is given more than once"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Dimensions collapsed into alternating reduced/kept groups.
+#[derive(Debug, Clone, Copy)]
+struct Groups {
+    n: usize,
+    dims: [usize; MAX_RANK],
+    reduced: [bool; MAX_RANK],
+    in_len: usize,
+    out_len: usize,
+    /// Input elements per output element.
+    count: usize,
+}
+
+impl Groups {
+    fn new(op: &'static str, shape: &[usize], axes: &Axes<'_>) -> Result<Self, KernelError> {
+        let mut g = Self {
+            n: 0,
+            dims: [0; MAX_RANK],
+            reduced: [false; MAX_RANK],
+            in_len: 1,
+            out_len: 1,
+            count: 1,
+        };
+        let overflow = || KernelError::Shape(format!("{op}: shape {shape:?} overflows"));
+        for (d, &dim) in shape.iter().enumerate() {
+            let red = axes.reduces(d, shape.len());
+            g.in_len = g.in_len.checked_mul(dim).ok_or_else(overflow)?;
+            if red {
+                g.count = g.count.checked_mul(dim).ok_or_else(overflow)?;
+            } else {
+                g.out_len = g.out_len.checked_mul(dim).ok_or_else(overflow)?;
+            }
+            if dim == 1 {
+                continue;
+            }
+            if g.n > 0 && g.reduced[g.n - 1] == red {
+                g.dims[g.n - 1] *= dim;
+            } else {
+                if g.n == MAX_RANK {
+                    return Err(KernelError::Shape(format!(
+                        "{op}: {shape:?} alternates reduced and kept axes more than {MAX_RANK} times"
+                    )));
+                }
+                g.dims[g.n] = dim;
+                g.reduced[g.n] = red;
+                g.n += 1;
+            }
+        }
+        Ok(g)
+    }
+}
+
+/// Folds `x` with eight independent lanes (so float sums vectorize).
+#[inline(always)]
+fn fold8<T: Copy>(x: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
+    let mut acc = [init; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = f(*a, v);
+        }
+    }
+    let mut r = init;
+    for &v in rest {
+        r = f(r, v);
+    }
+    let pairs = [
+        f(acc[0], acc[4]),
+        f(acc[1], acc[5]),
+        f(acc[2], acc[6]),
+        f(acc[3], acc[7]),
+    ];
+    f(r, f(f(pairs[0], pairs[2]), f(pairs[1], pairs[3])))
+}
+
+/// Reduces `x` (the input block of `g`) into `out` (its output block).
+#[inline(always)]
+fn reduce_block<T: Reducible>(kind: ReduceKind, g: &Groups, x: &[T], out: &mut [T]) {
+    let init = T::identity(kind);
+    let f = |a, b| T::combine(kind, a, b);
+    out.fill(init);
+    if x.is_empty() || out.is_empty() {
+        return;
+    }
+    if g.n == 0 {
+        out[0] = f(init, x[0]);
+        return;
+    }
+    let last = g.n - 1;
+    let inner = g.dims[last];
+    // Output strides over the groups (0 on reduced ones).
+    let mut ostride = [0usize; MAX_RANK];
+    let mut s = 1usize;
+    for d in (0..g.n).rev() {
+        if !g.reduced[d] {
+            ostride[d] = s;
+            s *= g.dims[d];
+        }
+    }
+    let mut idx = [0usize; MAX_RANK];
+    let mut o = 0usize;
+    for row in x.chunks_exact(inner) {
+        if g.reduced[last] {
+            out[o] = f(out[o], fold8(row, init, f));
+        } else {
+            for (y, &v) in out[o..o + inner].iter_mut().zip(row) {
+                *y = f(*y, v);
+            }
+        }
+        let mut d = last;
+        while d > 0 {
+            d -= 1;
+            idx[d] += 1;
+            o += ostride[d];
+            if idx[d] < g.dims[d] {
+                break;
+            }
+            o -= ostride[d] * g.dims[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+fn reduce_typed<T: Reducible>(
+    kind: ReduceKind,
+    g: &Groups,
+    x: &Tensor,
+    out: &mut Tensor,
+    par: &dyn ParallelFor,
+) -> Result<(), KernelError> {
+    let op = kind.name();
+    let (x, y) = (typed::<T>(op, x)?, typed_mut::<T>(op, out)?);
+    check_len(op, "input", x.len(), g.in_len)?;
+    check_len(op, "output", y.len(), g.out_len)?;
+    let parallel = g.in_len >= PARALLEL_MIN_ELEMENTS && par.threads() > 1 && g.n >= 2;
+    if parallel && !g.reduced[0] {
+        // Independent blocks of the outermost kept group.
+        let rows = g.dims[0];
+        let (out_inner, in_inner) = (g.out_len / rows, g.in_len / rows);
+        let chunk = rows_chunk(par, rows, out_inner);
+        for_each_chunk_mut(par, y, chunk, &|offset, block| {
+            let (r0, nr) = (offset / out_inner, block.len() / out_inner);
+            let mut sub = *g;
+            sub.dims[0] = nr;
+            reduce_block(kind, &sub, &x[r0 * in_inner..(r0 + nr) * in_inner], block);
+            finish(kind, g.count, block);
+        });
+    } else if parallel && g.n == 2 {
+        // [reduced R, kept K]: split the K output columns.
+        let (r, k) = (g.dims[0], g.dims[1]);
+        let chunk = k.div_ceil(par.threads() * 4).next_multiple_of(64).max(256);
+        for_each_chunk_mut(par, y, chunk, &|c0, cols| {
+            let init = T::identity(kind);
+            cols.fill(init);
+            for i in 0..r {
+                let row = &x[i * k + c0..i * k + c0 + cols.len()];
+                for (y, &v) in cols.iter_mut().zip(row) {
+                    *y = T::combine(kind, *y, v);
+                }
+            }
+            finish(kind, g.count, cols);
+        });
+    } else {
+        reduce_block(kind, g, x, y);
+        finish(kind, g.count, y);
+    }
+    Ok(())
+}
+
+/// Turns sums into means.
+#[inline]
+fn finish<T: Reducible>(kind: ReduceKind, count: usize, out: &mut [T]) {
+    if kind == ReduceKind::Mean {
+        for v in out {
+            *v = v.mean(count);
+        }
+    }
+}
+
+impl Reduce {
+    /// The axes for an input of rank `rank`, from the attribute or from
+    /// input 1 (`axes_input`).
+    fn resolve<'a>(&'a self, axes_input: Option<Ints<'a>>) -> Axes<'a> {
+        let list = match (&self.axes, axes_input) {
+            (AxesFrom::Attribute(None), _) | (AxesFrom::Input, None) => None,
+            (AxesFrom::Attribute(Some(v)), _) => Some(Ints::I64(v)),
+            (AxesFrom::Input, Some(ints)) => Some(ints),
+        };
+        match list {
+            Some(l) if l.len() > 0 => Axes::List(l),
+            _ if self.noop_with_empty_axes => Axes::None,
+            _ => Axes::All,
+        }
+    }
+}
+
+impl Operator for Reduce {
+    fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
+        let op = self.name();
+        let max = if matches!(self.axes, AxesFrom::Input) { 2 } else { 1 };
+        let inputs = check_inputs(op, inputs, 1, max)?;
+        let x = required(op, inputs, 0)?;
+        if !self.supports(x.dtype) {
+            return Err(KernelError::UnsupportedType { op, dtype: x.dtype });
+        }
+        let values = match optional(inputs, 1) {
+            Some(info) => Some(constant_ints(op, info, 1)?),
+            None => None,
+        };
+        let axes = self.resolve(values.as_deref().map(Ints::I64));
+        axes.check(op, x.shape.len())?;
+        let rank = x.shape.len();
+        let mut shape = Vec::with_capacity(rank);
+        for (d, &dim) in x.shape.iter().enumerate() {
+            if !axes.reduces(d, rank) {
+                shape.push(dim);
+            } else if self.keepdims {
+                shape.push(1);
+            }
+        }
+        Groups::new(op, x.shape, &axes)?;
+        Ok(vec![OutputInfo {
+            dtype: x.dtype,
+            shape,
+        }])
+    }
+
+    fn execute(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _packed: Option<&PackedWeight>,
+        outputs: &mut [Tensor],
+        par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        use ElementType as E;
+        let op = self.name();
+        let x = input(op, inputs, 0)?;
+        let axes_input = match inputs.get(1).copied().flatten() {
+            Some(t) if matches!(self.axes, AxesFrom::Input) => Some(Ints::of(op, t)?),
+            _ => None,
+        };
+        let axes = self.resolve(axes_input);
+        axes.check(op, x.shape().len())?;
+        let g = Groups::new(op, x.shape(), &axes)?;
+        let out = output(op, outputs, 0)?;
+        let k = self.kind;
+        match (k, x.dtype()) {
+            (ReduceKind::Max | ReduceKind::Min, E::Bool) => reduce_typed::<bool>(k, &g, x, out, par),
+            (ReduceKind::Max | ReduceKind::Min, dtype) => {
+                dispatch_num!(dtype, T => reduce_typed::<T>(k, &g, x, out, par),
+                    else Err(KernelError::UnsupportedType { op, dtype }))
+            }
+            (_, E::F32) => reduce_typed::<f32>(k, &g, x, out, par),
+            (_, E::F64) => reduce_typed::<f64>(k, &g, x, out, par),
+            (_, E::I32) => reduce_typed::<i32>(k, &g, x, out, par),
+            (_, E::I64) => reduce_typed::<i64>(k, &g, x, out, par),
+            (_, E::U32) => reduce_typed::<u32>(k, &g, x, out, par),
+            (_, E::U64) => reduce_typed::<u64>(k, &g, x, out, par),
+            (_, dtype) => Err(KernelError::UnsupportedType { op, dtype }),
+        }
+    }
+}
