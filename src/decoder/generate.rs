@@ -87,6 +87,7 @@ pub fn generate(
         }
     }
 
+    let others = super::model_dims(&resolved);
     let start = Instant::now();
     let mut rng = Rng::default();
     let mut tokens = Vec::with_capacity(max_new_tokens);
@@ -104,7 +105,7 @@ pub fn generate(
             if role == InputRole::PastKv && past > 0 {
                 continue; // the bound present of the last run
             }
-            let t = input_tensor(input, len, &[], Some(&ids), vocab, &mut rng)?;
+            let t = input_tensor(input, len, &others, Some(&ids), vocab, &mut rng)?;
             ctx.set_input(&input.name, t)?;
         }
         ctx = session.run(ctx).map_err(|e| e.error)?;

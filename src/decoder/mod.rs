@@ -294,6 +294,64 @@ pub fn vocab_size(resolved: &ResolvedModel) -> Option<usize> {
         .filter(|&d| d > 1)
 }
 
+/// The probe shape of the value called `name` (best effort: the shape
+/// resolution inferred with placeholder dims).
+fn probe_shape<'r>(resolved: &'r ResolvedModel, name: &str) -> Option<&'r [usize]> {
+    resolved.nodes().iter().find_map(|n| {
+        let i = n
+            .outputs
+            .iter()
+            .position(|&o| resolved.value_name(o) == name)?;
+        n.probe_outputs.get(i).map(|o| o.shape.as_slice())
+    })
+}
+
+/// The head size of the KV cache, from the first attention node
+/// (`GroupQueryAttention`, `Attention` with 3D inputs): its query width over
+/// the number of heads (over all heads when Q, K and V come packed).
+pub fn kv_head_size(resolved: &ResolvedModel) -> Option<usize> {
+    use onnx_prepared_kernels::Attributes;
+    for node in &resolved.model().graph().node {
+        let op = node.op_type.as_deref().unwrap_or_default();
+        if op != "GroupQueryAttention" && op != "Attention" {
+            continue;
+        }
+        let attrs = model::NodeAttributes::new(node);
+        let heads = attrs.int("num_heads").or(attrs.int("q_num_heads"))?;
+        let kv_heads = attrs.int("kv_num_heads").unwrap_or(heads);
+        let query = probe_shape(resolved, node.input.first()?)?;
+        if query.len() != 3 {
+            continue;
+        }
+        let packed = node.input.get(1).is_none_or(String::is_empty);
+        let parts = if packed { heads + 2 * kv_heads } else { heads };
+        let parts = usize::try_from(parts).ok().filter(|&p| p > 0)?;
+        return Some(query[2] / parts).filter(|&d| d > 0);
+    }
+    None
+}
+
+/// Sizes of symbolic dims no role decides but the model does: the head
+/// size of past KV inputs declared as a symbolic dim (the GenAI builder's
+/// `kv_cache_dim`).
+pub fn model_dims(resolved: &ResolvedModel) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    let Some(head) = kv_head_size(resolved) else {
+        return out;
+    };
+    for input in resolved.inputs() {
+        if input_role(&input.name) != InputRole::PastKv {
+            continue;
+        }
+        if let Some(Dim::Symbolic(name)) = input.dims.as_ref().and_then(|d| d.last())
+            && !out.iter().any(|(n, _)| n == name)
+        {
+            out.push((name.clone(), head));
+        }
+    }
+    out
+}
+
 /// A deterministic pseudo-random stream (splitmix64).
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
@@ -432,6 +490,13 @@ pub fn generated_inputs(
     others: &[(String, usize)],
 ) -> Result<Vec<(String, Tensor)>, Error> {
     let vocab = vocab_size(resolved).unwrap_or(8192);
+    let mut others = others.to_vec();
+    for (name, size) in model_dims(resolved) {
+        if !others.iter().any(|(n, _)| *n == name) {
+            others.push((name, size));
+        }
+    }
+    let others = &others;
     let mut rng = Rng::default();
     resolved
         .inputs()

@@ -51,7 +51,9 @@ pub(crate) fn find(model: &Model) -> (HashSet<usize>, HashMap<usize, QdqMatMul>)
         }
     }
     for o in &graph.output {
-        *uses.entry(o.name.as_deref().unwrap_or_default()).or_default() += 1;
+        *uses
+            .entry(o.name.as_deref().unwrap_or_default())
+            .or_default() += 1;
     }
     let mut consumer: HashMap<&str, usize> = HashMap::new();
     for (j, node) in graph.node.iter().enumerate() {
@@ -70,8 +72,12 @@ pub(crate) fn find(model: &Model) -> (HashSet<usize>, HashMap<usize, QdqMatMul>)
         if !default_domain || node.op_type.as_deref() != Some("DequantizeLinear") {
             continue;
         }
-        let Some(out) = node.output.first() else { continue };
-        let Some(&j) = consumer.get(out.as_str()) else { continue };
+        let Some(out) = node.output.first() else {
+            continue;
+        };
+        let Some(&j) = consumer.get(out.as_str()) else {
+            continue;
+        };
         if uses.get(out.as_str()) != Some(&1) || node.output.len() != 1 {
             continue;
         }
@@ -105,11 +111,13 @@ fn recognize(
     if axis != 0 && axis != -2 {
         return None;
     }
-    let block_size = usize::try_from(attrs.int("block_size")?).ok().filter(|&b| b > 0)?;
+    let block_size = usize::try_from(attrs.int("block_size")?)
+        .ok()
+        .filter(|&b| b > 0)?;
     let blocks = k.div_ceil(block_size);
     let scale_name = dq.input.get(1)?;
     let scale = model.weight_by_name(scale_name)?;
-    if scale.element_type() != ElementType::F32 || scale.dims() != [blocks as i64, n as i64] {
+    if scale.element_type() != ElementType::F32 || scale.dims() != [blocks as u64, n as u64] {
         return None;
     }
     let mut inputs = vec![

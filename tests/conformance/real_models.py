@@ -107,7 +107,16 @@ def vocab_of(sess) -> int:
     return 256
 
 
-def make_inputs(sess, t: int, p: int, ids: np.ndarray, pasts: dict | None) -> dict:
+def head_size(model: Path) -> int | None:
+    """The KV head size when the model declares it symbolically (the GenAI
+    builder's `kv_cache_dim`): from genai_config.json beside it."""
+    config = model.parent / "genai_config.json"
+    if config.exists():
+        return json.loads(config.read_text())["model"]["decoder"]["head_size"]
+    return None
+
+
+def make_inputs(sess, t: int, p: int, ids: np.ndarray, pasts: dict | None, head: int | None = None) -> dict:
     feeds = {}
     for i in sess.get_inputs():
         dtype = NP_TYPES[i.type]
@@ -129,6 +138,8 @@ def make_inputs(sess, t: int, p: int, ids: np.ndarray, pasts: dict | None) -> di
                 shape = [1 if not isinstance(d, int) else d for d in i.shape]
                 shape[0] = 1
                 shape[2] = 0
+                if not isinstance(i.shape[3], int):
+                    shape[3] = head
                 feeds[i.name] = np.zeros(shape, dtype=dtype)
         else:
             raise ValueError(f"input {i.name}: no role known for it")
@@ -170,13 +181,13 @@ def compare(label: str, ours: dict, ref: dict) -> list[str]:
     return failures
 
 
-def ort_greedy(sess, prompt: np.ndarray, n: int) -> list[int]:
+def ort_greedy(sess, prompt: np.ndarray, n: int, head: int | None) -> list[int]:
     pairs = present_to_past(sess)
     out_names = [o.name for o in sess.get_outputs()]
     logits_name = next((o for o in out_names if "logits" in o), out_names[0])
     ids, p, pasts, tokens = prompt, 0, None, []
     for _ in range(n):
-        feeds = make_inputs(sess, len(ids), p, ids, pasts)
+        feeds = make_inputs(sess, len(ids), p, ids, pasts, head)
         outs = dict(zip(out_names, sess.run(None, feeds)))
         tok = int(np.argmax(outs[logits_name].reshape(-1, outs[logits_name].shape[-1])[-1]))
         tokens.append(tok)
@@ -196,7 +207,8 @@ def check_model(binary: str, model: Path, work: Path, threads: int) -> list[str]
     failures = []
 
     # Prefill, then one decode step fed with ORT's presents.
-    feeds = make_inputs(sess, PREFILL, 0, prompt, None)
+    head = head_size(model)
+    feeds = make_inputs(sess, PREFILL, 0, prompt, None, head)
     ref = dict(zip(out_names, sess.run(None, feeds)))
     pairs = present_to_past(sess)
     step_ids = np.array([int(rng.integers(0, vocab))], dtype=np.int64)
@@ -216,7 +228,7 @@ def check_model(binary: str, model: Path, work: Path, threads: int) -> list[str]
             failures += compare(f"{label} {mode}", read_npz(out), r)
 
     # Greedy generation.
-    want = ort_greedy(sess, prompt, NEW_TOKENS)
+    want = ort_greedy(sess, prompt, NEW_TOKENS, head)
     cmd = bin_command(binary) + ["generate", str(model), "--prompt-ids", ",".join(map(str, prompt)),
                                  "--max-new-tokens", str(NEW_TOKENS), "--threads", str(threads), "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

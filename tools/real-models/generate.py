@@ -12,14 +12,15 @@ by each producer:
                       (only when OPTIMUM_PYTHON names a python with optimum-onnx)
   nbits-sym           onnxruntime MatMulNBitsQuantizer, block 32, symmetric
   nbits-asym          the same, asymmetric (zero points)
-  nbits-qdq           the same in QDQ form (DequantizeLinear(int4) -> MatMul)
+  nbits-qdq           the same in QDQ form (DequantizeLinear(int4) -> MatMul),
+                      from the opset-23 dynamo export
   genai-int4          onnxruntime_genai.models.builder -p int4 -e cpu
   genai-fp32          onnxruntime_genai.models.builder -p fp32 -e cpu
 
 Every model goes to OUT/<arch>-<producer>/ (model.onnx plus whatever
 external data the producer writes), and OUT/versions.json records the
 package versions and which producer failed on what. The quantizer variants
-start from the torchscript export.
+start from the torchscript export (QDQ: the opset-23 dynamo export).
 
     target/rm-venv/bin/python tools/real-models/generate.py --out tests/models/real
 """
@@ -270,9 +271,14 @@ def main() -> int:
                     elif p == "torchscript":
                         torch_export(hf, out, False, 17)
                     elif p.startswith("nbits-"):
-                        base = args.out / f"{arch}-torchscript"
+                        # QDQ needs blocked DequantizeLinear (opset 21): the
+                        # quantizer raises the opset but leaves opset-17 forms
+                        # (ReduceMean's `axes` attribute) behind, so its base
+                        # is the opset-23 dynamo export.
+                        qdq = p == "nbits-qdq"
+                        base = args.out / f"{arch}-{'torch-dynamo-op23' if qdq else 'torchscript'}"
                         if not (base / "model.onnx").exists():
-                            torch_export(hf, base, False, 17)
+                            torch_export(hf, base, qdq, 23 if qdq else 17)
                         nbits(base, out, symmetric=(p == "nbits-sym"), qdq=(p == "nbits-qdq"))
                     elif p == "genai-int4":
                         genai(hf, out, "int4", work)
