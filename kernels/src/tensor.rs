@@ -200,7 +200,11 @@ impl TensorData {
                 }
                 let nibble = |i: usize| (bytes[i / 2] >> ((i % 2) * 4)) & 0x0f;
                 Some(if dtype == ElementType::I4 {
-                    Self::I8((0..elements).map(|i| ((nibble(i) << 4) as i8) >> 4).collect())
+                    Self::I8(
+                        (0..elements)
+                            .map(|i| ((nibble(i) << 4) as i8) >> 4)
+                            .collect(),
+                    )
                 } else {
                     Self::U8((0..elements).map(nibble).collect())
                 })

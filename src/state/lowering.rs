@@ -459,7 +459,10 @@ pub(crate) fn lower(
         // Shape-only operators (Shape, Size) fold for this shape set even
         // when their inputs are run-time values.
         if infos.len() == node.inputs.len()
-            && infos.iter().zip(&node.inputs).all(|(i, op)| i.is_some() == op.is_some())
+            && infos
+                .iter()
+                .zip(&node.inputs)
+                .all(|(i, op)| i.is_some() == op.is_some())
             && let Some(folded) = node.op.fold_shapes(&infos)
         {
             let tensors = match folded {

@@ -387,10 +387,7 @@ fn bound<T: Num>(inputs: &[Option<&Tensor>], i: usize) -> Result<Option<T>, Kern
                 [v] => Ok(Some(*v)),
                 _ => Err(KernelError::Invalid {
                     op: "Clip",
-                    detail: format!(
-                        "input {i} must be a scalar, got shape {:?}",
-                        t.shape()
-                    ),
+                    detail: format!("input {i} must be a scalar, got shape {:?}", t.shape()),
                 }),
             }
         }

@@ -3,9 +3,7 @@
 
 use super::num::{Num, is_float, is_num, map};
 use crate::ops::basic::broadcast::{Plan, broadcast_shape};
-use crate::ops::basic::common::{
-    Attrs, check_inputs, input, output, required, typed, typed_mut,
-};
+use crate::ops::basic::common::{Attrs, check_inputs, input, output, required, typed, typed_mut};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
     Tensor,

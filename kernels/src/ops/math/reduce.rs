@@ -13,8 +13,8 @@
 
 use super::num::Num;
 use crate::ops::basic::common::{
-    Attrs, Elem, Ints, MAX_RANK, check_inputs, check_len, constant_ints, input, optional,
-    output, required, typed, typed_mut,
+    Attrs, Elem, Ints, MAX_RANK, check_inputs, check_len, constant_ints, input, optional, output,
+    required, typed, typed_mut,
 };
 use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
 use crate::{
@@ -414,7 +414,11 @@ impl Operator for Reduce {
 
     fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
         let op = self.name();
-        let max = if matches!(self.axes, AxesFrom::Input) { 2 } else { 1 };
+        let max = if matches!(self.axes, AxesFrom::Input) {
+            2
+        } else {
+            1
+        };
         let inputs = check_inputs(op, inputs, 1, max)?;
         let x = required(op, inputs, 0)?;
         if !self.supports(x.dtype) {
@@ -462,7 +466,9 @@ impl Operator for Reduce {
         let out = output(op, outputs, 0)?;
         let k = self.kind;
         match (k, x.dtype()) {
-            (ReduceKind::Max | ReduceKind::Min, E::Bool) => reduce_typed::<bool>(k, &g, x, out, par),
+            (ReduceKind::Max | ReduceKind::Min, E::Bool) => {
+                reduce_typed::<bool>(k, &g, x, out, par)
+            }
             (ReduceKind::Max | ReduceKind::Min, dtype) => {
                 dispatch_num!(dtype, T => reduce_typed::<T>(k, &g, x, out, par),
                     else Err(KernelError::UnsupportedType { op, dtype }))

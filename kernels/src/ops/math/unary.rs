@@ -4,9 +4,7 @@
 
 use half::{bf16, f16};
 
-use super::fast::{
-    erf_f32, erf_f64, gelu_f32, gelu_f64, gelu_tanh_f32, gelu_tanh_f64, tanh_f32,
-};
+use super::fast::{erf_f32, erf_f64, gelu_f32, gelu_f64, gelu_tanh_f32, gelu_tanh_f64, tanh_f32};
 use super::num::{Num, is_float, is_num, map};
 use crate::ops::basic::common::{Attrs, check_inputs, input, output, required};
 use crate::ops::basic::real::exp_f32;
