@@ -80,7 +80,12 @@ pub(crate) struct Lowered {
 }
 
 /// Lowering must restart with graph input `0` treated as a known value.
-pub(crate) struct NeedsValue(pub(crate) usize);
+pub(crate) struct NeedsValue(pub(crate) Vec<usize>);
+
+/// Most elements a graph input may have to become a known value of a
+/// lowering (its contents decide shapes, so each distinct value is lowered
+/// once): shape-like inputs, not activations.
+const MAX_VALUE_INPUT_ELEMENTS: usize = 1024;
 
 /// Checks `inputs` (by name) against the declared graph inputs and orders them.
 pub(crate) fn order_inputs<'t>(
@@ -487,11 +492,23 @@ pub(crate) fn lower(
         let outs = match node.op.infer(&infos) {
             Ok(o) => o,
             Err(KernelError::NeedsConstant { input, .. }) => {
-                if let Some(Some(Source::Value(id))) = node.inputs.get(input)
-                    && (id.0 as usize) < inputs.len()
-                    && !value_inputs.contains(&(id.0 as usize))
-                {
-                    return Err(NeedsValue(id.0 as usize));
+                // The value comes from graph inputs through nodes lowering
+                // could evaluate: lower again with those inputs known (small
+                // ones only), keyed by their values.
+                if let Some(Some(Source::Value(id))) = node.inputs.get(input) {
+                    match value_sources(resolved, *id, inputs, value_inputs) {
+                        Ok(sources) if !sources.is_empty() => return Err(NeedsValue(sources)),
+                        Ok(_) => {}
+                        Err(desc) => {
+                            return Ok(Err(ResolveError::DataDependentShape {
+                                node: node.name.clone(),
+                                op: node.op.name(),
+                                input,
+                                source_desc: desc,
+                            }
+                            .into()));
+                        }
+                    }
                 }
                 return fail(
                     &node.name,
@@ -705,6 +722,61 @@ pub(crate) fn lower(
     Ok(Ok(lowered))
 }
 
+/// The graph inputs (not yet known values) that value `id` is computed
+/// from, when each is small enough to key a lowering by; `Err` with a
+/// description when one is not.
+fn value_sources(
+    resolved: &ResolvedModel,
+    id: crate::model::ValueId,
+    inputs: &[&Tensor],
+    value_inputs: &HashSet<usize>,
+) -> Result<Vec<usize>, String> {
+    let mut producer: HashMap<u32, usize> = HashMap::new();
+    for (n, node) in resolved.nodes().iter().enumerate() {
+        for o in &node.outputs {
+            producer.insert(o.0, n);
+        }
+    }
+    let mut sources = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack = vec![id.0];
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) {
+            continue;
+        }
+        if (v as usize) < inputs.len() {
+            let i = v as usize;
+            if value_inputs.contains(&i) {
+                continue;
+            }
+            let t = inputs[i];
+            if t.len() > MAX_VALUE_INPUT_ELEMENTS {
+                return Err(format!(
+                    "graph input `{}` ({} elements)",
+                    resolved.value_name(crate::model::ValueId(v)),
+                    t.len()
+                ));
+            }
+            sources.push(i);
+            continue;
+        }
+        let Some(&n) = producer.get(&v) else { continue };
+        for op in resolved.nodes()[n].inputs.iter().flatten() {
+            match op {
+                Source::Value(u) => stack.push(u.0),
+                Source::Prepared(_) | Source::Consumed(_) => {
+                    return Err(format!(
+                        "weights, through node `{}`",
+                        resolved.nodes()[n].name
+                    ));
+                }
+                Source::Inline(_) => {}
+            }
+        }
+    }
+    Ok(sources)
+}
+
 /// Lowers, adding graph inputs to `value_inputs` until shapes resolve.
 pub(crate) fn lower_all(
     resolved: &ResolvedModel,
@@ -714,9 +786,7 @@ pub(crate) fn lower_all(
     loop {
         match lower(resolved, inputs, value_inputs) {
             Ok(result) => return result,
-            Err(NeedsValue(i)) => {
-                value_inputs.insert(i);
-            }
+            Err(NeedsValue(sources)) => value_inputs.extend(sources),
         }
     }
 }

@@ -59,7 +59,10 @@ def time_ort(sess, feeds: dict, warmup: int, repeat: int) -> tuple[float, float]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bin", required=True, help="the onnx-prepared binary")
-    parser.add_argument("--fixtures", required=True, type=Path, help="the make-fixtures output dir")
+    parser.add_argument("--fixtures", type=Path, help="the make-fixtures output dir (tiny-llm)")
+    parser.add_argument("--model", type=Path,
+                        help="a decoder model instead of tiny-llm (e.g. a GenAI-builder int4 model); "
+                             "inputs by role as real_models.py makes them")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per case (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed ORT runs first (default 3)")
@@ -68,6 +71,11 @@ def main() -> int:
 
     if not binary_exists(args.bin):
         print(f"error: {args.bin} not found", file=sys.stderr)
+        return 2
+    if args.model is not None:
+        return decoder_model(args)
+    if args.fixtures is None:
+        print("error: give --fixtures or --model", file=sys.stderr)
         return 2
     model = args.fixtures / "tiny-llm.onnx"
     if not model.exists():
@@ -118,6 +126,69 @@ def main() -> int:
         print(f"{r['case']:<20} {r['threads']:>7} {r['ort_ms']:>10.3f} {r['ours_ms']:>10.3f} {r['ratio']:>9.2f}")
     print(f"(median of {repeat} timed runs each; ours excludes its first run; "
           f"--json adds min, our load and first-run times)")
+    if args.json:
+        args.json.write_text(json.dumps({"model": str(model), "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+def decoder_model(args) -> int:
+    """--model: prefill T=128 P=0 and decode T=1 P=128 on a decoder model,
+    against ORT as users run it (default graph optimizations; int4 MatMuls
+    with int8 activations where the model asks for them) and against ORT
+    with int8 activations off (accuracy level 0, the exact fp32 reference)."""
+    import onnxruntime as ort
+
+    from real_models import head_size, make_inputs, ort_session as exact_session, present_to_past, vocab_of
+
+    model = args.model
+    threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    repeat = max(1, args.repeat)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="speed-") as tmp:
+        tmp = Path(tmp)
+        exact = exact_session(model, tmp)
+        head = head_size(model)
+        rng = __import__("numpy").random.default_rng(11)
+        ids = rng.integers(0, vocab_of(exact), size=PREFILL_T)
+        prefill = make_inputs(exact, PREFILL_T, 0, ids, None, head)
+        names = [o.name for o in exact.get_outputs()]
+        outs = dict(zip(names, exact.run(names, prefill)))
+        pairs = present_to_past(exact)
+        decode = make_inputs(exact, 1, PREFILL_T, ids[:1], {pairs[o]: outs[o] for o in pairs}, head)
+        cases = [(f"prefill T={PREFILL_T} P=0", prefill), (f"decode T=1 P={PREFILL_T}", decode)]
+        for i, (_, feeds) in enumerate(cases):
+            write_npz(tmp / f"case{i}.npz", feeds)
+        for n in threads:
+            default = ort_session(model, n)
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = n
+            opts.inter_op_num_threads = 1
+            opts.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
+            level0_path = model
+            copy = tmp / model.parent.name / model.name
+            if copy.exists():
+                level0_path = copy  # real_models.ort_session's rewritten copy
+            level0 = ort.InferenceSession(str(level0_path), opts, providers=["CPUExecutionProvider"])
+            for i, (label, feeds) in enumerate(cases):
+                ort_median, _ = time_ort(default, feeds, args.warmup, repeat)
+                exact_median, _ = time_ort(level0, feeds, args.warmup, repeat)
+                try:
+                    ours = parse_timing(run_cli(args.bin, model, tmp / f"case{i}.npz", threads=n, repeat=repeat))
+                except (RunFailed, ValueError) as e:
+                    print(f"error: {label}, threads={n}: {e}", file=sys.stderr)
+                    return 1
+                rows.append({
+                    "case": label, "threads": n, "ort_ms": ort_median, "ort_level0_ms": exact_median,
+                    "ours_ms": ours["median_ms"], "ours_first_run_ms": ours["first_run_ms"],
+                    "ratio": ours["median_ms"] / ort_median, "ratio_level0": ours["median_ms"] / exact_median,
+                    "runs": repeat,
+                })
+            del default, level0
+    print(f"{'case':<20} {'threads':>7} {'ORT ms':>9} {'ORT lvl0':>9} {'ours ms':>9} {'/ORT':>6} {'/lvl0':>6}")
+    for r in rows:
+        print(f"{r['case']:<20} {r['threads']:>7} {r['ort_ms']:>9.3f} {r['ort_level0_ms']:>9.3f} "
+              f"{r['ours_ms']:>9.3f} {r['ratio']:>6.2f} {r['ratio_level0']:>6.2f}")
+    print(f"(median of {repeat} timed runs each; ORT lvl0: int8 activations off)")
     if args.json:
         args.json.write_text(json.dumps({"model": str(model), "rows": rows}, indent=2) + "\n")
     return 0

@@ -62,7 +62,18 @@ from _common import (  # noqa: E402
 DEFAULT_OPS = (
     "Gemm,MatMul,com.microsoft::MatMulNBits,Add,Sub,Mul,Div,Sigmoid,Neg,Sqrt,Pow,"
     "Reciprocal,Softmax,RMSNormalization,LayerNormalization,Gather,Transpose,"
-    "Reshape,Split,Concat,Slice,Squeeze,Unsqueeze,Cast,Constant,Identity"
+    "Reshape,Split,Concat,Slice,Squeeze,Unsqueeze,Cast,Constant,Identity,"
+    # shape and indexing
+    "Shape,Size,ConstantOfShape,Range,Expand,Tile,Flatten,GatherND,GatherElements,"
+    "ScatterND,ScatterElements,Trilu,CumSum,Where,Pad,"
+    # comparison and logic
+    "Equal,Less,LessOrEqual,Greater,GreaterOrEqual,And,Or,Not,Xor,IsNaN,IsInf,"
+    # math
+    "Max,Min,Abs,Exp,Log,Cos,Sin,Tanh,Erf,Gelu,Relu,Clip,Floor,Ceil,Round,Mod,Sign,"
+    # reductions
+    "ReduceMean,ReduceSum,ReduceMax,ReduceMin,ReduceProd,ArgMax,ArgMin,"
+    # attention and quantization
+    "Attention,RotaryEmbedding,DequantizeLinear"
 )
 KNOWN_DOMAINS = {"MatMulNBits": "com.microsoft"}
 

@@ -42,8 +42,8 @@ LAYERS = 2
 HIDDEN = 64
 HEADS = 4
 KV_HEADS = 2
-INTERMEDIATE = 96  # never equal to the vocabulary: the GenAI builder finds the LM head by it
-VOCAB = 384
+INTERMEDIATE = 80  # never equal to the vocabulary: the GenAI builder finds the LM head by it
+VOCAB = 256
 MAX_POS = 256
 
 
@@ -65,7 +65,7 @@ def configs():
     return {
         "llama": ("LlamaForCausalLM", LlamaConfig(**common)),
         "qwen2": ("Qwen2ForCausalLM", Qwen2Config(**common, use_sliding_window=False)),
-        "phi3": ("Phi3ForCausalLM", Phi3Config(**common, pad_token_id=0)),
+        "phi3": ("Phi3ForCausalLM", Phi3Config(**common, pad_token_id=0, original_max_position_embeddings=MAX_POS)),
         "mistral": ("MistralForCausalLM", MistralConfig(**common, sliding_window=None)),
     }
 
@@ -249,17 +249,28 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--arch", default="llama,qwen2,phi3,mistral")
-    ap.add_argument("--producers", default="torch-dynamo,torch-dynamo-op23,torchscript,optimum,"
-                    "nbits-sym,nbits-asym,nbits-qdq,genai-int4,genai-fp32")
+    ap.add_argument("--producers", default=None,
+                    help="comma-separated; default: every producer, and for Mistral a subset "
+                         "(the committed set stays under 12 MB)")
+    ap.add_argument("--size", choices=("tiny", "tiny-llm"), default="tiny",
+                    help="tiny: the committed test models; tiny-llm: hidden 512, 4 layers, 8 heads, "
+                         "vocab 8192, the benchmark size (not committed)")
     args = ap.parse_args()
-    producers = args.producers.split(",")
+    if args.size == "tiny-llm":
+        global LAYERS, HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POS
+        LAYERS, HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POS = 4, 512, 8, 8, 2048, 8192, 512
+    all_producers = ("torch-dynamo,torch-dynamo-op23,torchscript,optimum,"
+                     "nbits-sym,nbits-asym,nbits-qdq,genai-int4,genai-fp32")
+    subset = {"mistral": "torchscript,optimum,nbits-qdq,genai-int4"}
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"versions": versions(), "config": dict(layers=LAYERS, hidden=HIDDEN, heads=HEADS,
               kv_heads=KV_HEADS, intermediate=INTERMEDIATE, vocab=VOCAB), "made": [], "failed": {}}
+    temporary: list[Path] = []  # quantizer bases not asked for
     with tempfile.TemporaryDirectory() as tmpdir:
         work = Path(tmpdir)
         for arch in args.arch.split(","):
             hf = checkpoint(arch, work)
+            producers = (args.producers or subset.get(arch, all_producers)).split(",")
             for p in producers:
                 out = args.out / f"{arch}-{p}"
                 shutil.rmtree(out, ignore_errors=True)
@@ -279,6 +290,8 @@ def main() -> int:
                         base = args.out / f"{arch}-{'torch-dynamo-op23' if qdq else 'torchscript'}"
                         if not (base / "model.onnx").exists():
                             torch_export(hf, base, qdq, 23 if qdq else 17)
+                            if base.name.removeprefix(f"{arch}-") not in producers:
+                                temporary.append(base)
                         nbits(base, out, symmetric=(p == "nbits-sym"), qdq=(p == "nbits-qdq"))
                     elif p == "genai-int4":
                         genai(hf, out, "int4", work)
@@ -295,6 +308,8 @@ def main() -> int:
                     detail = getattr(e, "stderr", None) or traceback.format_exc()
                     report["failed"][out.name] = str(detail)[-2000:]
                     print(f"FAILED {out.name}: {str(e)[:200]}", flush=True)
+    for t in temporary:
+        shutil.rmtree(t, ignore_errors=True)
     (args.out / "versions.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     return 0
 
