@@ -12,7 +12,7 @@ use crate::ops::basic::real::exp_f32;
 
 /// `x·P(x²)` coefficients for `erf` on [0, 1].
 const ERF_SMALL: [f32; 7] = [
-    1.128_379_1,
+    std::f32::consts::FRAC_2_SQRT_PI,
     -0.376_126_23,
     0.112_835_616,
     -0.026_852_965,
@@ -90,9 +90,9 @@ pub(crate) fn erf_f32(x: f32) -> f32 {
 pub(crate) fn tanh_f32(x: f32) -> f32 {
     let a = x.abs();
     let z = x * x;
-    let p = ((((-5.704_988_7e-3 * z + 2.063_908_9e-2) * z - 5.373_971_6e-2) * z + 1.333_144_2e-1)
+    let p = ((((-5.704_988_7e-3 * z + 2.063_909e-2) * z - 5.373_971_6e-2) * z + 1.333_144_2e-1)
         * z
-        - 3.333_328_2e-1)
+        - 3.333_328e-1)
         * z
         * x
         + x;

@@ -286,11 +286,16 @@ fn fold8<T: Copy>(x: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
     f(r, f(f(pairs[0], pairs[2]), f(pairs[1], pairs[3])))
 }
 
-/// Reduces `x` (the input block of `g`) into `out` (its output block).
+/// Reduces `x` (the input block of `g`) into `out` (its output block) with
+/// `f` from `init`.
 #[inline(always)]
-fn reduce_block<T: Reducible>(kind: ReduceKind, g: &Groups, x: &[T], out: &mut [T]) {
-    let init = T::identity(kind);
-    let f = |a, b| T::combine(kind, a, b);
+fn reduce_block<T: Copy>(
+    g: &Groups,
+    x: &[T],
+    out: &mut [T],
+    init: T,
+    f: impl Fn(T, T) -> T + Copy,
+) {
     out.fill(init);
     if x.is_empty() || out.is_empty() {
         return;
@@ -345,6 +350,34 @@ fn reduce_typed<T: Reducible>(
     let (x, y) = (typed::<T>(op, x)?, typed_mut::<T>(op, out)?);
     check_len(op, "input", x.len(), g.in_len)?;
     check_len(op, "output", y.len(), g.out_len)?;
+    // One monomorphized loop per reduction (the kind is constant in each
+    // closure).
+    match kind {
+        ReduceKind::Sum | ReduceKind::Mean => {
+            reduce_with(kind, g, x, y, par, |a, b| T::combine(ReduceKind::Sum, a, b))
+        }
+        ReduceKind::Prod => reduce_with(kind, g, x, y, par, |a, b| {
+            T::combine(ReduceKind::Prod, a, b)
+        }),
+        ReduceKind::Max => {
+            reduce_with(kind, g, x, y, par, |a, b| T::combine(ReduceKind::Max, a, b))
+        }
+        ReduceKind::Min => {
+            reduce_with(kind, g, x, y, par, |a, b| T::combine(ReduceKind::Min, a, b))
+        }
+    }
+    Ok(())
+}
+
+fn reduce_with<T: Reducible>(
+    kind: ReduceKind,
+    g: &Groups,
+    x: &[T],
+    y: &mut [T],
+    par: &dyn ParallelFor,
+    f: impl Fn(T, T) -> T + Copy + Sync,
+) {
+    let init = T::identity(kind);
     let parallel = g.in_len >= PARALLEL_MIN_ELEMENTS && par.threads() > 1 && g.n >= 2;
     if parallel && !g.reduced[0] {
         // Independent blocks of the outermost kept group.
@@ -355,7 +388,8 @@ fn reduce_typed<T: Reducible>(
             let (r0, nr) = (offset / out_inner, block.len() / out_inner);
             let mut sub = *g;
             sub.dims[0] = nr;
-            reduce_block(kind, &sub, &x[r0 * in_inner..(r0 + nr) * in_inner], block);
+            let xb = &x[r0 * in_inner..(r0 + nr) * in_inner];
+            reduce_block(&sub, xb, block, init, f);
             finish(kind, g.count, block);
         });
     } else if parallel && g.n == 2 {
@@ -363,21 +397,19 @@ fn reduce_typed<T: Reducible>(
         let (r, k) = (g.dims[0], g.dims[1]);
         let chunk = k.div_ceil(par.threads() * 4).next_multiple_of(64).max(256);
         for_each_chunk_mut(par, y, chunk, &|c0, cols| {
-            let init = T::identity(kind);
             cols.fill(init);
             for i in 0..r {
                 let row = &x[i * k + c0..i * k + c0 + cols.len()];
                 for (y, &v) in cols.iter_mut().zip(row) {
-                    *y = T::combine(kind, *y, v);
+                    *y = f(*y, v);
                 }
             }
             finish(kind, g.count, cols);
         });
     } else {
-        reduce_block(kind, g, x, y);
+        reduce_block(g, x, y, init, f);
         finish(kind, g.count, y);
     }
-    Ok(())
 }
 
 /// Turns sums into means.
