@@ -445,3 +445,28 @@ impl Tensor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{ElementType, TensorData};
+
+    #[test]
+    fn four_bit_values_unpack_low_nibble_first() {
+        // 0x8f: low nibble 0xf, high 0x8; 0x17: 7, 1; an odd count ignores
+        // the last high nibble.
+        let bytes = [0x8f, 0x17, 0xa0];
+        assert_eq!(
+            TensorData::decode(ElementType::I4, &bytes, 5),
+            Some(TensorData::I8(vec![-1, -8, 7, 1, 0]))
+        );
+        assert_eq!(
+            TensorData::decode(ElementType::U4, &bytes, 6),
+            Some(TensorData::U8(vec![15, 8, 7, 1, 0, 10]))
+        );
+        assert_eq!(TensorData::decode(ElementType::U4, &bytes, 7), None);
+        assert_eq!(TensorData::decode(ElementType::U4, &bytes, 4), None);
+        assert_eq!(ElementType::I4.compute(), ElementType::I8);
+        assert_eq!(ElementType::U4.compute(), ElementType::U8);
+        assert_eq!(ElementType::F32.compute(), ElementType::F32);
+    }
+}

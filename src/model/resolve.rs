@@ -282,12 +282,16 @@ impl ResolvedModel {
             .map(|w| w.dims().iter().map(|&d| d as usize).collect())
             .collect();
         let mut inline: Vec<Arc<Tensor>> = Vec::new();
+        // Inline constants that are initializers: a prepack may consume them
+        // (read once through the payload source, packed once).
+        let mut inline_weights: HashMap<u32, WeightId> = HashMap::new();
         for w in model.weights() {
             match w.source() {
                 WeightSource::Embedded { .. }
                     if w.byte_len() <= crate::limits::MAX_INLINE_CONSTANT_BYTES =>
                 {
                     let proto_free = embedded_tensor(&model, w.id())?;
+                    inline_weights.insert(inline.len() as u32, w.id());
                     inline.push(Arc::new(proto_free));
                     known.insert(
                         w.name().to_owned(),
@@ -615,11 +619,13 @@ impl ResolvedModel {
                     .iter()
                     .map(|&i| match p.inputs.get(i) {
                         Some(Some(Known::Weight(w))) => Some(*w),
+                        Some(Some(Known::Inline(c))) => inline_weights.get(&c.0).copied(),
                         _ => None,
                     })
                     .collect();
-                // Packing applies to external (or large embedded) weights; a
-                // layout over inline constants would be prepared every run.
+                // Packing applies to initializers (external or embedded,
+                // inline or not); a layout over a folded value would be
+                // prepared every run.
                 if let Some(sources) = sources {
                     let key = PreparedKey {
                         lineage: lineage(&sources),
@@ -647,6 +653,9 @@ impl ResolvedModel {
                 let op = match k {
                     None => None,
                     Some(Known::Weight(w)) if consumed.contains(&i) => Some(Operand::Consumed(*w)),
+                    Some(Known::Inline(c)) if consumed.contains(&i) => {
+                        inline_weights.get(&c.0).map(|w| Operand::Consumed(*w))
+                    }
                     Some(_) if consumed.contains(&i) => None,
                     Some(Known::Value(id, ..)) => Some(Operand::Value(*id)),
                     Some(Known::Inline(c)) => Some(Operand::Inline(*c)),

@@ -1,0 +1,151 @@
+//! `onnx-prepared generate`, `run --mode` and `--dim` names on a real
+//! exported model (the GenAI builder's int4 Llama in tests/models/real).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn model(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/models/real/{name}/model.onnx"))
+}
+
+fn cli(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_onnx-prepared"))
+        .args(args)
+        .output()
+        .expect("runs")
+}
+
+#[test]
+fn generate_prints_tokens_and_timings_as_json() {
+    let m = model("llama-genai-int4");
+    let out = cli(&[
+        "generate",
+        m.to_str().unwrap(),
+        "--prompt-ids",
+        "3,1,4,1,5",
+        "--max-new-tokens",
+        "6",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(out.stdout.trim_ascii()).expect("one JSON line");
+    let tokens = json["tokens"].as_array().expect("tokens");
+    assert_eq!(tokens.len(), 6);
+    assert!(
+        tokens
+            .iter()
+            .all(|t| (0..256).contains(&t.as_i64().unwrap()))
+    );
+    assert!(json["time_to_first_token_s"].as_f64().unwrap() > 0.0);
+    assert!(json["tokens_per_s"].as_f64().unwrap() > 0.0);
+
+    // The plain form prints the same ids.
+    let plain = cli(&[
+        "generate",
+        m.to_str().unwrap(),
+        "--prompt-ids",
+        "3,1,4,1,5",
+        "--max-new-tokens",
+        "6",
+    ]);
+    let ids: Vec<i64> = String::from_utf8_lossy(&plain.stdout)
+        .trim()
+        .split(',')
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let json_ids: Vec<i64> = tokens.iter().map(|t| t.as_i64().unwrap()).collect();
+    assert_eq!(ids, json_ids);
+}
+
+#[test]
+fn every_run_mode_writes_the_same_outputs() {
+    let m = model("qwen2-torch-dynamo");
+    let dir = tempfile::tempdir().unwrap();
+    let mut written = Vec::new();
+    for mode in ["eager", "streaming", "hot"] {
+        let out = dir.path().join(format!("{mode}.npz"));
+        let run = cli(&[
+            "run",
+            m.to_str().unwrap(),
+            "--mode",
+            mode,
+            "--outputs",
+            out.to_str().unwrap(),
+        ]);
+        assert!(
+            run.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        written.push(onnx_prepared::npz::read_npz(&out).unwrap());
+    }
+    assert!(!written[0].is_empty());
+    assert_eq!(written[0], written[1]);
+    assert_eq!(written[0], written[2]);
+}
+
+#[test]
+fn an_unknown_dim_name_lists_the_models_dims() {
+    let m = model("llama-genai-int4");
+    let out = cli(&["run", m.to_str().unwrap(), "--dim", "T=16"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no symbolic dim `T`"), "{err}");
+    assert!(
+        err.contains("past_sequence_length, sequence_length"),
+        "{err}"
+    );
+    // The model's own names work.
+    let out = cli(&[
+        "run",
+        m.to_str().unwrap(),
+        "--dim",
+        "sequence_length=16",
+        "--dim",
+        "past_sequence_length=0",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[1, 16, 256]"));
+}
+
+#[test]
+fn unsupported_operators_are_listed_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.onnx");
+    let model = onnx_prepared::model::proto::ModelProto {
+        ir_version: Some(11),
+        opset_import: vec![onnx_prepared::model::proto::OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(23),
+        }],
+        graph: Some(onnx_prepared::model::proto::GraphProto {
+            node: vec![onnx_prepared::model::proto::NodeProto {
+                name: Some("nz".into()),
+                op_type: Some("NonZero".into()),
+                input: vec!["x".into()],
+                output: vec!["y".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    use onnx_prepared::model::proto::Message;
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    let out = cli(&["plan", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ai.onnx::NonZero (opset 23): 1 node, first `nz`"),
+        "{err}"
+    );
+}

@@ -1,0 +1,223 @@
+//! Shapes that depend on values: a `Shape -> ... -> Reshape` chain folds per
+//! input-shape set, a shape computed from a small graph input keys the
+//! lowering by that input's value, and a shape computed from a large one
+//! is a typed error naming the node.
+
+mod common;
+
+use onnx_prepared::Error;
+use onnx_prepared::error::ResolveError;
+use onnx_prepared::model::proto::{
+    AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    TypeProto, ValueInfoProto, attribute_proto, type_proto,
+};
+use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+use onnx_prepared::plan::PreparedExecutionPlan;
+use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+use onnx_prepared_kernels::{Tensor, TensorData};
+
+fn value(name: &str, elem_type: i32) -> ValueInfoProto {
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem_type),
+                shape: None,
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn node(
+    name: &str,
+    op: &str,
+    inputs: &[&str],
+    output: &str,
+    attrs: Vec<AttributeProto>,
+) -> NodeProto {
+    NodeProto {
+        name: Some(name.into()),
+        op_type: Some(op.into()),
+        input: inputs.iter().map(|s| (*s).to_owned()).collect(),
+        output: vec![output.into()],
+        attribute: attrs,
+        ..Default::default()
+    }
+}
+
+fn int_attr(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(attribute_proto::AttributeType::Int as i32),
+        i: Some(v),
+        ..Default::default()
+    }
+}
+
+fn scalar_i64(name: &str, v: i64) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        data_type: Some(7),
+        int64_data: vec![v],
+        ..Default::default()
+    }
+}
+
+fn session(
+    nodes: Vec<NodeProto>,
+    init: Vec<TensorProto>,
+    inputs: Vec<ValueInfoProto>,
+    output: &str,
+) -> RuntimeSession {
+    let model = ModelProto {
+        ir_version: Some(11),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(21),
+        }],
+        graph: Some(GraphProto {
+            node: nodes,
+            initializer: init,
+            input: inputs,
+            output: vec![value(output, 1)],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let dir = common::tempdir();
+    let path = dir.path().join("m.onnx");
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    let resolved =
+        ResolvedModel::resolve(Model::open(&path).unwrap(), &ResolveOptions::default()).unwrap();
+    RuntimeSession::new(
+        PreparedExecutionPlan::build(resolved).unwrap(),
+        SessionOptions::default(),
+    )
+    .unwrap()
+}
+
+fn run(session: &RuntimeSession, inputs: Vec<(&str, Tensor)>) -> Result<Tensor, Error> {
+    let mut ctx = RuntimeContext::new(session);
+    for (name, t) in inputs {
+        ctx.set_input(name, t).unwrap();
+    }
+    let mut ctx = session.run(ctx).map_err(|e| e.error)?;
+    Ok(ctx.take_outputs().remove(0).1)
+}
+
+/// `y = Reshape(x, Concat(Shape(x)[0] * Shape(x)[1], -1))` — flattens the
+/// first two dims, whatever they are: folded once per shape set.
+#[test]
+fn shape_chains_fold_for_each_shape_set() {
+    let s = session(
+        vec![
+            node("shape", "Shape", &["x"], "s", vec![]),
+            node(
+                "g0",
+                "Gather",
+                &["s", "zero"],
+                "d0",
+                vec![int_attr("axis", 0)],
+            ),
+            node(
+                "g1",
+                "Gather",
+                &["s", "one"],
+                "d1",
+                vec![int_attr("axis", 0)],
+            ),
+            node("mul", "Mul", &["d0", "d1"], "rows", vec![]),
+            node("u", "Unsqueeze", &["rows", "axes0"], "rows1", vec![]),
+            node(
+                "cat",
+                "Concat",
+                &["rows1", "minus1"],
+                "target",
+                vec![int_attr("axis", 0)],
+            ),
+            node("reshape", "Reshape", &["x", "target"], "y", vec![]),
+        ],
+        vec![
+            scalar_i64("zero", 0),
+            scalar_i64("one", 1),
+            TensorProto {
+                name: Some("axes0".into()),
+                dims: vec![1],
+                data_type: Some(7),
+                int64_data: vec![0],
+                ..Default::default()
+            },
+            TensorProto {
+                name: Some("minus1".into()),
+                dims: vec![1],
+                data_type: Some(7),
+                int64_data: vec![-1],
+                ..Default::default()
+            },
+        ],
+        vec![value("x", 1)],
+        "y",
+    );
+    for shape in [vec![2, 3, 4], vec![5, 1, 2], vec![1, 7, 3]] {
+        let n: usize = shape.iter().product();
+        let x = Tensor::from_f32(shape.clone(), (0..n).map(|i| i as f32).collect()).unwrap();
+        let y = run(&s, vec![("x", x)]).unwrap();
+        assert_eq!(y.shape(), [shape[0] * shape[1], shape[2]]);
+        let TensorData::F32(v) = y.data() else {
+            panic!()
+        };
+        assert!(v.iter().enumerate().all(|(i, &x)| x == i as f32));
+    }
+}
+
+/// `y = Cast(Range(0, n + 1, 1))`: the output length is a value of the
+/// input, so each value of `n` gets its own lowering.
+#[test]
+fn a_small_input_that_decides_a_shape_keys_the_lowering() {
+    let s = session(
+        vec![
+            node("add", "Add", &["n", "one"], "m", vec![]),
+            node("range", "Range", &["zero", "m", "one"], "r", vec![]),
+            node("cast", "Cast", &["r"], "y", vec![int_attr("to", 1)]),
+        ],
+        vec![scalar_i64("zero", 0), scalar_i64("one", 1)],
+        vec![value("n", 7)],
+        "y",
+    );
+    for n in [3i64, 5, 3, 0] {
+        let y = run(&s, vec![("n", Tensor::from_i64(vec![], vec![n]).unwrap())]).unwrap();
+        let want: Vec<f32> = (0..=n).map(|i| i as f32).collect();
+        assert_eq!(y.data(), &TensorData::F32(want), "n = {n}");
+    }
+}
+
+/// A length computed from a 2000-element input cannot key a lowering.
+#[test]
+fn a_shape_from_a_large_input_is_a_typed_error() {
+    let s = session(
+        vec![
+            node(
+                "sum",
+                "ReduceSum",
+                &["v"],
+                "total",
+                vec![int_attr("keepdims", 0)],
+            ),
+            node("len", "Cast", &["total"], "limit", vec![int_attr("to", 7)]),
+            node("range", "Range", &["zero", "limit", "one"], "r", vec![]),
+            node("cast", "Cast", &["r"], "y", vec![int_attr("to", 1)]),
+        ],
+        vec![scalar_i64("zero", 0), scalar_i64("one", 1)],
+        vec![value("v", 1)],
+        "y",
+    );
+    let v = Tensor::from_f32(vec![2000], vec![0.001; 2000]).unwrap();
+    let err = run(&s, vec![("v", v)]).unwrap_err();
+    match &err {
+        Error::Resolve(ResolveError::DataDependentShape { node, .. }) => assert_eq!(node, "range"),
+        other => panic!("expected DataDependentShape, got {other}"),
+    }
+    assert!(err.to_string().contains("`v` (2000 elements)"), "{err}");
+}

@@ -1,0 +1,180 @@
+//! The committed real models (tests/models/real: torch, optimum, ONNX
+//! Runtime's int4 quantizer and the GenAI builder): every one resolves and
+//! plans, the QDQ pattern runs prepacked, and greedy generation through the
+//! KV cache agrees with full-prefix prefills that use no cache at all.
+//! (ONNX Runtime parity is tests/conformance/real_models.py.)
+
+use std::path::{Path, PathBuf};
+
+use onnx_prepared::decoder::{self, InputRole, Lengths, input_role};
+use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+use onnx_prepared::plan::PreparedExecutionPlan;
+use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+use onnx_prepared_kernels::TensorData;
+
+fn models() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/real");
+    let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/models/real")
+        .filter_map(|e| {
+            let p = e.ok()?.path().join("model.onnx");
+            p.exists().then_some(p)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn model(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/models/real/{name}/model.onnx"))
+}
+
+fn session(path: &Path) -> RuntimeSession {
+    let resolved =
+        ResolvedModel::resolve(Model::open(path).unwrap(), &ResolveOptions::default()).unwrap();
+    RuntimeSession::new(
+        PreparedExecutionPlan::build(resolved).unwrap(),
+        SessionOptions::default(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn every_committed_model_plans() {
+    let all = models();
+    assert!(all.len() >= 27, "{} models", all.len());
+    for path in all {
+        let resolved =
+            ResolvedModel::resolve(Model::open(&path).unwrap(), &ResolveOptions::default())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        PreparedExecutionPlan::build(resolved)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+}
+
+#[test]
+fn qdq_int4_matmuls_are_fused() {
+    for arch in ["llama", "qwen2", "phi3"] {
+        let path = model(&format!("{arch}-nbits-qdq"));
+        let source = Model::open(&path).unwrap();
+        let dq = source
+            .graph()
+            .node
+            .iter()
+            .filter(|n| n.op_type.as_deref() == Some("DequantizeLinear"))
+            .count();
+        assert!(
+            dq >= 4 * 2,
+            "{arch}: {dq} DequantizeLinear nodes in the source"
+        );
+        let resolved = ResolvedModel::resolve(source, &ResolveOptions::default()).unwrap();
+        assert!(
+            resolved
+                .nodes()
+                .iter()
+                .all(|n| n.op.name() != "DequantizeLinear"),
+            "{arch}: a DequantizeLinear was not fused"
+        );
+        let fused = resolved
+            .nodes()
+            .iter()
+            .filter(|n| n.op.name() == "QdqMatMulNBits")
+            .count();
+        assert_eq!(
+            fused, dq,
+            "{arch}: one fused operator per DequantizeLinear -> MatMul"
+        );
+        // These weights are small enough to be inline constants; external
+        // ones become prepared objects in the MatMulNBits layout (see
+        // `qdq_weights_become_prepacked_objects`).
+    }
+}
+
+/// The logits' argmax of the last position after running `ids` as one
+/// prefill with an empty cache.
+fn prefill_argmax(session: &RuntimeSession, ids: &[i64]) -> i64 {
+    let resolved = session.state().plan().resolved().clone();
+    let len = Lengths {
+        batch: 1,
+        tokens: ids.len(),
+        past: 0,
+    };
+    let others = decoder::model_dims(&resolved);
+    let vocab = decoder::vocab_size(&resolved).unwrap();
+    let mut rng = decoder::Rng::default();
+    let mut ctx = RuntimeContext::new(session);
+    for input in resolved.inputs() {
+        let t = decoder::input_tensor(input, len, &others, Some(ids), vocab, &mut rng).unwrap();
+        ctx.set_input(&input.name, t).unwrap();
+    }
+    let ctx = session.run(ctx).map_err(|e| e.error).unwrap();
+    let logits = ctx.output("logits").unwrap();
+    let TensorData::F32(v) = logits.data() else {
+        panic!("f32 logits")
+    };
+    let width = *logits.shape().last().unwrap();
+    let row = &v[v.len() - width..];
+    let best = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    row.iter().position(|&x| x == best).unwrap() as i64
+}
+
+#[test]
+fn generation_with_the_cache_matches_prefills_without_it() {
+    for name in [
+        "llama-genai-int4",
+        "qwen2-optimum",
+        "phi3-torch-dynamo",
+        "mistral-nbits-qdq",
+    ] {
+        let session = session(&model(name));
+        let prompt = [5i64, 17, 42, 9];
+        let generated = decoder::generate(&session, &prompt, 5).unwrap();
+        assert_eq!(generated.tokens.len(), 5, "{name}");
+        let mut ids = prompt.to_vec();
+        for (step, &token) in generated.tokens.iter().enumerate() {
+            assert_eq!(
+                prefill_argmax(&session, &ids),
+                token,
+                "{name}: token {step}"
+            );
+            ids.push(token);
+        }
+    }
+}
+
+#[test]
+fn generated_inputs_follow_the_roles() {
+    let resolved = ResolvedModel::resolve(
+        Model::open(model("llama-genai-int4")).unwrap(),
+        &ResolveOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(decoder::vocab_size(&resolved), Some(256));
+    assert_eq!(decoder::kv_head_size(&resolved), Some(16));
+    let len = Lengths {
+        batch: 1,
+        tokens: 3,
+        past: 5,
+    };
+    let inputs = decoder::generated_inputs(&resolved, len, &[]).unwrap();
+    for (name, t) in &inputs {
+        match input_role(name) {
+            InputRole::TokenIds => {
+                assert_eq!(t.shape(), [1, 3]);
+                let TensorData::I64(v) = t.data() else {
+                    panic!()
+                };
+                assert!(v.iter().all(|&x| (0..256).contains(&x)), "{v:?}");
+            }
+            InputRole::AttentionMask => {
+                assert_eq!(t.shape(), [1, 8]);
+                let TensorData::I64(v) = t.data() else {
+                    panic!()
+                };
+                assert!(v.iter().all(|&x| x == 1));
+            }
+            InputRole::PastKv => assert_eq!(t.shape(), [1, 2, 5, 16], "{name}"),
+            other => panic!("{name}: unexpected role {other:?}"),
+        }
+    }
+}
