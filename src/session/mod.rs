@@ -970,7 +970,7 @@ impl RuntimeContext {
             Some(io) => io.resize(bytes)?,
             None => self.io = Some(state.budget().reserve(Domain::Io, bytes)?),
         }
-        state.outputs_into(&self.invocation, &mut self.outputs);
+        state.outputs_into(&mut self.invocation, &mut self.outputs);
         self.apply_cache();
         // Outputs moved into inputs are the caller's cache, not outputs.
         let kept = self

@@ -221,9 +221,36 @@ impl Lowered {
         resolved: &ResolvedModel,
         objects: &O,
     ) -> Vec<(String, Tensor)> {
-        let mut out = Vec::new();
-        self.outputs_into(resolved, objects, &mut out);
-        out
+        let empty = Tensor::default();
+        resolved
+            .outputs()
+            .iter()
+            .zip(&self.output_operands)
+            .map(|((name, _), op)| {
+                (
+                    name.clone(),
+                    self.output_value(*op, objects, &empty).clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// The tensor holding graph output `operand` after a run.
+    fn output_value<'a, O: Objects + ?Sized>(
+        &'a self,
+        operand: Operand,
+        objects: &'a O,
+        empty: &'a Tensor,
+    ) -> &'a Tensor {
+        match operand {
+            Operand::Const(c) => &self.constants[c as usize],
+            Operand::Buffer(b) => &self.buffers[b as usize],
+            Operand::Object(r) => objects
+                .object(r)
+                .and_then(|o| o.as_source())
+                .unwrap_or(empty),
+            Operand::None => empty,
+        }
     }
 
     /// The bytes of the graph outputs `outputs_into` would write.
@@ -243,10 +270,13 @@ impl Lowered {
     }
 
     /// The graph outputs written into `out`, reusing its tensors: an
-    /// output whose type and element count match the tensor already in its
-    /// slot is copied into it without allocating.
+    /// output computed into its own buffer trades places with the tensor in
+    /// its slot when their types and element counts match (no copy: the
+    /// buffer takes the old tensor, which the next run overwrites); other
+    /// outputs are copied into their slots, without allocating when types
+    /// and element counts match.
     pub(crate) fn outputs_into<O: Objects + ?Sized>(
-        &self,
+        &mut self,
         resolved: &ResolvedModel,
         objects: &O,
         out: &mut Vec<(String, Tensor)>,
@@ -254,16 +284,30 @@ impl Lowered {
         let declared = resolved.outputs();
         out.truncate(declared.len());
         for (i, ((name, _), operand)) in declared.iter().zip(&self.output_operands).enumerate() {
+            // A buffer that is also a graph input, or that backs two
+            // outputs, is copied: its contents must stay.
+            if let Operand::Buffer(b) = *operand
+                && i < out.len()
+                && !self.input_buffers.contains(&b)
+                && self
+                    .output_operands
+                    .iter()
+                    .filter(|o| **o == Operand::Buffer(b))
+                    .count()
+                    == 1
+            {
+                let buffer = &mut self.buffers[b as usize];
+                let (slot_name, slot) = &mut out[i];
+                if slot.dtype() == buffer.dtype() && slot.len() == buffer.len() {
+                    if slot_name != name {
+                        name.clone_into(slot_name);
+                    }
+                    std::mem::swap(slot, buffer);
+                    continue;
+                }
+            }
             let empty = Tensor::default();
-            let value = match *operand {
-                Operand::Const(c) => &*self.constants[c as usize],
-                Operand::Buffer(b) => &self.buffers[b as usize],
-                Operand::Object(r) => objects
-                    .object(r)
-                    .and_then(|o| o.as_source())
-                    .unwrap_or(&empty),
-                Operand::None => &empty,
-            };
+            let value = self.output_value(*operand, objects, &empty);
             if i == out.len() {
                 out.push((name.clone(), value.clone()));
                 continue;

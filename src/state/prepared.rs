@@ -525,11 +525,12 @@ impl PreparedExecutionState {
 
     /// The graph outputs of the invocation's last run written into `out`,
     /// reusing its tensors (no allocation when types and element counts
-    /// match the previous run's).
-    pub fn outputs_into(&self, invocation: &InvocationState, out: &mut Vec<(String, Tensor)>) {
+    /// match the previous run's; an output in its own buffer trades places
+    /// with its slot instead of being copied).
+    pub fn outputs_into(&self, invocation: &mut InvocationState, out: &mut Vec<(String, Tensor)>) {
         let lowered = invocation
             .lowered
-            .as_ref()
+            .as_mut()
             .expect("begin_run_ordered comes first");
         lowered.outputs_into(
             self.plan.resolved(),

@@ -19,7 +19,7 @@ use std::ops::Range;
 
 use crate::ops::basic::common::Elem;
 use crate::par::rows_chunk;
-use crate::{ParallelFor, for_each_chunk_mut};
+use crate::{ParallelFor, Sequential, for_each_chunk_mut};
 
 use super::rotary::Rotary;
 
@@ -405,6 +405,11 @@ fn with_scratch(d: usize, dv: usize, f: impl FnOnce(&mut [f32], &mut [f32])) {
     f(q, acc)
 }
 
+/// Multiply-adds (or copied elements) below which attention and its cache
+/// copies stay on the calling thread: a parallel region costs several
+/// microseconds of hand-off, more than a decode step's attention takes.
+const PARALLEL_MIN_WORK: usize = 1 << 18;
+
 /// Computes every output row of `p` into `out` (`[B, Sq, H, dv]` or
 /// `[B, H, Sq, dv]` per `p.out_bsnh`; the caller checked its length), split
 /// across `par`.
@@ -413,6 +418,15 @@ pub(crate) fn attend<T: Float>(p: &Problem<'_, T>, out: &mut [T], par: &dyn Para
     if rows == 0 || p.dv == 0 {
         return;
     }
+    // A decode step's few rows stay on the calling thread: splitting them
+    // costs more hand-off than the work it shares.
+    let keys = (p.keys)(0, p.q_len - 1).len().max(1);
+    let work = rows.saturating_mul(keys).saturating_mul(p.d + p.dv);
+    let par: &dyn ParallelFor = if work < PARALLEL_MIN_WORK {
+        &Sequential
+    } else {
+        par
+    };
     let chunk = rows_chunk(par, rows, p.dv);
     for_each_chunk_mut(par, out, chunk, &|offset, chunk: &mut [T]| {
         with_scratch(p.d, p.dv, |q, acc| {
@@ -539,6 +553,11 @@ pub(crate) fn fill_rows<T: Float>(
     if per_head == 0 || heads == 0 {
         return;
     }
+    let par: &dyn ParallelFor = if dst.len() < PARALLEL_MIN_WORK {
+        &Sequential
+    } else {
+        par
+    };
     let chunk = rows_chunk(par, dst.len() / per_head, per_head);
     for_each_chunk_mut(par, dst, chunk, &|offset, c: &mut [T]| {
         for (n, head) in c.chunks_exact_mut(per_head).enumerate() {
