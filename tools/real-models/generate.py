@@ -5,9 +5,11 @@ For each architecture (Llama, Qwen2, Phi-3, Mistral) a random-weight
 checkpoint is made from a transformers config (no hub access), then exported
 by each producer:
 
-  torch-dynamo        torch.onnx.export(dynamo=True), the default opset
-  torch-dynamo-op23   torch.onnx.export(dynamo=True, opset_version=23)
-  torchscript         torch.onnx.export(dynamo=False)
+  torch-dynamo        torch.onnx.export(dynamo=True), the default opset,
+                      transformers' default (sdpa) attention
+  torch-dynamo-op23   the same at opset_version=23: ONNX Attention and
+                      RotaryEmbedding nodes
+  torchscript         torch.onnx.export(dynamo=False), eager attention
   optimum             optimum-cli export onnx --task text-generation-with-past
                       (only when OPTIMUM_PYTHON names a python with optimum-onnx)
   nbits-sym           onnxruntime MatMulNBitsQuantizer, block 32, symmetric
@@ -163,7 +165,11 @@ def torch_export(hf: Path, out: Path, dynamo: bool, opset: int | None):
     import torch
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(hf, attn_implementation="eager").eval()
+    # transformers' default attention (sdpa): at opset 23 the dynamo exporter
+    # turns it into ONNX Attention and RotaryEmbedding; TorchScript keeps
+    # the eager form (MatMul, Softmax).
+    attn = "sdpa" if dynamo else "eager"
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf, attn_implementation=attn).eval()
     w = Wrapper.build(model)
     inputs, outputs = io_names()
     dyn = {"input_ids": {0: "batch_size", 1: "sequence_length"},
@@ -310,6 +316,14 @@ def main() -> int:
                     print(f"FAILED {out.name}: {str(e)[:200]}", flush=True)
     for t in temporary:
         shutil.rmtree(t, ignore_errors=True)
+    # A partial run (--arch, --producers) updates the record of the others.
+    record = args.out / "versions.json"
+    if record.exists():
+        old = json.loads(record.read_text())
+        report["made"] = [m for m in old.get("made", []) if m not in report["made"]
+                          and (args.out / m).exists()] + report["made"]
+        report["failed"] = {**{k: v for k, v in old.get("failed", {}).items()
+                               if k not in report["made"]}, **report["failed"]}
     (args.out / "versions.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     return 0
 
