@@ -343,7 +343,9 @@ fn generate(
             ..SessionOptions::default()
         },
     )?;
-    let out = decoder::generate(&session, prompt, max_new_tokens)?;
+    // A GenAI-builder model runs in the cache form its config names.
+    let cache = decoder::genai_kv_cache(path).unwrap_or(decoder::KvCache::Growing);
+    let out = decoder::generate_with(&session, prompt, max_new_tokens, cache)?;
     if json {
         println!(
             "{}",

@@ -178,3 +178,27 @@ fn generated_inputs_follow_the_roles() {
         }
     }
 }
+
+#[test]
+fn the_genai_shared_buffer_cache_generates_the_same_tokens() {
+    for name in ["llama-genai-int4", "qwen2-genai-fp32", "phi3-genai-int4"] {
+        let path = model(name);
+        let cache = decoder::genai_kv_cache(&path);
+        assert_eq!(
+            cache,
+            Some(decoder::KvCache::Shared { capacity: 256 }),
+            "{name}"
+        );
+        let session = session(&path);
+        let prompt = [7i64, 3, 99, 12, 5];
+        let shared = decoder::generate_with(&session, &prompt, 6, cache.unwrap()).unwrap();
+        let growing = decoder::generate(&session, &prompt, 6).unwrap();
+        assert_eq!(shared.tokens, growing.tokens, "{name}");
+        // Beyond the capacity is refused before any run.
+        let err = decoder::generate_with(&session, &prompt, 300, cache.unwrap()).unwrap_err();
+        assert!(
+            err.to_string().contains("shared KV cache of 256 positions"),
+            "{err}"
+        );
+    }
+}

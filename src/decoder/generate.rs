@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use onnx_prepared_kernels::TensorData;
+use onnx_prepared_kernels::{Tensor, TensorData};
 
 use super::{InputRole, Lengths, Rng, input_role, input_tensor, vocab_size};
 use crate::Error;
@@ -50,8 +50,61 @@ pub fn generate(
     prompt: &[i64],
     max_new_tokens: usize,
 ) -> Result<Generation, Error> {
+    generate_with(session, prompt, max_new_tokens, KvCache::Growing)
+}
+
+/// How [`generate_with`] holds the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvCache {
+    /// Pasts of the tokens so far: each present (past + new) becomes the
+    /// next past.
+    Growing,
+    /// The ONNX Runtime GenAI shared-buffer form: every past and present
+    /// holds `capacity` positions; `seqlens_k` / the attention mask say how
+    /// many are filled. The first past is zeros of that capacity.
+    Shared {
+        /// Positions per cache buffer (GenAI's `search.max_length`).
+        capacity: usize,
+    },
+}
+
+/// The cache form a GenAI-builder model runs with, from the
+/// `genai_config.json` beside it (`search.past_present_share_buffer`,
+/// `search.max_length`); `None` without one.
+pub fn genai_kv_cache(model: &std::path::Path) -> Option<KvCache> {
+    let text = std::fs::read_to_string(model.parent()?.join("genai_config.json")).ok()?;
+    let config: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let search = config.get("search")?;
+    let shared = search.get("past_present_share_buffer")?.as_bool()?;
+    let capacity = usize::try_from(search.get("max_length")?.as_u64()?).ok()?;
+    Some(if shared {
+        KvCache::Shared { capacity }
+    } else {
+        KvCache::Growing
+    })
+}
+
+/// [`generate`] with a chosen cache form.
+///
+/// # Errors
+/// As [`generate`]; with a shared cache, a prompt plus new tokens beyond its
+/// capacity.
+pub fn generate_with(
+    session: &RuntimeSession,
+    prompt: &[i64],
+    max_new_tokens: usize,
+    cache: KvCache,
+) -> Result<Generation, Error> {
     if prompt.is_empty() {
         return Err(unsupported("generating from an empty prompt".into()));
+    }
+    if let KvCache::Shared { capacity } = cache
+        && prompt.len().saturating_add(max_new_tokens) > capacity
+    {
+        return Err(unsupported(format!(
+            "generating {max_new_tokens} tokens after a {}-token prompt in a shared KV cache of {capacity} positions",
+            prompt.len()
+        )));
     }
     let resolved = session.state().plan().resolved().clone();
     let inputs = resolved.inputs();
@@ -102,10 +155,23 @@ pub fn generate(
         };
         for input in inputs {
             let role = input_role(&input.name);
-            if role == InputRole::PastKv && past > 0 {
+            if role == InputRole::PastKv && !tokens.is_empty() {
                 continue; // the bound present of the last run
             }
-            let t = input_tensor(input, len, &others, Some(&ids), vocab, &mut rng)?;
+            let t = match (role, cache) {
+                (InputRole::PastKv, KvCache::Shared { capacity }) => {
+                    let full = Lengths {
+                        past: capacity,
+                        ..len
+                    };
+                    let shape = super::input_shape(input, full, &others);
+                    Tensor::zeros(input.dtype, shape).map_err(|source| RunError::Kernel {
+                        node: format!("KV cache `{}`", input.name),
+                        source,
+                    })?
+                }
+                _ => input_tensor(input, len, &others, Some(&ids), vocab, &mut rng)?,
+            };
             ctx.set_input(&input.name, t)?;
         }
         ctx = session.run(ctx).map_err(|e| e.error)?;

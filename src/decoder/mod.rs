@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use onnx_prepared_kernels::{Tensor, TensorData};
 
-pub use generate::{Generation, generate};
+pub use generate::{Generation, KvCache, genai_kv_cache, generate, generate_with};
 
 use crate::error::RunError;
 use crate::model::{Operand, ResolvedModel};
