@@ -10,6 +10,8 @@
 //! (lookup by op type), `ops` (the operators, each with a scalar reference
 //! implementation that is the test oracle for its fast kernels).
 
+#[macro_use]
+mod dispatch;
 mod error;
 pub mod op;
 pub mod ops;

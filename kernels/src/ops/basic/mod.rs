@@ -11,8 +11,6 @@
 //! Identity); `cast`; `constant`. `common` holds attribute access and typed
 //! tensor access, `real` the f32/f64 arithmetic trait.
 
-#[macro_use]
-mod macros;
 pub(crate) mod broadcast;
 mod cast;
 pub(crate) mod common;

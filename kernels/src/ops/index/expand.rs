@@ -101,7 +101,7 @@ impl Operator for Expand {
         if out.is_empty() {
             return Ok(());
         }
-        dispatch_all!(x.dtype(), T => expand::<T>(x, out, par),
+        dispatch_any!(x.dtype(), T => expand::<T>(x, out, par),
             else Err(KernelError::UnsupportedType { op: "Expand", dtype: x.dtype() }))
     }
 }
@@ -211,7 +211,7 @@ impl Operator for Where {
         if out.is_empty() {
             return Ok(());
         }
-        dispatch_all!(x.dtype(), T => select::<T>(c, x, y, out, par),
+        dispatch_any!(x.dtype(), T => select::<T>(c, x, y, out, par),
             else Err(KernelError::UnsupportedType { op: "Where", dtype: x.dtype() }))
     }
 }
@@ -336,7 +336,7 @@ impl Operator for Tile {
         if out.is_empty() {
             return Ok(());
         }
-        dispatch_all!(x.dtype(), T => tile::<T>(x, out, par),
+        dispatch_any!(x.dtype(), T => tile::<T>(x, out, par),
             else Err(KernelError::UnsupportedType { op: "Tile", dtype: x.dtype() }))
     }
 }

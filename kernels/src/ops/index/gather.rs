@@ -125,7 +125,7 @@ impl Operator for GatherNd {
         let indices = Ints::of("GatherND", it)?;
         let out = output("GatherND", outputs, 0)?;
         let b = self.batch_dims;
-        dispatch_all!(data.dtype(), T => gather_nd::<T>(b, data, indices, it.shape(), out),
+        dispatch_any!(data.dtype(), T => gather_nd::<T>(b, data, indices, it.shape(), out),
             else Err(KernelError::UnsupportedType { op: "GatherND", dtype: data.dtype() }))
     }
 }
@@ -267,7 +267,7 @@ impl Operator for GatherElements {
         let it = input("GatherElements", inputs, 1)?;
         let axis = elements_axis("GatherElements", self.axis, data.shape(), it.shape())?;
         let out = output("GatherElements", outputs, 0)?;
-        dispatch_all!(data.dtype(), T => gather_elements::<T>(data, it, axis, out),
+        dispatch_any!(data.dtype(), T => gather_elements::<T>(data, it, axis, out),
             else Err(KernelError::UnsupportedType { op: "GatherElements", dtype: data.dtype() }))
     }
 }

@@ -84,7 +84,7 @@ impl Operator for ConstantOfShape {
     ) -> Result<(), KernelError> {
         let out = output("ConstantOfShape", outputs, 0)?;
         let dtype = self.value.dtype();
-        dispatch_all!(dtype, T => fill::<T>(&self.value, out),
+        dispatch_any!(dtype, T => fill::<T>(&self.value, out),
             else Err(KernelError::UnsupportedType { op: "ConstantOfShape", dtype }))
     }
 }

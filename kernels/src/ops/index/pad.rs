@@ -371,7 +371,7 @@ impl Operator for Pad {
         let legacy_value = self.legacy.as_ref().map_or(0.0, |l| l.1 as f64);
         let out = output("Pad", outputs, 0)?;
         let mode = self.mode;
-        dispatch_all!(x.dtype(), T => {
+        dispatch_any!(x.dtype(), T => {
             let value = match constant {
                 Some(c) => match typed::<T>("Pad", c)? {
                     [] => T::from_f64(0.0),

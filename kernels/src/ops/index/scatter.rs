@@ -67,7 +67,7 @@ macro_rules! with_reduction {
         let dtype = $dtype;
         let err = KernelError::UnsupportedType { op: $op, dtype };
         if $red == Reduction::None {
-            dispatch_all!(dtype, $T => {
+            dispatch_any!(dtype, $T => {
                 let $f: fn($T, $T) -> $T = |_, u| u;
                 $body
             }, else Err(err))

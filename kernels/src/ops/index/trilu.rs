@@ -135,7 +135,7 @@ impl Operator for Trilu {
         };
         let out = output("Trilu", outputs, 0)?;
         let upper = self.upper;
-        dispatch_all!(x.dtype(), T => trilu::<T>(upper, k, x, out),
+        dispatch_any!(x.dtype(), T => trilu::<T>(upper, k, x, out),
             else Err(KernelError::UnsupportedType { op: "Trilu", dtype: x.dtype() }))
     }
 }

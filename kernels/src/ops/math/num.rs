@@ -180,65 +180,6 @@ pub(crate) fn is_float(dtype: ElementType) -> bool {
     matches!(dtype, E::F32 | E::F64 | E::F16 | E::BF16)
 }
 
-/// Runs `$body` with `$T` bound to the [`Num`] type of `$dtype`, `$err`
-/// for any other type.
-macro_rules! dispatch_num {
-    ($dtype:expr, $T:ident => $body:expr, else $err:expr) => {{
-        use $crate::ElementType as E;
-        match $dtype {
-            E::F32 => {
-                type $T = f32;
-                $body
-            }
-            E::F64 => {
-                type $T = f64;
-                $body
-            }
-            E::F16 => {
-                type $T = ::half::f16;
-                $body
-            }
-            E::BF16 => {
-                type $T = ::half::bf16;
-                $body
-            }
-            E::I8 => {
-                type $T = i8;
-                $body
-            }
-            E::I16 => {
-                type $T = i16;
-                $body
-            }
-            E::I32 => {
-                type $T = i32;
-                $body
-            }
-            E::I64 => {
-                type $T = i64;
-                $body
-            }
-            E::U8 => {
-                type $T = u8;
-                $body
-            }
-            E::U16 => {
-                type $T = u16;
-                $body
-            }
-            E::U32 => {
-                type $T = u32;
-                $body
-            }
-            E::U64 => {
-                type $T = u64;
-                $body
-            }
-            _ => $err,
-        }
-    }};
-}
-
 /// `y[i] = f(x[i])` over same-length tensors, in parallel chunks when
 /// large.
 #[inline]
