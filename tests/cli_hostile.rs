@@ -232,7 +232,7 @@ fn a_declared_dim_of_two_to_the_forty_is_an_error_exit() {
 #[test]
 fn a_huge_dim_on_a_real_model_is_an_error_exit() {
     let model =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/real/llama-genai-fp32/model.onnx");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/real/llama-optimum/model.onnx");
     let out = cli(&[
         os("run"),
         model.as_os_str(),
