@@ -133,7 +133,7 @@ struct Header<'a> {
 fn parse_header(header: &str) -> Result<Header<'_>, String> {
     let mut rest = header.trim_start();
     fn take(prefix: &str, rest: &mut &str) -> bool {
-        let text: &str = *rest;
+        let text = *rest;
         match text.strip_prefix(prefix) {
             Some(r) => {
                 *rest = r.trim_start();
@@ -143,7 +143,7 @@ fn parse_header(header: &str) -> Result<Header<'_>, String> {
         }
     }
     fn string<'a>(rest: &mut &'a str) -> Option<&'a str> {
-        let text: &'a str = *rest;
+        let text = *rest;
         let quote = text.chars().next().filter(|c| *c == '\'' || *c == '"')?;
         let body = &text[1..];
         let end = body.find(quote)?;

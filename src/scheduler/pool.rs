@@ -530,7 +530,7 @@ impl WorkerPool {
     /// Starts `config`'s workers, or says why it could not: too many asked
     /// for, or the system refused a thread (those started are joined).
     pub fn try_new(config: PoolConfig) -> Result<Self, SpawnError> {
-        Self::start(config, |body| thread::try_spawn(body))
+        Self::start(config, thread::try_spawn)
     }
 
     /// [`WorkerPool::try_new`] with `spawn` creating each thread.

@@ -119,7 +119,7 @@ pub(crate) struct Lowered {
 /// `vec::IntoIter` into a `Vec` of an element of the same size and alignment
 /// reuses its buffer, so this allocates nothing. It lets replay keep one
 /// buffer of input references across actions whose tensors it borrows anew.
-fn recycle<'a, 'b>(mut v: Vec<Option<&'a Tensor>>) -> Vec<Option<&'b Tensor>> {
+fn recycle<'b>(mut v: Vec<Option<&Tensor>>) -> Vec<Option<&'b Tensor>> {
     v.clear();
     v.into_iter().map(|_| None).collect()
 }
