@@ -31,6 +31,9 @@ pub enum Error {
     /// A memory budget or arena limit refused an allocation.
     #[error(transparent)]
     Arena(#[from] crate::arena::ArenaError),
+    /// The worker threads could not be started.
+    #[error(transparent)]
+    Threads(#[from] crate::scheduler::SpawnError),
 }
 
 /// The graph cannot be resolved: a node has no kernel, a value is undefined,
@@ -278,6 +281,8 @@ pub enum ErrorKind {
     Preparation,
     /// The run was cancelled.
     Cancelled,
+    /// The system refused a resource other than memory (a thread).
+    System,
 }
 
 impl Error {
@@ -293,6 +298,7 @@ impl Error {
             Error::Run(RunError::Cancelled) => ErrorKind::Cancelled,
             Error::Run(_) => ErrorKind::Input,
             Error::Arena(_) => ErrorKind::Budget,
+            Error::Threads(_) => ErrorKind::System,
         }
     }
 }

@@ -4,6 +4,11 @@
 /// messages are limited to 2 GiB, and large weights belong in external data.
 pub const MAX_MODEL_FILE_BYTES: u64 = (1 << 31) - 1;
 
+/// Most nodes a model may hold across its graphs and functions (real
+/// decoders have tens of thousands); counted on the wire bytes before the
+/// model is decoded.
+pub const MAX_GRAPH_NODES: u64 = 1 << 20;
+
 /// Alignment of each tensor in an external data file written by this project
 /// (fixtures and, later, the prepared cache).
 pub const EXTERNAL_DATA_ALIGNMENT: u64 = 64;
@@ -56,3 +61,59 @@ pub const SCHEDULER_LOCAL_CAPACITY: usize = 4;
 /// admission keeps for critical tasks: prefetch and background work may hold
 /// at most the rest, so an inference that needs memory can always start.
 pub const SCHEDULER_CRITICAL_RESERVE_PERCENT: usize = 25;
+
+/// Physical memory assumed where the system does not report it (non-Linux
+/// systems, or `/proc/meminfo` unreadable).
+pub const FALLBACK_PHYSICAL_MEMORY_BYTES: u64 = 8 << 30;
+
+/// The default ceiling on the bytes one allocation request sized by a model,
+/// an input or a flag may ask for when no lower [`crate::arena::MemoryBudget`]
+/// limit applies: half the machine's physical memory (`MemTotal` in
+/// `/proc/meminfo`, else [`FALLBACK_PHYSICAL_MEMORY_BYTES`]). A lowering's
+/// activation buffers and folded values together, one generated or decoded
+/// input, one preparation buffer: each is checked against it before anything
+/// is allocated, so a request the allocator could not serve is a typed error
+/// instead of an abort (or of the kernel's out-of-memory killer).
+pub fn default_allocation_ceiling() -> usize {
+    let physical = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line
+                .trim_start_matches("MemTotal:")
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()?;
+            kib.checked_mul(1024)
+        })
+        .unwrap_or(FALLBACK_PHYSICAL_MEMORY_BYTES);
+    usize::try_from(physical / 2).unwrap_or(usize::MAX)
+}
+
+/// Most bytes the values folded while resolving a model (nodes whose inputs
+/// are all constants: `Constant`, `ConstantOfShape`, arithmetic on
+/// initializers) may hold together, and never more than
+/// [`default_allocation_ceiling`]: folded values are small constants, not
+/// activations.
+pub const MAX_RESOLUTION_FOLD_BYTES: usize = 1 << 30;
+
+/// Most bytes one array of an `.npz` input may decompress to, and all its
+/// arrays together (a deflate bomb stops here); never more than
+/// [`default_allocation_ceiling`].
+pub const MAX_NPZ_BYTES: u64 = 1 << 34;
+
+/// Most bytes of an `.npy` header NumPy itself reads (its
+/// `max_header_size` default); longer headers are refused.
+pub const MAX_NPY_HEADER_BYTES: usize = 10_000;
+
+/// Most threads one scheduler worker pool may start (CPU, I/O and device
+/// workers together); more is refused before any thread starts.
+pub const MAX_WORKER_THREADS: usize = 4096;
+
+/// Most threads the command line's `--threads` accepts.
+pub const MAX_CLI_THREADS: usize = 1024;
+
+/// Most repetitions `onnx-prepared run --repeat` accepts.
+pub const MAX_REPEAT: usize = 1_000_000;

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use onnx_prepared::decoder::{self, Lengths};
+use onnx_prepared::limits::{MAX_CLI_THREADS, MAX_REPEAT};
 use onnx_prepared::model::Model;
 use onnx_prepared::model::inspect::InspectReport;
 use onnx_prepared::model::{ResolveOptions, ResolvedModel};
@@ -58,14 +59,14 @@ enum Command {
         /// Where to write the outputs (.npz, named by the graph's outputs).
         #[arg(long)]
         outputs: Option<PathBuf>,
-        /// CPU workers of the session: kernels and prepacks (at least 1).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        /// CPU workers of the session: kernels and prepacks (1 to 1024).
+        #[arg(long, default_value_t = 1, value_parser = parse_threads)]
         threads: u16,
         /// Size of a symbolic input dim for generated inputs, e.g. `--dim T=128` (total defaults to P+T, others to 1).
         #[arg(long = "dim", value_parser = parse_dim)]
         dims: Vec<(String, usize)>,
-        /// After the first run, run this many more times and print timing as JSON.
-        #[arg(long, default_value_t = 0)]
+        /// After the first run, run this many more times and print timing as JSON (at most 1000000).
+        #[arg(long, default_value_t = 0, value_parser = parse_repeat)]
         repeat: usize,
         /// Use the portable layouts and scalar kernels instead of the CPU's SIMD ones.
         #[arg(long)]
@@ -84,8 +85,8 @@ enum Command {
         /// Print JSON (a stable interface for scripts) instead of a table.
         #[arg(long)]
         json: bool,
-        /// CPU workers (kernels and prepacks; default: every core).
-        #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+        /// CPU workers (kernels and prepacks, 1 to 1024; default: every core).
+        #[arg(long, value_parser = parse_threads)]
         threads: Option<u16>,
         /// Inputs as a NumPy .npz of named arrays; generated from the declared types when omitted.
         #[arg(long)]
@@ -107,8 +108,8 @@ enum Command {
         /// How many tokens to generate.
         #[arg(long, default_value_t = 16)]
         max_new_tokens: usize,
-        /// CPU threads for the kernels.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        /// CPU threads for the kernels (1 to 1024).
+        #[arg(long, default_value_t = 1, value_parser = parse_threads)]
         threads: u16,
         /// Print `{"tokens": [...], "time_to_first_token_s": ..., "tokens_per_s": ...}`.
         #[arg(long)]
@@ -186,6 +187,35 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--threads`: 1 to [`MAX_CLI_THREADS`].
+fn parse_threads(s: &str) -> Result<u16, String> {
+    let n: u64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of threads"))?;
+    if n == 0 {
+        return Err("at least 1 thread is needed (the one running the inference)".into());
+    }
+    if n > MAX_CLI_THREADS as u64 {
+        return Err(format!(
+            "{n} threads is more than the {MAX_CLI_THREADS} a session may start"
+        ));
+    }
+    Ok(n as u16)
+}
+
+/// `--repeat`: 0 to [`MAX_REPEAT`].
+fn parse_repeat(s: &str) -> Result<usize, String> {
+    let n: u64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of runs"))?;
+    if n > MAX_REPEAT as u64 {
+        return Err(format!(
+            "{n} runs is more than the {MAX_REPEAT} `run --repeat` accepts"
+        ));
+    }
+    Ok(n as usize)
 }
 
 fn parse_dim(s: &str) -> Result<(String, usize), String> {

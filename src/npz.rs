@@ -6,6 +6,8 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
+
+use crate::limits::{MAX_NPY_HEADER_BYTES, MAX_NPZ_BYTES};
 use onnx_prepared_kernels::{ElementType, Tensor, TensorData};
 
 /// Reading or writing an `.npz` failed.
@@ -35,6 +37,26 @@ pub enum NpzError {
         name: String,
         /// What is wrong.
         detail: String,
+    },
+    /// The path is not a regular file (a FIFO, a device, a directory, a
+    /// symbolic link where one is refused): reading could block or never
+    /// end, writing would replace or feed something that is not ours.
+    #[error("{path} is {kind}, not a regular file{hint}")]
+    NotRegularFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// An array, or all arrays together, decompress to more than the limit.
+    #[error("{path}: arrays decompress to more than {limit} bytes")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit.
+        limit: u64,
     },
     /// An array's dtype has no runtime representation.
     #[error("array `{name}` has dtype `{descr}`, which onnx-prepared does not read")]
@@ -86,18 +108,128 @@ fn dtype_of(descr: &str) -> Option<ElementType> {
     })
 }
 
-/// The value of `key` in a `.npy` header dict (`{'descr': '<f4', ...}`).
-fn header_field<'a>(header: &'a str, key: &str) -> Option<&'a str> {
-    let start = header.find(&format!("'{key}'"))? + key.len() + 2;
-    let rest = header[start..].trim_start().strip_prefix(':')?.trim_start();
-    let end = if rest.starts_with('(') {
-        rest.find(')')? + 1
-    } else if let Some(quoted) = rest.strip_prefix('\'') {
-        quoted.find('\'')? + 2
-    } else {
-        rest.find([',', '}']).unwrap_or(rest.len())
-    };
-    Some(rest[..end].trim())
+/// One value of a `.npy` header dict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HeaderValue<'a> {
+    Str(&'a str),
+    Bool(bool),
+    Tuple(Vec<usize>),
+}
+
+/// The three fields of a `.npy` header.
+#[derive(Debug, PartialEq, Eq)]
+struct Header<'a> {
+    descr: &'a str,
+    fortran_order: bool,
+    shape: Vec<usize>,
+}
+
+/// Parses a `.npy` header dict (`{'descr': '<f4', 'fortran_order': False,
+/// 'shape': (2, 3), }`) the way NumPy reads it (a Python literal), strictly:
+/// exactly the keys `descr`, `fortran_order` and `shape`, each once (NumPy
+/// keeps the last of a repeated key; a reader keeping the first would see
+/// another array), a one-element shape written `(n,)`, nothing but
+/// whitespace after the closing brace.
+fn parse_header(header: &str) -> Result<Header<'_>, String> {
+    let mut rest = header.trim_start();
+    fn take(prefix: &str, rest: &mut &str) -> bool {
+        let text = *rest;
+        match text.strip_prefix(prefix) {
+            Some(r) => {
+                *rest = r.trim_start();
+                true
+            }
+            None => false,
+        }
+    }
+    fn string<'a>(rest: &mut &'a str) -> Option<&'a str> {
+        let text = *rest;
+        let quote = text.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+        let body = &text[1..];
+        let end = body.find(quote)?;
+        let value = &body[..end];
+        if value.contains('\\') {
+            return None;
+        }
+        *rest = body[end + 1..].trim_start();
+        Some(value)
+    }
+    if !take("{", &mut rest) {
+        return Err("header is not a dict".into());
+    }
+    let mut fields: Vec<(&str, HeaderValue<'_>)> = Vec::new();
+    while !take("}", &mut rest) {
+        let key = string(&mut rest).ok_or("header keys must be quoted strings")?;
+        if !take(":", &mut rest) {
+            return Err(format!("header key '{key}' has no value"));
+        }
+        let value = if let Some(v) = string(&mut rest) {
+            HeaderValue::Str(v)
+        } else if take("True", &mut rest) {
+            HeaderValue::Bool(true)
+        } else if take("False", &mut rest) {
+            HeaderValue::Bool(false)
+        } else if take("(", &mut rest) {
+            let mut dims = Vec::new();
+            let mut trailing_comma = false;
+            while !take(")", &mut rest) {
+                let digits = rest
+                    .find(|c: char| !c.is_ascii_digit())
+                    .unwrap_or(rest.len());
+                let dim = rest[..digits]
+                    .parse::<usize>()
+                    .map_err(|_| format!("unreadable shape in header {header:?}"))?;
+                rest = rest[digits..].strip_prefix('L').unwrap_or(&rest[digits..]);
+                rest = rest.trim_start();
+                dims.push(dim);
+                trailing_comma = take(",", &mut rest);
+                if !trailing_comma && !rest.starts_with(')') {
+                    return Err(format!("unreadable shape in header {header:?}"));
+                }
+            }
+            if dims.len() == 1 && !trailing_comma {
+                return Err(format!(
+                    "shape ({}) is not a tuple; write ({},)",
+                    dims[0], dims[0]
+                ));
+            }
+            HeaderValue::Tuple(dims)
+        } else {
+            return Err(format!("header key '{key}' has an unreadable value"));
+        };
+        if fields.iter().any(|(k, _)| *k == key) {
+            return Err(format!("header key '{key}' appears twice"));
+        }
+        fields.push((key, value));
+        if !take(",", &mut rest) && !rest.starts_with('}') {
+            return Err("header entries must be separated by commas".into());
+        }
+    }
+    if !rest.is_empty() {
+        return Err("text after the header dict".into());
+    }
+    let mut descr = None;
+    let mut fortran_order = None;
+    let mut shape = None;
+    for (key, value) in fields {
+        match (key, value) {
+            ("descr", HeaderValue::Str(d)) => descr = Some(d),
+            ("fortran_order", HeaderValue::Bool(b)) => fortran_order = Some(b),
+            ("shape", HeaderValue::Tuple(t)) => shape = Some(t),
+            ("descr" | "fortran_order" | "shape", _) => {
+                return Err(format!("header key '{key}' has a value of the wrong type"));
+            }
+            _ => return Err(format!("header has an unexpected key '{key}'")),
+        }
+    }
+    match (descr, fortran_order, shape) {
+        (Some(descr), Some(fortran_order), Some(shape)) => Ok(Header {
+            descr,
+            fortran_order,
+            shape,
+        }),
+        _ => Err("header needs 'descr', 'fortran_order' and 'shape'".into()),
+    }
 }
 
 /// Parses one `.npy` file.
@@ -117,27 +249,25 @@ pub fn read_npy(name: &str, bytes: &[u8]) -> Result<Tensor, NpzError> {
         ),
         v => return Err(bad(&format!("unsupported .npy version {v}"))),
     };
+    if header_len > MAX_NPY_HEADER_BYTES {
+        return Err(bad(&format!(
+            "header of {header_len} bytes is longer than {MAX_NPY_HEADER_BYTES}"
+        )));
+    }
     let header = bytes
         .get(offset..offset + header_len)
         .and_then(|h| std::str::from_utf8(h).ok())
         .ok_or_else(|| bad("truncated or non-UTF-8 header"))?;
-    let descr = header_field(header, "descr")
-        .map(|d| d.trim_matches('\''))
-        .ok_or_else(|| bad("header has no 'descr'"))?;
-    if header_field(header, "fortran_order") != Some("False") {
+    let Header {
+        descr,
+        fortran_order,
+        shape,
+    } = parse_header(header).map_err(|detail| bad(&detail))?;
+    if fortran_order {
         return Err(bad(
             "Fortran-ordered arrays are not supported; save with np.ascontiguousarray",
         ));
     }
-    let shape_text = header_field(header, "shape").ok_or_else(|| bad("header has no 'shape'"))?;
-    let shape = shape_text
-        .trim_matches(|c| c == '(' || c == ')')
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.trim_end_matches('L').parse::<usize>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| bad(&format!("unreadable shape {shape_text}")))?;
     let dtype = dtype_of(descr).ok_or_else(|| NpzError::UnsupportedDtype {
         name: name.to_owned(),
         descr: descr.to_owned(),
@@ -231,29 +361,82 @@ fn zip_err(path: &Path, e: impl std::fmt::Display) -> NpzError {
     }
 }
 
-/// Reads every array of an `.npz` (stored or deflated), in archive order.
-pub fn read_npz(path: &Path) -> Result<Vec<(String, Tensor)>, NpzError> {
-    let file = std::fs::File::open(path).map_err(|source| NpzError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    read_npz_from(path, file)
+/// What a file type is, for messages; `None` for a regular file.
+fn non_regular_kind(file_type: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_file() {
+        None
+    } else if file_type.is_symlink() {
+        Some("a symbolic link")
+    } else if file_type.is_dir() {
+        Some("a directory")
+    } else if file_type.is_fifo() {
+        Some("a FIFO")
+    } else if file_type.is_char_device() {
+        Some("a character device")
+    } else if file_type.is_block_device() {
+        Some("a block device")
+    } else if file_type.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a file")
+    }
 }
 
-fn read_npz_from(path: &Path, reader: impl Read + Seek) -> Result<Vec<(String, Tensor)>, NpzError> {
+/// Reads every array of an `.npz` (stored or deflated), in archive order.
+/// The path must be a regular file (a FIFO or a device is refused before it
+/// is opened, so reading never blocks); each array and all of them together
+/// decompress to at most [`MAX_NPZ_BYTES`] (and the default allocation
+/// ceiling), so a deflate bomb is an error.
+pub fn read_npz(path: &Path) -> Result<Vec<(String, Tensor)>, NpzError> {
+    let io = |source| NpzError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let regular = |meta: std::fs::Metadata| match non_regular_kind(meta.file_type()) {
+        None => Ok(()),
+        Some(kind) => Err(NpzError::NotRegularFile {
+            path: path.to_path_buf(),
+            kind,
+            hint: "",
+        }),
+    };
+    regular(std::fs::metadata(path).map_err(io)?)?;
+    let file = std::fs::File::open(path).map_err(io)?;
+    // The path may have been swapped between the check and the open.
+    regular(file.metadata().map_err(io)?)?;
+    let limit = MAX_NPZ_BYTES.min(crate::limits::default_allocation_ceiling() as u64);
+    read_npz_from(path, file, limit)
+}
+
+fn read_npz_from(
+    path: &Path,
+    reader: impl Read + Seek,
+    limit: u64,
+) -> Result<Vec<(String, Tensor)>, NpzError> {
     let mut archive = zip::ZipArchive::new(reader).map_err(|e| zip_err(path, e))?;
-    let mut arrays = Vec::with_capacity(archive.len());
+    let mut arrays = Vec::new();
+    let mut left = limit;
     for i in 0..archive.len() {
-        let mut entry = archive.by_index(i).map_err(|e| zip_err(path, e))?;
+        let entry = archive.by_index(i).map_err(|e| zip_err(path, e))?;
         let Some(name) = entry.name().strip_suffix(".npy").map(str::to_owned) else {
             continue;
         };
-        let mut bytes = Vec::with_capacity(entry.size().min(1 << 30) as usize);
+        // The declared size is only a hint (a bomb lies): read at most one
+        // byte past what is left, and refuse if that byte came.
+        let mut bytes = Vec::with_capacity(entry.size().min(left).min(1 << 30) as usize);
         entry
+            .take(left.saturating_add(1))
             .read_to_end(&mut bytes)
             .map_err(|source| NpzError::Io {
                 path: path.to_path_buf(),
                 source,
+            })?;
+        left = left
+            .checked_sub(bytes.len() as u64)
+            .ok_or_else(|| NpzError::TooLarge {
+                path: path.to_path_buf(),
+                limit,
             })?;
         let tensor = read_npy(&name, &bytes)?;
         arrays.push((name, tensor));
@@ -261,37 +444,67 @@ fn read_npz_from(path: &Path, reader: impl Read + Seek) -> Result<Vec<(String, T
     Ok(arrays)
 }
 
-/// Writes `arrays` as an uncompressed `.npz` (what `numpy.savez` writes),
-/// atomically: a temporary file in the same folder renamed into place.
+/// Writes `arrays` as an uncompressed `.npz` (what `numpy.savez` writes).
+///
+/// * `path` absent or a regular file: atomically, a new temporary file in
+///   the same folder (created exclusively, never through an existing path)
+///   renamed over `path`.
+/// * `path` a character device (`/dev/null`): written through, in place;
+///   the device is never replaced.
+/// * anything else (a symbolic link, a FIFO, a directory, a socket, a block
+///   device): refused with [`NpzError::NotRegularFile`], nothing written.
 pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<(), NpzError> {
     let io = |source| NpzError::Io {
         path: path.to_path_buf(),
         source,
     };
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+        Ok(meta) => {
+            use std::os::unix::fs::FileTypeExt;
+            let file_type = meta.file_type();
+            if file_type.is_char_device() {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(io)?;
+                write_zip(path, file, arrays)?;
+                return Ok(());
+            }
+            if let Some(kind) = non_regular_kind(file_type) {
+                return Err(NpzError::NotRegularFile {
+                    path: path.to_path_buf(),
+                    kind,
+                    hint: "; give the path of a regular file (or of none) to write the outputs to",
+                });
+            }
+        }
+    }
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (tmp, file) = (0u32..)
+        .map(|n| dir.join(format!(".{name}.{}.{n}.tmp", std::process::id())))
+        .find_map(|tmp| {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+            {
+                Ok(file) => Some(Ok((tmp, file))),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+                Err(e) => Some(Err(io(e))),
+            }
+        })
+        .expect("an unused temporary name")?;
     let result = (|| {
-        let file = std::fs::File::create(&tmp).map_err(io)?;
-        let mut zip = zip::ZipWriter::new(file);
-        let options = zip::write::SimpleFileOptions::default()
-            .compression_method(zip::CompressionMethod::Stored)
-            .large_file(true);
-        for (name, tensor) in arrays {
-            let npy = write_npy(name, tensor)?;
-            zip.start_file(format!("{name}.npy"), options)
-                .map_err(|e| zip_err(path, e))?;
-            zip.write_all(&npy).map_err(io)?;
-        }
-        let file = zip.finish().map_err(|e| zip_err(path, e))?;
+        let file = write_zip(path, file, arrays)?;
         file.sync_all().map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)
     })();
@@ -301,16 +514,51 @@ pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<(), NpzErro
     result
 }
 
+/// Writes `arrays` as a stored zip into `file`; returns the file.
+fn write_zip(
+    path: &Path,
+    file: std::fs::File,
+    arrays: &[(String, Tensor)],
+) -> Result<std::fs::File, NpzError> {
+    let mut zip = zip::ZipWriter::new(file);
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Stored)
+        .large_file(true);
+    for (name, tensor) in arrays {
+        let npy = write_npy(name, tensor)?;
+        zip.start_file(format!("{name}.npy"), options)
+            .map_err(|e| zip_err(path, e))?;
+        zip.write_all(&npy).map_err(|source| NpzError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    zip.finish().map_err(|e| zip_err(path, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn header_fields() {
-        let h = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
-        assert_eq!(header_field(h, "descr"), Some("'<f4'"));
-        assert_eq!(header_field(h, "fortran_order"), Some("False"));
-        assert_eq!(header_field(h, "shape"), Some("(2, 3)"));
+        let h = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }  \n";
+        assert_eq!(
+            parse_header(h),
+            Ok(Header {
+                descr: "<f4",
+                fortran_order: false,
+                shape: vec![2, 3]
+            })
+        );
+        let h = "{\"descr\":\"|u1\",\"shape\":(7,),\"fortran_order\":True}";
+        assert_eq!(parse_header(h).unwrap().shape, vec![7]);
+        assert_eq!(
+            parse_header("{'descr': '<i8', 'fortran_order': False, 'shape': ()}")
+                .unwrap()
+                .shape,
+            Vec::<usize>::new()
+        );
     }
 
     #[test]
@@ -341,5 +589,32 @@ mod tests {
             read_npy("x", &bytes),
             Err(NpzError::BadArray { .. })
         ));
+    }
+
+    /// A deflated entry whose array decompresses past the limit is an
+    /// error once the limit is read, whatever sizes the archive declares.
+    #[test]
+    fn a_deflate_bomb_stops_at_the_limit() {
+        let zeros = Tensor::new(vec![1 << 22], TensorData::U8(vec![0; 1 << 22])).unwrap();
+        let npy = write_npy("x", &zeros).unwrap();
+        let mut cursor = std::io::Cursor::new(Vec::new());
+        {
+            let mut zip = zip::ZipWriter::new(&mut cursor);
+            let options = zip::write::SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Deflated);
+            zip.start_file("x.npy", options).unwrap();
+            zip.write_all(&npy).unwrap();
+            zip.finish().unwrap();
+        }
+        let archive = cursor.into_inner();
+        assert!(archive.len() < 1 << 16, "{} bytes", archive.len());
+        let path = Path::new("bomb.npz");
+        let read = |limit| read_npz_from(path, std::io::Cursor::new(&archive), limit);
+        assert!(matches!(
+            read(1 << 20),
+            Err(NpzError::TooLarge { limit, .. }) if limit == 1 << 20
+        ));
+        // Under a limit it can hold, the same archive reads.
+        assert_eq!(read(1 << 23).unwrap()[0].1, zeros);
     }
 }

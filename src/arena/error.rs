@@ -56,6 +56,22 @@ pub enum ArenaError {
         /// The bytes asked for.
         requested: usize,
     },
+    /// A request sized by a model, an input or a flag is above a ceiling
+    /// that no budget raises ([`crate::limits::default_allocation_ceiling`]
+    /// or another limit in [`crate::limits`]); nothing was allocated.
+    #[error(
+        "{what} needs {requested} bytes, above the ceiling of {limit} bytes for the {domain} domain"
+    )]
+    AboveCeiling {
+        /// The domain the bytes were for.
+        domain: Domain,
+        /// What asked (a node, an input, a lowering), for the message.
+        what: String,
+        /// The bytes asked for (`usize::MAX` when the size overflows).
+        requested: usize,
+        /// The ceiling.
+        limit: usize,
+    },
     /// `len` elements of `element_bytes` bytes each do not fit in `usize`.
     #[error("the {domain} domain cannot hold {len} elements of {element_bytes} bytes")]
     TooLarge {
@@ -74,6 +90,7 @@ impl ArenaError {
         match self {
             ArenaError::OverBudget { domain, .. }
             | ArenaError::AllocationFailed { domain, .. }
+            | ArenaError::AboveCeiling { domain, .. }
             | ArenaError::TooLarge { domain, .. } => *domain,
             ArenaError::InvocationLimit { .. } => Domain::Execution,
         }

@@ -41,6 +41,15 @@ impl PreparationArena {
                 element_bytes: 1,
             });
         };
+        let ceiling = crate::limits::default_allocation_ceiling();
+        if len > ceiling {
+            return Err(ArenaError::AboveCeiling {
+                domain: Domain::Preparation,
+                what: "a preparation buffer".into(),
+                requested: len,
+                limit: ceiling,
+            });
+        }
         let reservation = self.budget.reserve(Domain::Preparation, len)?;
         let storage = vec![0u8; padded].into_boxed_slice();
         let offset = storage.as_ptr().addr().wrapping_neg() % PREPARATION_ALIGN;

@@ -143,7 +143,7 @@ pub fn generate_with(
     let others = super::model_dims(&resolved);
     let start = Instant::now();
     let mut rng = Rng::default();
-    let mut tokens = Vec::with_capacity(max_new_tokens);
+    let mut tokens = Vec::with_capacity(max_new_tokens.min(1 << 12));
     let mut ids: Vec<i64> = prompt.to_vec();
     let mut past = 0usize;
     let mut time_to_first_token = Duration::ZERO;

@@ -407,6 +407,17 @@ pub fn input_tensor(
 ) -> Result<Tensor, Error> {
     let shape = input_shape(input, len, others);
     let role = input_role(&input.name);
+    let bytes = crate::state::tensor_bytes(input.dtype, &shape);
+    let ceiling = crate::limits::default_allocation_ceiling();
+    if bytes > ceiling {
+        return Err(crate::arena::ArenaError::AboveCeiling {
+            domain: crate::arena::Domain::Io,
+            what: format!("generated input `{}` of shape {shape:?}", input.name),
+            requested: bytes,
+            limit: ceiling,
+        }
+        .into());
+    }
     let mut t = Tensor::zeros(input.dtype, shape.clone()).map_err(|source| RunError::Kernel {
         node: format!("generated input `{}`", input.name),
         source,

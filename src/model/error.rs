@@ -28,6 +28,20 @@ pub enum ModelError {
         /// The limit ([`crate::limits::MAX_MODEL_FILE_BYTES`]).
         limit: u64,
     },
+    /// Decoding the file would allocate more than a limit allows: too many
+    /// nodes ([`crate::limits::MAX_GRAPH_NODES`]), or too many elements for
+    /// the default allocation ceiling.
+    #[error("model file {path} holds {count} {what}, over the limit of {limit}")]
+    TooComplex {
+        /// The model file.
+        path: PathBuf,
+        /// What was counted (`nodes`, `estimated decoded bytes`).
+        what: &'static str,
+        /// How many.
+        count: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// The file is not a valid ONNX `ModelProto`.
     #[error("model file {path} is not a valid ONNX protobuf: {source}")]
     Decode {

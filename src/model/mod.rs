@@ -14,6 +14,7 @@ mod payload;
 mod qdq;
 mod resolve;
 mod weight;
+mod wire;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -77,6 +78,7 @@ impl Model {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref().to_path_buf();
         let buffer = read_model_file(&path)?;
+        check_wire(&path, &buffer)?;
         let mut proto = ModelProto::decode(buffer).map_err(|source| ModelError::Decode {
             path: path.clone(),
             source,
@@ -187,18 +189,60 @@ fn read_model_file(path: &Path) -> Result<Bytes, ModelError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = std::fs::File::open(path).map_err(io)?;
-    let size = file.metadata().map_err(io)?.len();
+    // A FIFO or a device is refused before it is opened (opening a FIFO
+    // blocks; a device may never end), and again on the open handle.
+    let regular = |meta: std::fs::Metadata| {
+        if meta.is_file() {
+            Ok(meta.len())
+        } else {
+            Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file (a FIFO, a device or a directory); give the path of an .onnx file",
+            )))
+        }
+    };
+    regular(std::fs::metadata(path).map_err(io)?)?;
+    let file = std::fs::File::open(path).map_err(io)?;
+    let size = regular(file.metadata().map_err(io)?)?;
+    let too_large = |size| ModelError::TooLarge {
+        path: path.to_path_buf(),
+        size,
+        limit: MAX_MODEL_FILE_BYTES,
+    };
     if size > MAX_MODEL_FILE_BYTES {
-        return Err(ModelError::TooLarge {
-            path: path.to_path_buf(),
-            size,
-            limit: MAX_MODEL_FILE_BYTES,
-        });
+        return Err(too_large(size));
     }
+    // The file may grow after the stat: read one byte past the limit at most.
     let mut buffer = Vec::with_capacity(size as usize);
-    file.read_to_end(&mut buffer).map_err(io)?;
+    file.take(MAX_MODEL_FILE_BYTES + 1)
+        .read_to_end(&mut buffer)
+        .map_err(io)?;
+    if buffer.len() as u64 > MAX_MODEL_FILE_BYTES {
+        return Err(too_large(buffer.len() as u64));
+    }
     Ok(Bytes::from(buffer))
+}
+
+/// Refuses a model whose decoding would allocate past the limits, before
+/// it is decoded.
+fn check_wire(path: &Path, bytes: &[u8]) -> Result<(), ModelError> {
+    let counts = wire::scan(bytes);
+    let ceiling = crate::limits::default_allocation_ceiling() as u64;
+    let refuse = |what, count, limit| {
+        Err(ModelError::TooComplex {
+            path: path.to_path_buf(),
+            what,
+            count,
+            limit,
+        })
+    };
+    if counts.nodes > crate::limits::MAX_GRAPH_NODES {
+        return refuse("nodes", counts.nodes, crate::limits::MAX_GRAPH_NODES);
+    }
+    if counts.decoded_bytes > ceiling {
+        return refuse("estimated decoded bytes", counts.decoded_bytes, ceiling);
+    }
+    Ok(())
 }
 
 fn roots(path: &Path) -> Result<Roots, ModelError> {

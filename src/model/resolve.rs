@@ -338,6 +338,7 @@ impl ResolvedModel {
             probe_outputs: Vec<OutputInfo>,
         }
         let mut pending: Vec<Pending> = Vec::new();
+        let mut folded_bytes = 0usize;
         let mut unsupported: Vec<UnsupportedOperator> = Vec::new();
         let (qdq_skip, qdq_fused) = super::qdq::find(&model);
         for (index, node) in graph.node.iter().enumerate() {
@@ -468,6 +469,22 @@ impl ResolvedModel {
                         _ => None,
                     })
                     .collect();
+                // Folded values are budgeted (checked before allocating) and
+                // a kernel panic is an error naming the node, as in lowering.
+                folded_bytes = outs.iter().fold(folded_bytes, |n, o| {
+                    n.saturating_add(crate::state::tensor_bytes(o.dtype, &o.shape))
+                });
+                let ceiling = crate::limits::MAX_RESOLUTION_FOLD_BYTES
+                    .min(crate::limits::default_allocation_ceiling());
+                if folded_bytes > ceiling {
+                    return Err(crate::arena::ArenaError::AboveCeiling {
+                        domain: crate::arena::Domain::Preparation,
+                        what: format!("values folded through node `{name}`"),
+                        requested: folded_bytes,
+                        limit: ceiling,
+                    }
+                    .into());
+                }
                 let mut tensors = Vec::with_capacity(outs.len());
                 for o in &outs {
                     tensors.push(Tensor::zeros(o.dtype, o.shape.clone()).map_err(|source| {
@@ -477,11 +494,7 @@ impl ResolvedModel {
                         }
                     })?);
                 }
-                op.execute(&ins, None, &mut tensors, &Sequential)
-                    .map_err(|source| ResolveError::Kernel {
-                        node: name.clone(),
-                        source,
-                    })?;
+                crate::state::execute_caught(&*op, &name, &ins, None, &mut tensors, &Sequential)?;
                 for (out, t) in node.output.iter().zip(tensors) {
                     inline.push(Arc::new(t));
                     known.insert(

@@ -252,7 +252,7 @@ mod window;
 pub use admission::{Admission, AdmissionPermit, Refusal};
 pub use graph::{GraphError, TaskGraph, UNGATED};
 pub use outcome::{RunOutcome, TaskFailure};
-pub use pool::{Lease, PoolConfig, WorkerPool};
+pub use pool::{Lease, PoolConfig, SpawnError, WorkerPool};
 pub use queue::{Full, Lane, PRIORITIES, ReadyQueues};
 pub use submission::{
     CancelToken, Remapped, ResumeHandle, Submission, SubmitError, SubmitOptions, TaskContext,

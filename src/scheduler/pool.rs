@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use onnx_prepared_kernels::ParallelFor;
 
-use crate::limits::{SCHEDULER_JOB_SPIN_POLLS, SCHEDULER_LOCAL_CAPACITY, SCHEDULER_SPIN_POLLS};
+use crate::limits::{
+    MAX_WORKER_THREADS, SCHEDULER_JOB_SPIN_POLLS, SCHEDULER_LOCAL_CAPACITY, SCHEDULER_SPIN_POLLS,
+};
 use crate::sync::{
     AtomicBool, AtomicU64, AtomicUsize, FutexWord, HintCounter, JobBoard, Lock, Ordering, fence,
     thread,
@@ -486,9 +488,66 @@ pub struct WorkerPool {
     workers: Vec<(Lane, thread::JoinHandle<()>)>,
 }
 
+/// Why a [`WorkerPool`] could not start; the workers it had started are
+/// stopped and joined.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// The configuration asks for more threads than
+    /// [`crate::limits::MAX_WORKER_THREADS`].
+    #[error("{requested} worker threads asked for; at most {limit} are allowed")]
+    TooManyWorkers {
+        /// Worker threads of the configuration (CPU + I/O + devices).
+        requested: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The system refused to create a thread (out of memory or thread slots).
+    #[error("the system could not start worker thread {index} of {requested}: {source}")]
+    Thread {
+        /// Index of the thread that failed (0-based, CPU workers first).
+        index: usize,
+        /// Worker threads of the configuration.
+        requested: usize,
+        /// What the system said.
+        source: std::io::Error,
+    },
+}
+
+/// A worker's body, as handed to the thread spawner.
+type WorkerBody = Box<dyn FnOnce() + Send + 'static>;
+
 impl WorkerPool {
     /// Starts `config`'s workers; they park until work arrives.
+    ///
+    /// # Panics
+    ///
+    /// When [`WorkerPool::try_new`] fails; sessions use that.
     pub fn new(config: PoolConfig) -> Self {
+        Self::try_new(config).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts `config`'s workers, or says why it could not: too many asked
+    /// for, or the system refused a thread (those started are joined).
+    pub fn try_new(config: PoolConfig) -> Result<Self, SpawnError> {
+        Self::start(config, thread::try_spawn)
+    }
+
+    /// [`WorkerPool::try_new`] with `spawn` creating each thread.
+    fn start(
+        config: PoolConfig,
+        mut spawn: impl FnMut(WorkerBody) -> std::io::Result<thread::JoinHandle<()>>,
+    ) -> Result<Self, SpawnError> {
+        let requested = config
+            .cpu_workers
+            .saturating_add(config.io_workers)
+            .saturating_add(config.devices as usize);
+        if requested > MAX_WORKER_THREADS {
+            return Err(SpawnError::TooManyWorkers {
+                requested,
+                limit: MAX_WORKER_THREADS,
+            });
+        }
         let shared = Arc::new(PoolShared {
             config,
             parking: (0..Lane::HOST.len() + config.devices as usize)
@@ -510,36 +569,51 @@ impl WorkerPool {
         } else {
             Vec::new()
         };
-        let mut workers = Vec::new();
+        // Built up in place: on a refused thread, dropping `pool` stops and
+        // joins the workers already started (the shutdown protocol).
+        let mut pool = Self {
+            shared: shared.clone(),
+            workers: Vec::with_capacity(requested),
+        };
+        let mut add = |lane: Lane, body: WorkerBody| -> Result<(), SpawnError> {
+            let index = pool.workers.len();
+            let handle = spawn(body).map_err(|source| SpawnError::Thread {
+                index,
+                requested,
+                source,
+            })?;
+            pool.workers.push((lane, handle));
+            Ok(())
+        };
         for i in 0..config.cpu_workers {
             let shared = shared.clone();
             #[cfg(not(loom))]
             let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
             #[cfg(loom)]
             let _ = i;
-            workers.push((
+            add(
                 Lane::Cpu,
-                thread::spawn(move || {
+                Box::new(move || {
                     #[cfg(not(loom))]
                     if core.is_some_and(core_affinity::set_for_current) {
                         shared.pinned.fetch_add(1, Ordering::Relaxed);
                     }
                     worker(&shared, Lane::Cpu);
                 }),
-            ));
+            )?;
         }
         for _ in 0..config.io_workers {
             let shared = shared.clone();
-            workers.push((Lane::Io, thread::spawn(move || worker(&shared, Lane::Io))));
+            add(Lane::Io, Box::new(move || worker(&shared, Lane::Io)))?;
         }
         for d in 0..config.devices {
             let shared = shared.clone();
-            workers.push((
+            add(
                 Lane::Device(d),
-                thread::spawn(move || worker(&shared, Lane::Device(d))),
-            ));
+                Box::new(move || worker(&shared, Lane::Device(d))),
+            )?;
         }
-        Self { shared, workers }
+        Ok(pool)
     }
 
     /// Submits `graph` to run with `runner` (protocol "submit").
@@ -691,5 +765,72 @@ impl Drop for WorkerPool {
         for (_, handle) in self.workers.drain(..) {
             let _ = handle.join();
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn config(cpu_workers: usize) -> PoolConfig {
+        PoolConfig {
+            cpu_workers,
+            io_workers: 1,
+            devices: 0,
+            pin_cpu_workers: false,
+        }
+    }
+
+    /// A thread the system refuses is a typed error naming it; the workers
+    /// started before it are stopped and joined (none is left running).
+    #[test]
+    fn a_refused_thread_is_an_error_and_the_started_workers_are_joined() {
+        let finished = Arc::new(AtomicUsize::new(0));
+        let mut started = 0;
+        let result = WorkerPool::start(config(3), |body| {
+            if started == 2 {
+                return Err(std::io::Error::other("no more threads"));
+            }
+            started += 1;
+            let finished = finished.clone();
+            thread::try_spawn(move || {
+                body();
+                finished.fetch_add(1, Ordering::SeqCst);
+            })
+        });
+        let err = result.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SpawnError::Thread {
+                    index: 2,
+                    requested: 4,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("no more threads"), "{err}");
+        assert_eq!(finished.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn too_many_workers_are_refused_before_any_starts() {
+        let mut spawned = 0;
+        let err = WorkerPool::start(config(MAX_WORKER_THREADS), |body| {
+            spawned += 1;
+            thread::try_spawn(body)
+        })
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SpawnError::TooManyWorkers { requested, limit }
+                    if requested == MAX_WORKER_THREADS + 1 && limit == MAX_WORKER_THREADS
+            ),
+            "{err:?}"
+        );
+        assert_eq!(spawned, 0);
+        assert!(WorkerPool::try_new(config(2)).is_ok());
     }
 }

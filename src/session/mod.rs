@@ -345,12 +345,12 @@ impl RuntimeSession {
         }
         let pool = match &options.pool {
             Some(pool) => pool.clone(),
-            None => Arc::new(WorkerPool::new(PoolConfig {
+            None => Arc::new(WorkerPool::try_new(PoolConfig {
                 cpu_workers: options.cpu_threads.max(1),
                 io_workers: options.io_workers.max(1),
                 devices: 0,
                 pin_cpu_workers: options.pin_threads,
-            })),
+            })?),
         };
         let run_graph = TaskGraph::new(
             &[ResourceClass::Cpu],

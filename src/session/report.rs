@@ -370,14 +370,15 @@ pub fn run_modes(
     options: &SessionOptions,
     inputs: &[(String, Tensor)],
 ) -> Result<BenchRun, Error> {
-    let pool = options.pool.clone().unwrap_or_else(|| {
-        Arc::new(WorkerPool::new(PoolConfig {
+    let pool = match options.pool.clone() {
+        Some(pool) => pool,
+        None => Arc::new(WorkerPool::try_new(PoolConfig {
             cpu_workers: options.cpu_threads.max(1),
             io_workers: options.io_workers.max(1),
             devices: 0,
             pin_cpu_workers: options.pin_threads,
-        }))
-    });
+        })?),
+    };
     let options = SessionOptions {
         pool: Some(pool),
         trace: true,

@@ -16,7 +16,7 @@ use onnx_prepared_kernels::{CpuFeatures, ElementType, ParallelFor, Sequential, T
 use onnx_prepared_proto::tensor_shape_proto::dimension::Value as DimValue;
 use onnx_prepared_proto::type_proto::Value as TypeValue;
 
-use super::lowering::{Lowered, lower_all, order_inputs};
+use super::lowering::{Lowered, ceiling_gate, lower_all, order_inputs};
 use super::object::materialize;
 use super::{PreparedObject, ThreadPool};
 use crate::Error;
@@ -141,7 +141,9 @@ impl DirectReplay {
             objects,
             value_inputs: HashSet::new(),
             lowered: None,
-            pool: (threads > 1).then(|| ThreadPool::new(threads - 1)),
+            pool: (threads > 1)
+                .then(|| ThreadPool::try_new(threads - 1))
+                .transpose()?,
         })
     }
 
@@ -188,7 +190,13 @@ impl DirectReplay {
             .is_some_and(|l| l.matches(&ordered, &self.value_inputs))
         {
             self.lowered = None;
-            self.lowered = Some(lower_all(&self.resolved, &ordered, &mut self.value_inputs)?);
+            let gate = ceiling_gate(crate::limits::default_allocation_ceiling());
+            self.lowered = Some(lower_all(
+                &self.resolved,
+                &ordered,
+                &mut self.value_inputs,
+                &gate,
+            )?);
         }
         let Self {
             resolved,

@@ -21,9 +21,6 @@ use crate::Error;
 use crate::error::{ResolveError, RunError};
 use crate::model::{Operand as Source, ResolvedModel};
 
-/// Most inputs or outputs one node may have on the hot path.
-pub(crate) const MAX_OPERANDS: usize = 32;
-
 /// Where an action operand lives at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Operand {
@@ -60,11 +57,44 @@ impl Objects for [PreparedObject] {
     }
 }
 
+/// Checks, before lowering allocates them, that its activation buffers and
+/// folded values may hold `bytes` together; `what` names the request for
+/// the error. Called with growing totals; an `Err` stops the lowering.
+pub(crate) type AllocationGate<'a> = &'a dyn Fn(&str, usize) -> Result<(), Error>;
+
+/// The gate of an executor without a budget: `ceiling` bytes (usually
+/// [`crate::limits::default_allocation_ceiling`]).
+pub(crate) fn ceiling_gate(ceiling: usize) -> impl Fn(&str, usize) -> Result<(), Error> {
+    move |what, bytes| {
+        if bytes > ceiling {
+            return Err(crate::arena::ArenaError::AboveCeiling {
+                domain: crate::arena::Domain::Execution,
+                what: what.to_owned(),
+                requested: bytes,
+                limit: ceiling,
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
+/// Bytes a tensor of `dtype` and `shape` holds in memory; `usize::MAX` when
+/// the size overflows.
+pub(crate) fn tensor_bytes(dtype: ElementType, shape: &[usize]) -> usize {
+    element_count(shape)
+        .and_then(|n| dtype.compute().byte_len(n as u64))
+        .and_then(|b| usize::try_from(b).ok())
+        .unwrap_or(usize::MAX)
+}
+
 /// The graph lowered for one input-shape set.
 #[derive(Debug)]
 pub(crate) struct Lowered {
-    /// Input shapes (and values of shape-operand inputs) this is for.
-    key: Vec<Tensor>,
+    /// Input shapes this is for.
+    key_shapes: Vec<Vec<usize>>,
+    /// Values of the shape-operand inputs this is for (`None` for others).
+    key_values: Vec<Option<Tensor>>,
     constants: Vec<Arc<Tensor>>,
     buffers: Vec<Tensor>,
     /// Shape of each output operand, indexed like `operands`.
@@ -76,7 +106,22 @@ pub(crate) struct Lowered {
     node_action: Vec<u32>,
     input_buffers: Vec<u32>,
     output_operands: Vec<Operand>,
+    /// Output tensors of the action being replayed; capacity for the most
+    /// outputs of any action, reserved at lowering.
     scratch: Vec<Tensor>,
+    /// Input references of the action being replayed, kept empty between
+    /// actions; capacity for the most inputs of any action, reserved at
+    /// lowering (see [`recycle`]).
+    ins: Vec<Option<&'static Tensor>>,
+}
+
+/// An empty `Vec` of references with the allocation of `v`: collecting a
+/// `vec::IntoIter` into a `Vec` of an element of the same size and alignment
+/// reuses its buffer, so this allocates nothing. It lets replay keep one
+/// buffer of input references across actions whose tensors it borrows anew.
+fn recycle<'b>(mut v: Vec<Option<&Tensor>>) -> Vec<Option<&'b Tensor>> {
+    v.clear();
+    v.into_iter().map(|_| None).collect()
 }
 
 /// Lowering must restart with graph input `0` treated as a known value.
@@ -186,10 +231,11 @@ impl Lowered {
         input: impl Fn(usize) -> &'t Tensor,
         value_inputs: &HashSet<usize>,
     ) -> bool {
-        self.key.len() == count
-            && self.key.iter().enumerate().all(|(i, k)| {
+        self.key_shapes.len() == count
+            && self.key_shapes.iter().enumerate().all(|(i, k)| {
                 let t = input(i);
-                k.shape() == t.shape() && (!value_inputs.contains(&i) || k == t)
+                k.as_slice() == t.shape()
+                    && (!value_inputs.contains(&i) || self.key_values[i].as_ref() == Some(t))
             })
     }
 
@@ -338,6 +384,7 @@ impl Lowered {
             operands,
             actions,
             scratch,
+            ins: kept_ins,
             ..
         } = self;
         for action in &actions[range] {
@@ -357,11 +404,11 @@ impl Lowered {
                 }
                 scratch.push(t);
             }
-            let mut ins: [Option<&Tensor>; MAX_OPERANDS] = [None; MAX_OPERANDS];
+            let mut ins = recycle(std::mem::take(kept_ins));
             let (i0, i1) = (action.inputs.0 as usize, action.inputs.1 as usize);
             let mut missing = None;
-            for (slot, op) in ins.iter_mut().zip(&operands[i0..i1]) {
-                *slot = match *op {
+            for op in &operands[i0..i1] {
+                ins.push(match *op {
                     Operand::None => None,
                     Operand::Const(c) => Some(&*constants[c as usize]),
                     Operand::Buffer(b) => Some(&buffers[b as usize]),
@@ -372,7 +419,7 @@ impl Lowered {
                         }
                         t
                     }
-                };
+                });
             }
             let packed = match action.packed {
                 None => None,
@@ -390,10 +437,9 @@ impl Lowered {
                     requirement: resolved.requirements()[r as usize].name.clone(),
                 }
                 .into()),
-                None => {
-                    execute_caught(&*node.op, &node.name, &ins[..i1 - i0], packed, scratch, par)
-                }
+                None => execute_caught(&*node.op, &node.name, &ins, packed, scratch, par),
             };
+            *kept_ins = recycle(ins);
             for (op, t) in operands[o0..o1].iter().zip(scratch.drain(..)) {
                 let Operand::Buffer(b) = *op else {
                     unreachable!()
@@ -450,10 +496,16 @@ enum Known {
 /// Lowers `resolved` for `inputs`; graph inputs in `value_inputs` are known
 /// values (their contents decide shapes). Returns `Err(NeedsValue(i))` when
 /// graph input `i` must join `value_inputs`.
+///
+/// Every tensor it allocates is sized first, with checked arithmetic, and
+/// passed through `gate`: each folded value as it is folded (with the total
+/// folded so far), then every activation buffer at once (with the folded
+/// total) before the first buffer is allocated.
 pub(crate) fn lower(
     resolved: &ResolvedModel,
     inputs: &[&Tensor],
     value_inputs: &HashSet<usize>,
+    gate: AllocationGate<'_>,
 ) -> Result<Result<Lowered, Error>, NeedsValue> {
     let fail = |node: &str, source: KernelError| -> Result<Result<Lowered, Error>, NeedsValue> {
         Ok(Err(ResolveError::Kernel {
@@ -479,6 +531,7 @@ pub(crate) fn lower(
 
     // Pass 1: infer, fold.
     let mut dynamic_nodes = Vec::new();
+    let mut folded_bytes = 0usize;
     for (n, node) in resolved.nodes().iter().enumerate() {
         let infos: Vec<Option<InputInfo<'_>>> = node
             .inputs
@@ -529,6 +582,7 @@ pub(crate) fn lower(
                 Err(source) => return fail(&node.name, source),
             };
             for (id, t) in node.outputs.iter().zip(tensors) {
+                folded_bytes = folded_bytes.saturating_add(t.byte_len());
                 known[id.0 as usize] = Known::Const(Arc::new(t));
             }
             continue;
@@ -593,6 +647,12 @@ pub(crate) fn lower(
                     _ => None,
                 })
                 .collect();
+            folded_bytes = outs.iter().fold(folded_bytes, |n, o| {
+                n.saturating_add(tensor_bytes(o.dtype, &o.shape))
+            });
+            if let Err(e) = gate(&format!("folding node `{}`", node.name), folded_bytes) {
+                return Ok(Err(e));
+            }
             let mut tensors = Vec::with_capacity(outs.len());
             for o in &outs {
                 match Tensor::zeros(o.dtype, o.shape.clone()) {
@@ -634,9 +694,14 @@ pub(crate) fn lower(
         }
     }
 
-    // Pass 3: buffers (graph inputs first, never shared) and actions.
+    // Pass 3: buffers (graph inputs first, never shared) and actions. Each
+    // buffer is only sized here (`buffer_specs`, placeholders in `buffers`);
+    // all are allocated once their total passed the gate.
     let mut lowered = Lowered {
-        key: inputs.iter().map(|t| (*t).clone()).collect(),
+        key_shapes: inputs.iter().map(|t| t.shape().to_vec()).collect(),
+        key_values: (0..inputs.len())
+            .map(|i| value_inputs.contains(&i).then(|| inputs[i].clone()))
+            .collect(),
         constants: Vec::new(),
         buffers: Vec::new(),
         out_shapes: Vec::new(),
@@ -645,8 +710,13 @@ pub(crate) fn lower(
         node_action: Vec::with_capacity(resolved.nodes().len() + 1),
         input_buffers: Vec::new(),
         output_operands: Vec::new(),
-        scratch: Vec::with_capacity(MAX_OPERANDS),
+        scratch: Vec::new(),
+        ins: Vec::new(),
     };
+    // `(dtype, element count, shape)` of each buffer; the shape is `None`
+    // for a graph input's buffer (a copy of the input).
+    let mut buffer_specs: Vec<(ElementType, usize, Option<Vec<usize>>)> = Vec::new();
+    let (mut most_inputs, mut most_outputs) = (0, 0);
     let mut operand_of: HashMap<u32, Operand> = HashMap::new();
     let mut const_index: HashMap<*const Tensor, u32> = HashMap::new();
     let mut constant = |t: &Arc<Tensor>, lowered: &mut Lowered| -> Operand {
@@ -657,7 +727,8 @@ pub(crate) fn lower(
         Operand::Const(idx)
     };
     for (i, t) in inputs.iter().enumerate() {
-        lowered.buffers.push((*t).clone());
+        lowered.buffers.push(Tensor::default());
+        buffer_specs.push((t.dtype(), t.len(), None));
         lowered
             .input_buffers
             .push((lowered.buffers.len() - 1) as u32);
@@ -708,8 +779,8 @@ pub(crate) fn lower(
                 && (id.0 as usize) >= inputs.len()
                 && let Some(Operand::Buffer(b)) = operand_of.get(&id.0)
             {
-                let t = &lowered.buffers[*b as usize];
-                released.push(((t.dtype(), t.len()), *b));
+                let (dtype, len, _) = &buffer_specs[*b as usize];
+                released.push(((*dtype, *len), *b));
             }
         }
         for id in &node.outputs {
@@ -719,13 +790,11 @@ pub(crate) fn lower(
             let len = element_count(shape).unwrap_or(0);
             let b = match free.get_mut(&(*dtype, len)).and_then(Vec::pop) {
                 Some(b) => b,
-                None => match Tensor::zeros(*dtype, shape.clone()) {
-                    Ok(t) => {
-                        lowered.buffers.push(t);
-                        (lowered.buffers.len() - 1) as u32
-                    }
-                    Err(source) => return fail(&node.name, source),
-                },
+                None => {
+                    lowered.buffers.push(Tensor::default());
+                    buffer_specs.push((*dtype, len, Some(shape.clone())));
+                    (lowered.buffers.len() - 1) as u32
+                }
             };
             operand_of.insert(id.0, Operand::Buffer(b));
             lowered.operands.push(Operand::Buffer(b));
@@ -740,6 +809,8 @@ pub(crate) fn lower(
                 free.entry(k).or_default().push(b);
             }
         }
+        most_inputs = most_inputs.max(node.inputs.len());
+        most_outputs = most_outputs.max(node.outputs.len());
         lowered.actions.push(Action {
             node: n as u32,
             inputs: (start, mid),
@@ -748,6 +819,25 @@ pub(crate) fn lower(
         });
     }
     lowered.node_action.push(lowered.actions.len() as u32);
+    let buffer_bytes = buffer_specs
+        .iter()
+        .fold(folded_bytes, |n, (dtype, len, _)| {
+            n.saturating_add(tensor_bytes(*dtype, &[*len]))
+        });
+    if let Err(e) = gate("the activation buffers", buffer_bytes) {
+        return Ok(Err(e));
+    }
+    for (b, (dtype, _, shape)) in buffer_specs.into_iter().enumerate() {
+        lowered.buffers[b] = match shape {
+            None => inputs[b].clone(),
+            Some(shape) => match Tensor::zeros(dtype, shape) {
+                Ok(t) => t,
+                Err(source) => return fail("activation buffers", source),
+            },
+        };
+    }
+    lowered.scratch.reserve_exact(most_outputs);
+    lowered.ins.reserve_exact(most_inputs);
     for (_, op) in resolved.outputs() {
         let operand = match op {
             Source::Value(id) => match operand_of.get(&id.0) {
@@ -826,9 +916,10 @@ pub(crate) fn lower_all(
     resolved: &ResolvedModel,
     inputs: &[&Tensor],
     value_inputs: &mut HashSet<usize>,
+    gate: AllocationGate<'_>,
 ) -> Result<Lowered, Error> {
     loop {
-        match lower(resolved, inputs, value_inputs) {
+        match lower(resolved, inputs, value_inputs, gate) {
             Ok(result) => return result,
             Err(NeedsValue(sources)) => value_inputs.extend(sources),
         }

@@ -13,6 +13,7 @@ mod session;
 
 pub(crate) use direct::graph_input;
 pub use direct::{Dim, DirectReplay, DirectReplayOptions, GraphInput};
+pub(crate) use lowering::{execute_caught, tensor_bytes};
 pub use object::PreparedObject;
 pub use parallel::ThreadPool;
 pub use prepared::{InvocationState, PreparedExecutionState, Progress, ResidentObject};

@@ -5,7 +5,7 @@
 
 use onnx_prepared_kernels::ParallelFor;
 
-use crate::scheduler::{PoolConfig, WorkerPool};
+use crate::scheduler::{PoolConfig, SpawnError, WorkerPool};
 
 /// Runs kernel parallel regions on the calling thread and `helpers` CPU
 /// workers of a pool of its own (no I/O workers).
@@ -17,15 +17,24 @@ pub struct ThreadPool {
 impl ThreadPool {
     /// A pool of `helpers` CPU workers besides the caller (not pinned: the
     /// caller's thread is not either).
+    ///
+    /// # Panics
+    ///
+    /// When [`ThreadPool::try_new`] fails.
     pub fn new(helpers: usize) -> Self {
-        Self {
-            pool: WorkerPool::new(PoolConfig {
+        Self::try_new(helpers).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`ThreadPool::new`], or why the workers could not be started.
+    pub fn try_new(helpers: usize) -> Result<Self, SpawnError> {
+        Ok(Self {
+            pool: WorkerPool::try_new(PoolConfig {
                 cpu_workers: helpers,
                 io_workers: 0,
                 devices: 0,
                 pin_cpu_workers: false,
-            }),
-        }
+            })?,
+        })
     }
 
     /// The pool whose CPU workers help.

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 
 use super::PreparedObject;
-use super::lowering::{Lowered, Objects, check_input, lower_all, order_inputs};
+use super::lowering::{Lowered, Objects, ceiling_gate, check_input, lower_all, order_inputs};
 use super::object::{prepare, source_tensor};
 use crate::Error;
 use crate::arena::{
@@ -392,7 +392,20 @@ impl PreparedExecutionState {
         invocation.lowered = None;
         invocation.execution = None;
         let ordered: Vec<&Tensor> = (0..count).map(input).collect();
-        let lowered = lower_all(self.plan.resolved(), &ordered, &mut invocation.value_inputs)?;
+        // Nothing is allocated before the budget (and the default ceiling)
+        // could hold it: a trial reservation per request, dropped at once.
+        let ceiling = ceiling_gate(crate::limits::default_allocation_ceiling());
+        let gate = |what: &str, bytes: usize| -> Result<(), Error> {
+            ceiling(what, bytes)?;
+            drop(self.budget.reserve(Domain::Execution, bytes)?);
+            Ok(())
+        };
+        let lowered = lower_all(
+            self.plan.resolved(),
+            &ordered,
+            &mut invocation.value_inputs,
+            &gate,
+        )?;
         // Activation buffers live in the execution domain for as long as
         // this lowering is kept; over the limit, the run is refused.
         invocation.execution = Some(

@@ -118,6 +118,19 @@ pub mod thread {
         imp::spawn(f)
     }
 
+    /// Spawns a thread, or says why the system could not create one
+    /// (`std::thread::Builder::spawn`; loom's threads always start).
+    pub fn try_spawn<F, T>(f: F) -> std::io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        #[cfg(not(loom))]
+        return imp::Builder::new().spawn(f);
+        #[cfg(loom)]
+        return Ok(imp::spawn(f));
+    }
+
     /// Sleeps the current thread. Loom has no clock: under `cfg(loom)` a
     /// sleep is a yield.
     pub fn sleep(duration: std::time::Duration) {
