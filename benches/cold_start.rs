@@ -5,6 +5,9 @@
 //! (fresh store and budget, same immutable plan) outside the measured span
 //! and measures from the first call to the run's outputs.
 //!
+//! Checksums are verified (`ChecksumPolicy::Strict`, the default) except
+//! in the `checksums-off` cases, which measure what verification costs.
+//!
 //! Two cache states: `warm` (the model's files were read by the previous
 //! iteration) and `cold` (before each iteration, outside the measured span,
 //! `posix_fadvise(POSIX_FADV_DONTNEED)` asks the kernel to drop the data
@@ -21,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+use onnx_prepared::model::{ChecksumPolicy, Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::scheduler::{PoolConfig, WorkerPool};
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
@@ -64,7 +67,7 @@ fn cold_start(c: &mut Criterion) {
         devices: 0,
         pin_cpu_workers: false,
     }));
-    let fresh = || {
+    let fresh = |checksums| {
         let resolved =
             ResolvedModel::resolve(model.clone(), &ResolveOptions::default()).expect("resolves");
         let plan = PreparedExecutionPlan::build(resolved).expect("plan");
@@ -72,6 +75,7 @@ fn cold_start(c: &mut Criterion) {
             plan,
             SessionOptions {
                 pool: Some(pool.clone()),
+                checksums,
                 ..SessionOptions::default()
             },
         )
@@ -84,17 +88,25 @@ fn cold_start(c: &mut Criterion) {
     };
     let mut group = c.benchmark_group("cold_start/tiny-llm-prefill-128");
     group.sample_size(20);
-    for (cache, mode) in [
-        ("warm", "eager"),
-        ("warm", "streaming"),
-        ("cold", "eager"),
-        ("cold", "streaming"),
+    let (strict, off) = (ChecksumPolicy::Strict, ChecksumPolicy::Off);
+    for (cache, mode, checksums) in [
+        ("warm", "eager", strict),
+        ("warm", "streaming", strict),
+        ("cold", "eager", strict),
+        ("cold", "streaming", strict),
+        ("warm", "eager", off),
+        ("warm", "streaming", off),
     ] {
-        group.bench_function(format!("{cache}/{mode}"), |b| {
+        let suffix = if checksums == off {
+            "/checksums-off"
+        } else {
+            ""
+        };
+        group.bench_function(format!("{cache}/{mode}{suffix}"), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let (session, ctx) = fresh();
+                    let (session, ctx) = fresh(checksums);
                     if cache == "cold" {
                         drop_cache(&data);
                     }

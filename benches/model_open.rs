@@ -1,6 +1,8 @@
 //! tiny-llm: opening metadata-only against opening and reading every payload
 //! (what a loader that materializes weights at open pays before the first
-//! inference can start). Setup (fixture generation) is outside the loop.
+//! inference can start), and reading every payload and checking its declared
+//! SHA-256 (the cost of `ChecksumPolicy::Strict`). Setup (fixture
+//! generation) is outside the loop.
 
 use std::hint::black_box;
 
@@ -24,6 +26,19 @@ fn open(c: &mut Criterion) {
             for w in model.weights() {
                 buf.resize(w.byte_len() as usize, 0);
                 source.read(w.id(), &mut buf).expect("reads");
+            }
+            black_box(source.counters().total())
+        })
+    });
+    group.bench_function("read_and_verify_all_payloads", |b| {
+        let mut buf = Vec::new();
+        b.iter(|| {
+            let model = Model::open(&path).expect("opens");
+            let source = FileSource::open(&model).expect("source");
+            for w in model.weights() {
+                buf.resize(w.byte_len() as usize, 0);
+                source.read(w.id(), &mut buf).expect("reads");
+                w.verify_checksum(&buf).expect("intact");
             }
             black_box(source.counters().total())
         })

@@ -36,6 +36,7 @@ fn direct(path: &std::path::Path, inputs: &[(&str, &Tensor)]) -> Vec<(String, Te
     let options = DirectReplayOptions {
         threads: 1,
         cpu: CpuFeatures::detect(),
+        ..DirectReplayOptions::default()
     };
     DirectReplay::new(&model, &source, options)
         .unwrap()

@@ -66,6 +66,7 @@ fn replay(name: &str, threads: usize) -> DirectReplay {
         DirectReplayOptions {
             threads,
             cpu: CpuFeatures::detect(),
+            ..DirectReplayOptions::default()
         },
     )
     .unwrap()

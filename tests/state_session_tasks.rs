@@ -45,6 +45,7 @@ fn direct(path: &Path, inputs: &[(&str, &Tensor)]) -> Vec<(String, Tensor)> {
     let options = DirectReplayOptions {
         threads: 1,
         cpu: CpuFeatures::detect(),
+        ..DirectReplayOptions::default()
     };
     DirectReplay::new(&model, &source, options)
         .unwrap()

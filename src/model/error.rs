@@ -273,8 +273,12 @@ pub enum ExternalDataError {
         /// Type × dims.
         expected: u64,
     },
-    /// A `checksum` entry that starts with `sha256:` but is not 64 hex digits.
-    #[error("tensor `{tensor}`: checksum `{value}` is not `sha256:` followed by 64 hex digits")]
+    /// A `checksum` entry that is neither `sha256:` and 64 hex digits nor an
+    /// unprefixed hex digest.
+    #[error(
+        "tensor `{tensor}`: checksum `{value}` is neither `sha256:` followed by 64 hex digits \
+         nor a hex digest of the whole file"
+    )]
     InvalidChecksum {
         /// The tensor.
         tensor: String,

@@ -1,8 +1,17 @@
-//! Validation of `external_data` entries (cold path). Runs at open, touches
-//! only file metadata, and reads no payload byte.
+//! Validation of `external_data` entries (cold path). Runs at open, opens
+//! each data file once and keeps the handle, and reads no payload byte.
+//!
+//! A data file is opened by its canonical path without following a final
+//! symbolic link and without blocking (a FIFO swapped in answers at once),
+//! then checked through the handle: a regular file (`fstat`), its size, and
+//! (where `/proc` says) still inside an allowed folder. Payload sources read
+//! only through these handles, so replacing the path after open changes
+//! nothing the model reads.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use onnx_prepared_proto::StringStringEntryProto;
 
@@ -84,22 +93,54 @@ fn has_parent_component(location: &str) -> bool {
     location.split(['/', '\\']).any(|c| c == "..")
 }
 
+/// The value of one ASCII hex digit.
+fn hex_digit(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// `sha256:` and 64 hex digits, or an unprefixed hex digest (the spec's
+/// whole-file SHA-1). Works on bytes: any other character, multi-byte ones
+/// included, is an error, never a slice across a character.
 fn parse_checksum(tensor: &str, value: &str) -> Result<Checksum, E> {
-    let Some(hex) = value.strip_prefix("sha256:") else {
-        return Ok(Checksum::WholeFileSha1(value.to_owned()));
-    };
     let invalid = || E::InvalidChecksum {
         tensor: tensor.to_owned(),
         value: value.to_owned(),
     };
+    let Some(hex) = value.strip_prefix("sha256:") else {
+        if value.is_empty() || !value.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(invalid());
+        }
+        return Ok(Checksum::WholeFileSha1(value.to_owned()));
+    };
+    let hex = hex.as_bytes();
     if hex.len() != 64 {
         return Err(invalid());
     }
     let mut digest = [0u8; 32];
-    for (i, byte) in digest.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| invalid())?;
+    for (byte, pair) in digest.iter_mut().zip(hex.chunks_exact(2)) {
+        let (hi, lo) = (hex_digit(pair[0]), hex_digit(pair[1]));
+        *byte = (hi.ok_or_else(invalid)? << 4) | lo.ok_or_else(invalid)?;
     }
     Ok(Checksum::Sha256(digest))
+}
+
+/// Opens `path` for reading without following a final symbolic link and
+/// without blocking on a FIFO or device.
+fn open_no_follow(path: &Path) -> std::io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    Ok(File::from(rustix::fs::open(path, flags, Mode::empty())?))
+}
+
+/// Where the kernel says `file` lives (`/proc/self/fd`), when it can say.
+fn opened_path(file: &File) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
 }
 
 impl ExternalFiles {
@@ -211,15 +252,30 @@ impl ExternalFiles {
             self.by_location.insert(location.to_owned(), id);
             return Ok(id);
         }
-        let meta = std::fs::metadata(&canonical).map_err(|source| E::FileNotFound {
+        let not_found = |source| E::FileNotFound {
             tensor: tensor.to_owned(),
             path: canonical.clone(),
             source,
-        })?;
+        };
+        // The canonical path holds no link; a final component that became
+        // one since is refused (ELOOP), and the handle is checked, not the
+        // path, from here on.
+        let handle = open_no_follow(&canonical).map_err(not_found)?;
+        let meta = handle.metadata().map_err(not_found)?;
         if !meta.is_file() {
             return Err(E::NotRegularFile {
                 tensor: tensor.to_owned(),
                 path: canonical,
+            });
+        }
+        // A folder on the way swapped for a link since canonicalization.
+        if let Some(opened) = opened_path(&handle)
+            && !roots.allowed.iter().any(|root| opened.starts_with(root))
+        {
+            return Err(E::SymlinkEscape {
+                tensor: tensor.to_owned(),
+                location: location.to_owned(),
+                target: opened,
             });
         }
         let id = ExternalFileId(self.files.len() as u32);
@@ -227,6 +283,7 @@ impl ExternalFiles {
             location: location.to_owned(),
             path: canonical.clone(),
             size: meta.len(),
+            handle: Arc::new(handle),
         });
         self.by_path.insert(canonical, id);
         self.by_location.insert(location.to_owned(), id);
@@ -284,5 +341,23 @@ mod tests {
             parse_checksum("w", &format!("sha256:{}", "zz".repeat(32))),
             Err(E::InvalidChecksum { .. })
         ));
+        // `from_str_radix` would take "+a" as a digit pair.
+        assert!(matches!(
+            parse_checksum("w", &format!("sha256:+a{}", "00".repeat(31))),
+            Err(E::InvalidChecksum { .. })
+        ));
+        // 64 bytes, but a multi-byte character straddles a digit pair.
+        let straddle = format!("sha256:0é{}", "0".repeat(61));
+        assert_eq!(straddle.len() - "sha256:".len(), 64);
+        assert!(matches!(
+            parse_checksum("w", &straddle),
+            Err(E::InvalidChecksum { .. })
+        ));
+        for bad in ["", "not hex", "da39é"] {
+            assert!(
+                matches!(parse_checksum("w", bad), Err(E::InvalidChecksum { .. })),
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! [`Model::open`] decodes the `.onnx` protobuf, turns every initializer into
 //! a [`WeightDescriptor`] and validates every `external_data` entry against
-//! the file system, without reading a single external payload byte. Payloads
-//! are read later, one weight at a time, through a [`PayloadSource`].
+//! the file system, opening each data file once, without reading a single
+//! external payload byte. Payloads are read later, one weight at a time,
+//! through a [`PayloadSource`] that reads through those handles.
 
 mod attrs;
 mod dtype;
@@ -28,9 +29,10 @@ use onnx_prepared_proto::{GraphProto, Message, ModelProto, TensorProto};
 pub use attrs::NodeAttributes;
 pub use dtype::{ElementType, element_type_from_onnx, element_type_to_onnx, onnx_type_name};
 pub use error::{ExternalDataError, ModelError, PayloadError};
+pub(crate) use payload::read_verified;
 pub use payload::{
-    FaultInjectingSource, FileSource, MmapSource, PayloadSource, ReadCounters, ReadFault,
-    read_to_vec,
+    ChecksumPolicy, FaultInjectingSource, FileSource, MmapSource, PayloadSource, ReadCounters,
+    ReadFault, read_to_vec,
 };
 pub use resolve::{
     InlineId, Operand, PayloadManifest, PreparedKey, Requirement, RequirementIndex, ResolveOptions,
@@ -64,9 +66,13 @@ impl Model {
     /// Opens the model at `path`, reading only the `.onnx` file.
     ///
     /// Every initializer is described and every `external_data` entry is
-    /// validated (location inside the model's folder, keys, numbers, bounds,
-    /// length against type × dims) before anything sized by the model is
-    /// allocated. External payload files are only `stat`ed.
+    /// validated (location inside the model's folder, keys, numbers, digest
+    /// syntax, bounds, length against type × dims) before anything sized by
+    /// the model is allocated. Each external data file is opened once (a
+    /// final symbolic link is not followed, a FIFO does not block) and must
+    /// be a regular file; the model keeps the handles, and payload sources
+    /// read through them for the model's lifetime, so a file swapped in at
+    /// the path later is never read. No payload byte is read here.
     ///
     /// ```no_run
     /// let model = onnx_prepared::model::Model::open("target/fixtures/gemm-transb0.onnx")?;

@@ -1,5 +1,6 @@
 //! Payload sources (cold path): read one weight's bytes into a caller's
-//! buffer, counting bytes per weight.
+//! buffer, counting bytes per weight. Both file-backed sources read only
+//! through the handles [`Model::open`] opened and checked, never by path.
 //!
 //! * [`FileSource`] — positioned reads on one shared handle per data file; the
 //!   default, because a file truncated under a read gives an error.
@@ -34,7 +35,39 @@ pub trait PayloadSource: Send + Sync + std::fmt::Debug {
     fn counters(&self) -> &ReadCounters;
 }
 
-/// Reads weight `id` into a new `Vec`.
+/// Whether a weight's declared `sha256:` checksum is verified before use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChecksumPolicy {
+    /// Every weight that declares a `sha256:` digest is hashed after it is
+    /// read and before anything uses it; a mismatch fails the read with
+    /// [`PayloadError::ChecksumMismatch`] naming the tensor.
+    #[default]
+    Strict,
+    /// Declared digests are not checked.
+    Off,
+}
+
+/// Reads `weight` through `source` into `buf` (the whole payload in one
+/// buffer) and, under [`ChecksumPolicy::Strict`], checks it against the
+/// declared digest before returning. Every path that uses a weight's bytes —
+/// the session's read tasks, on-demand reads, [`DirectReplay`] — reads
+/// through here, so this is the one place the check lives.
+///
+/// [`DirectReplay`]: crate::state::DirectReplay
+pub(crate) fn read_verified(
+    source: &dyn PayloadSource,
+    weight: &WeightDescriptor,
+    buf: &mut [u8],
+    policy: ChecksumPolicy,
+) -> Result<(), PayloadError> {
+    source.read(weight.id(), buf)?;
+    if policy == ChecksumPolicy::Strict {
+        weight.verify_checksum(buf)?;
+    }
+    Ok(())
+}
+
+/// Reads weight `id` into a new `Vec`, unverified.
 pub fn read_to_vec(source: &dyn PayloadSource, id: WeightId) -> Result<Vec<u8>, PayloadError> {
     let weight = source
         .descriptor(id)
@@ -99,30 +132,26 @@ fn checked<'a>(
     Ok(weight)
 }
 
-/// Positioned reads (`pread`) on one shared handle per external data file.
+/// Positioned reads (`pread`) on the model's handle of each external data
+/// file.
 #[derive(Debug)]
 pub struct FileSource {
     weights: Arc<[WeightDescriptor]>,
-    files: Vec<(File, PathBuf)>,
+    files: Vec<(Arc<File>, PathBuf)>,
     counters: ReadCounters,
 }
 
 impl FileSource {
-    /// Opens every external data file of `model` once.
+    /// Reads through the data-file handles `model` opened at validation.
+    ///
+    /// # Errors
+    /// None today; kept fallible for sources that acquire resources.
     pub fn open(model: &Model) -> Result<Self, Error> {
         let files = model
             .external_files()
             .iter()
-            .map(|f| {
-                File::open(f.path())
-                    .map(|h| (h, f.path().to_path_buf()))
-                    .map_err(|source| PayloadError::Io {
-                        tensor: format!("(file {})", f.location()),
-                        path: f.path().to_path_buf(),
-                        source,
-                    })
-            })
-            .collect::<Result<_, _>>()?;
+            .map(|f| (Arc::clone(f.handle()), f.path().to_path_buf()))
+            .collect();
         let weights = model.shared_weights();
         Ok(Self {
             counters: ReadCounters::new(weights.len()),
@@ -194,7 +223,8 @@ pub struct MmapSource {
 }
 
 impl MmapSource {
-    /// Maps every external data file of `model`.
+    /// Maps every external data file of `model` through the handle `model`
+    /// opened at validation.
     pub fn open(model: &Model) -> Result<Self, Error> {
         let mut maps = Vec::with_capacity(model.external_files().len());
         for f in model.external_files() {
@@ -203,7 +233,7 @@ impl MmapSource {
                 path: f.path().to_path_buf(),
                 source,
             };
-            let file = File::open(f.path()).map_err(io)?;
+            let file: &File = f.handle();
             let map = if file.metadata().map_err(io)?.len() == 0 {
                 None
             } else {
@@ -212,7 +242,7 @@ impl MmapSource {
                 // remaining hazard, another process truncating the file while
                 // it is mapped (SIGBUS), is the documented reason this source
                 // is opt-in.
-                Some(unsafe { Mmap::map(&file) }.map_err(io)?)
+                Some(unsafe { Mmap::map(file) }.map_err(io)?)
             };
             maps.push((map, f.path().to_path_buf()));
         }

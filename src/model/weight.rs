@@ -1,7 +1,9 @@
 //! Weight descriptors (cold path): what an initializer is and where its bytes
 //! live, known before any payload byte is read.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
@@ -30,12 +32,15 @@ impl ExternalFileId {
     }
 }
 
-/// An external data file some initializer reads, validated at open.
+/// An external data file some initializer reads, opened and validated at
+/// open. Payload sources read through its handle, never through its path.
 #[derive(Debug, Clone)]
 pub struct ExternalFile {
     pub(crate) location: String,
     pub(crate) path: PathBuf,
     pub(crate) size: u64,
+    /// The file opened at validation (a regular file of `size` bytes then).
+    pub(crate) handle: Arc<File>,
 }
 
 impl ExternalFile {
@@ -52,6 +57,11 @@ impl ExternalFile {
     /// The file's size when the model was opened.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// The handle opened at validation, shared by every payload source.
+    pub(crate) fn handle(&self) -> &Arc<File> {
+        &self.handle
     }
 }
 

@@ -60,7 +60,7 @@ use onnx_prepared_kernels::Tensor;
 use crate::Error;
 use crate::arena::{BudgetLimits, Domain, MemoryBudget, Reservation};
 use crate::error::RunError;
-use crate::model::{FileSource, PayloadSource};
+use crate::model::{ChecksumPolicy, FileSource, PayloadSource};
 use crate::plan::{Csr, PreparedExecutionPlan, Priority, RequirementId, ResourceClass, TaskId};
 use crate::scheduler::{
     LookAheadOptions, PoolConfig, RunOutcome, Submission, SubmitOptions, TaskContext, TaskFailure,
@@ -119,6 +119,10 @@ pub struct SessionOptions {
     /// the inference included (`None`: that thread plus every CPU worker).
     /// `Some(1)` runs kernels sequentially.
     pub intra_op_threads: Option<usize>,
+    /// Whether each weight's declared `sha256:` digest is verified before
+    /// its first use (default [`ChecksumPolicy::Strict`]: a mismatch fails
+    /// the run with an error naming the tensor).
+    pub checksums: ChecksumPolicy,
 }
 
 impl Default for SessionOptions {
@@ -132,6 +136,7 @@ impl Default for SessionOptions {
             pool: None,
             trace: false,
             intra_op_threads: None,
+            checksums: ChecksumPolicy::Strict,
         }
     }
 }
@@ -359,7 +364,9 @@ impl RuntimeSession {
         )
         .map_err(plan_error)?;
         let budget = MemoryBudget::new(options.budget);
-        let state = Arc::new(PreparedExecutionState::new(plan, source, budget));
+        let state = Arc::new(
+            PreparedExecutionState::new(plan, source, budget).with_checksums(options.checksums),
+        );
         Ok(Self {
             inner: Arc::new(SessionInner {
                 state,

@@ -21,7 +21,9 @@ use super::object::materialize;
 use super::{PreparedObject, ThreadPool};
 use crate::Error;
 use crate::error::ResolveError;
-use crate::model::{Model, PayloadSource, ResolveOptions, ResolvedModel, element_type_from_onnx};
+use crate::model::{
+    ChecksumPolicy, Model, PayloadSource, ResolveOptions, ResolvedModel, element_type_from_onnx,
+};
 
 /// Options of [`DirectReplay`].
 #[derive(Debug, Clone)]
@@ -30,6 +32,8 @@ pub struct DirectReplayOptions {
     pub threads: usize,
     /// CPU features that select packed layouts.
     pub cpu: CpuFeatures,
+    /// Whether declared weight digests are verified as weights are read.
+    pub checksums: ChecksumPolicy,
 }
 
 impl Default for DirectReplayOptions {
@@ -37,6 +41,7 @@ impl Default for DirectReplayOptions {
         Self {
             threads: 1,
             cpu: CpuFeatures::detect(),
+            checksums: ChecksumPolicy::Strict,
         }
     }
 }
@@ -122,19 +127,26 @@ impl DirectReplay {
                 ..ResolveOptions::default()
             },
         )?;
-        Self::from_resolved(Arc::new(resolved), source, options.threads)
+        Self::from_resolved(
+            Arc::new(resolved),
+            source,
+            options.threads,
+            options.checksums,
+        )
     }
 
-    /// Reads and prepacks every requirement of `resolved` through `source`.
+    /// Reads (verified under `checksums`) and prepacks every requirement of
+    /// `resolved` through `source`.
     pub fn from_resolved(
         resolved: Arc<ResolvedModel>,
         source: &dyn PayloadSource,
         threads: usize,
+        checksums: ChecksumPolicy,
     ) -> Result<Self, Error> {
         let objects = resolved
             .requirements()
             .iter()
-            .map(|r| materialize(&resolved, r, source))
+            .map(|r| materialize(&resolved, r, source, checksums))
             .collect::<Result<_, _>>()?;
         Ok(Self {
             resolved,

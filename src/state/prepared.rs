@@ -33,7 +33,7 @@ use crate::arena::{
     Domain, MemoryBudget, PreparationArena, PreparedAllocation, PreparedArena, Reservation,
 };
 use crate::error::RunError;
-use crate::model::PayloadSource;
+use crate::model::{ChecksumPolicy, PayloadSource, read_verified};
 use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
 use crate::store::{ClaimLoad, LoadClaim, Outcome, Pin, PreparedObjectStore, ReadGuard, Waiter};
 use crate::sync::Lock;
@@ -57,6 +57,8 @@ pub struct PreparedExecutionState {
     preparation: PreparationArena,
     prepared: PreparedArena,
     source: Arc<dyn PayloadSource>,
+    /// Whether reads verify declared digests.
+    checksums: ChecksumPolicy,
     /// Per requirement, why its latest failed generation failed (cold).
     failures: Box<[Lock<Option<String>>]>,
     /// The budget gate every runner of this state's session tasks shares
@@ -204,7 +206,15 @@ impl PreparedExecutionState {
             budget,
             plan,
             source,
+            checksums: ChecksumPolicy::Strict,
         }
+    }
+
+    /// Sets whether reads verify declared weight digests (default
+    /// [`ChecksumPolicy::Strict`]).
+    pub fn with_checksums(mut self, checksums: ChecksumPolicy) -> Self {
+        self.checksums = checksums;
+        self
     }
 
     /// The plan.
@@ -331,13 +341,15 @@ impl PreparedExecutionState {
         }
     }
 
-    /// Reads and decodes read task `t`'s weight through the preparation
-    /// arena; the result holds the decoded bytes in the preparation domain.
+    /// Reads (verified under the state's checksum policy) and decodes read
+    /// task `t`'s weight through the preparation arena; the result holds the
+    /// decoded bytes in the preparation domain.
     pub(super) fn read_source(&self, t: TaskId) -> Result<HeldSource, Error> {
         let w = self.plan.tasks().reads[t.0 as usize].expect("read tasks name their weight");
-        let len = self.plan.resolved().model().weights()[w.index()].byte_len() as usize;
+        let weight = &self.plan.resolved().model().weights()[w.index()];
+        let len = weight.byte_len() as usize;
         let mut buffer = self.preparation.alloc_zeroed(len)?;
-        self.source.read(w, &mut buffer)?;
+        read_verified(&*self.source, weight, &mut buffer, self.checksums)?;
         let tensor = Arc::new(source_tensor(self.plan.resolved(), w, &buffer)?);
         // The decoded tensor replaces the read buffer in the preparation domain.
         let reservation = self.budget.reserve(Domain::Preparation, len)?;
