@@ -26,6 +26,36 @@ pub enum KernelError {
         /// What is wrong.
         detail: String,
     },
+    /// An attribute is present with another type than the operator reads
+    /// (a `FLOAT` where an `INT` is expected...): never read as a default.
+    #[error("{op}: attribute `{name}` must be {expected}, but the node stores {found}")]
+    AttributeType {
+        /// Operator type.
+        op: String,
+        /// Attribute name.
+        name: String,
+        /// The type the operator reads.
+        expected: &'static str,
+        /// The type the node stores.
+        found: String,
+    },
+    /// A node names the same attribute twice.
+    #[error("{op}: attribute `{name}` appears more than once")]
+    DuplicateAttribute {
+        /// Operator type.
+        op: String,
+        /// Attribute name.
+        name: String,
+    },
+    /// A size computed from the model's numbers (attributes, dims, constant
+    /// shape operands) does not fit in memory's address space.
+    #[error("{op}: {what} overflows")]
+    Overflow {
+        /// Operator type.
+        op: &'static str,
+        /// What was being computed.
+        what: String,
+    },
     /// An input or output has an element type the operator does not handle.
     #[error("{op}: element type {dtype} is not supported")]
     UnsupportedType {

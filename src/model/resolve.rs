@@ -359,7 +359,10 @@ impl ResolvedModel {
                     node: name.clone(),
                     domain: domain.to_owned(),
                 })?;
-            let attributes = NodeAttributes::new(node);
+            let attributes = NodeAttributes::new(node).map_err(|source| ResolveError::Kernel {
+                node: name.clone(),
+                source,
+            })?;
             let spec = NodeSpec {
                 domain,
                 op_type,
@@ -688,13 +691,6 @@ impl ResolvedModel {
                 probe_outputs: p.probe_outputs,
             });
         }
-        let manifest = PayloadManifest {
-            weights: requirements
-                .iter()
-                .flat_map(|r| r.sources.iter().copied())
-                .filter(|w| model.weights()[w.index()].is_external())
-                .collect(),
-        };
         let outputs = graph_outputs
             .into_iter()
             .map(|(name, k)| {
@@ -721,6 +717,14 @@ impl ResolvedModel {
                 (name, op)
             })
             .collect();
+        // Frozen last: graph outputs that are external weights are read too.
+        let manifest = PayloadManifest {
+            weights: requirements
+                .iter()
+                .flat_map(|r| r.sources.iter().copied())
+                .filter(|w| model.weights()[w.index()].is_external())
+                .collect(),
+        };
         Ok(Self {
             model,
             nodes,
