@@ -1,0 +1,172 @@
+//! Graph outputs that are external initializers: the weight is in the
+//! payload manifest and every way of running returns its values —
+//! streaming, after `prepare`, and direct replay.
+
+mod common;
+
+use onnx_prepared::model::proto::tensor_proto::DataLocation;
+use onnx_prepared::model::proto::{
+    GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto, TypeProto, ValueInfoProto, type_proto,
+};
+use onnx_prepared::model::{FileSource, Model, ResolveOptions, ResolvedModel};
+use onnx_prepared::plan::PreparedExecutionPlan;
+use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+use onnx_prepared::state::{DirectReplay, DirectReplayOptions};
+use onnx_prepared_kernels::Tensor;
+
+const W: [f32; 6] = [1.5, -2.0, 0.25, 8.0, -0.5, 3.0];
+
+fn value(name: &str) -> ValueInfoProto {
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(1),
+                shape: None,
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `y = Relu(x)`, outputs `y` and the external weight `w` (`[2, 3]`, in
+/// `w.bin`); `used` also feeds `w` to a node (`z = Add(x, w)`, an output).
+fn write_model(dir: &std::path::Path, used: bool) -> std::path::PathBuf {
+    let bytes: Vec<u8> = W.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(dir.join("w.bin"), &bytes).unwrap();
+    let mut node = vec![NodeProto {
+        op_type: Some("Relu".into()),
+        input: vec!["x".into()],
+        output: vec!["y".into()],
+        ..Default::default()
+    }];
+    let mut output = vec![value("y"), value("w")];
+    if used {
+        node.push(NodeProto {
+            op_type: Some("Add".into()),
+            input: vec!["x".into(), "w".into()],
+            output: vec!["z".into()],
+            ..Default::default()
+        });
+        output.push(value("z"));
+    }
+    let model = ModelProto {
+        ir_version: Some(10),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(21),
+        }],
+        graph: Some(GraphProto {
+            node,
+            initializer: vec![TensorProto {
+                name: Some("w".into()),
+                data_type: Some(1),
+                dims: vec![2, 3],
+                data_location: Some(DataLocation::External as i32),
+                external_data: vec![StringStringEntryProto {
+                    key: Some("location".into()),
+                    value: Some("w.bin".into()),
+                }],
+                ..Default::default()
+            }],
+            input: vec![value("x")],
+            output,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let path = dir.join("m.onnx");
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    path
+}
+
+fn x() -> Tensor {
+    Tensor::from_f32(vec![2, 3], vec![-1.0, 2.0, -3.0, 4.0, -5.0, 6.0]).unwrap()
+}
+
+fn expected(used: bool) -> Vec<(String, Tensor)> {
+    let x = x();
+    let xs = x.as_f32().unwrap();
+    let mut out = vec![
+        (
+            "y".to_owned(),
+            Tensor::from_f32(vec![2, 3], xs.iter().map(|v| v.max(0.0)).collect()).unwrap(),
+        ),
+        (
+            "w".to_owned(),
+            Tensor::from_f32(vec![2, 3], W.to_vec()).unwrap(),
+        ),
+    ];
+    if used {
+        out.push((
+            "z".to_owned(),
+            Tensor::from_f32(vec![2, 3], xs.iter().zip(W).map(|(a, b)| a + b).collect()).unwrap(),
+        ));
+    }
+    out
+}
+
+fn session(path: &std::path::Path) -> RuntimeSession {
+    let resolved =
+        ResolvedModel::resolve(Model::open(path).unwrap(), &ResolveOptions::default()).unwrap();
+    let w = resolved.model().weight_by_name("w").unwrap().id();
+    assert!(
+        resolved.manifest().contains(w),
+        "w is in the payload manifest"
+    );
+    RuntimeSession::new(
+        PreparedExecutionPlan::build(resolved).unwrap(),
+        SessionOptions::default(),
+    )
+    .unwrap()
+}
+
+fn run(session: &RuntimeSession) -> Vec<(String, Tensor)> {
+    let mut ctx = RuntimeContext::new(session);
+    ctx.set_input("x", x()).unwrap();
+    let mut ctx = session.run(ctx).unwrap();
+    ctx.take_outputs()
+}
+
+#[test]
+fn an_external_weight_output_streams() {
+    for used in [false, true] {
+        let dir = common::tempdir();
+        let path = write_model(dir.path(), used);
+        let s = session(&path);
+        assert_eq!(run(&s), expected(used), "cold, used={used}");
+        assert_eq!(run(&s), expected(used), "second run, used={used}");
+    }
+}
+
+#[test]
+fn an_external_weight_output_runs_after_prepare() {
+    for used in [false, true] {
+        let dir = common::tempdir();
+        let path = write_model(dir.path(), used);
+        let s = session(&path);
+        s.prepare().unwrap();
+        assert!(s.is_hot());
+        assert_eq!(run(&s), expected(used), "hot, used={used}");
+    }
+}
+
+#[test]
+fn an_external_weight_output_runs_in_direct_replay() {
+    for used in [false, true] {
+        let dir = common::tempdir();
+        let path = write_model(dir.path(), used);
+        let model = Model::open(&path).unwrap();
+        let source = FileSource::open(&model).unwrap();
+        let mut replay =
+            DirectReplay::new(&model, &source, DirectReplayOptions::default()).unwrap();
+        let x = x();
+        assert_eq!(
+            replay.run(&[("x", &x)]).unwrap(),
+            expected(used),
+            "used={used}"
+        );
+    }
+}
