@@ -31,9 +31,22 @@ fn value(name: &str) -> ValueInfoProto {
     }
 }
 
-/// `y = Relu(x)`, outputs `y` and the external weight `w` (`[2, 3]`, in
-/// `w.bin`); `used` also feeds `w` to a node (`z = Add(x, w)`, an output).
-fn write_model(dir: &std::path::Path, used: bool) -> std::path::PathBuf {
+/// How the graph holds the external weight output `w`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Shape {
+    /// No nodes and no inputs: `w` is the only output.
+    Alone,
+    /// `y = Relu(x)`, outputs `y` and `w`.
+    Beside,
+    /// Also `z = Add(x, w)`, a third output.
+    Used,
+}
+
+const SHAPES: [Shape; 3] = [Shape::Alone, Shape::Beside, Shape::Used];
+
+/// The model of `shape`, with `w` (`[2, 3]`) in `w.bin`.
+fn write_model(dir: &std::path::Path, shape: Shape) -> std::path::PathBuf {
+    let used = shape == Shape::Used;
     let bytes: Vec<u8> = W.iter().flat_map(|v| v.to_le_bytes()).collect();
     std::fs::write(dir.join("w.bin"), &bytes).unwrap();
     let mut node = vec![NodeProto {
@@ -43,6 +56,12 @@ fn write_model(dir: &std::path::Path, used: bool) -> std::path::PathBuf {
         ..Default::default()
     }];
     let mut output = vec![value("y"), value("w")];
+    let mut input = vec![value("x")];
+    if shape == Shape::Alone {
+        node.clear();
+        output.remove(0);
+        input.clear();
+    }
     if used {
         node.push(NodeProto {
             op_type: Some("Add".into()),
@@ -71,7 +90,7 @@ fn write_model(dir: &std::path::Path, used: bool) -> std::path::PathBuf {
                 }],
                 ..Default::default()
             }],
-            input: vec![value("x")],
+            input,
             output,
             ..Default::default()
         }),
@@ -86,7 +105,8 @@ fn x() -> Tensor {
     Tensor::from_f32(vec![2, 3], vec![-1.0, 2.0, -3.0, 4.0, -5.0, 6.0]).unwrap()
 }
 
-fn expected(used: bool) -> Vec<(String, Tensor)> {
+fn expected(shape: Shape) -> Vec<(String, Tensor)> {
+    let used = shape == Shape::Used;
     let x = x();
     let xs = x.as_f32().unwrap();
     let mut out = vec![
@@ -99,6 +119,9 @@ fn expected(used: bool) -> Vec<(String, Tensor)> {
             Tensor::from_f32(vec![2, 3], W.to_vec()).unwrap(),
         ),
     ];
+    if shape == Shape::Alone {
+        out.remove(0);
+    }
     if used {
         out.push((
             "z".to_owned(),
@@ -123,50 +146,53 @@ fn session(path: &std::path::Path) -> RuntimeSession {
     .unwrap()
 }
 
-fn run(session: &RuntimeSession) -> Vec<(String, Tensor)> {
+fn run(session: &RuntimeSession, shape: Shape) -> Vec<(String, Tensor)> {
     let mut ctx = RuntimeContext::new(session);
-    ctx.set_input("x", x()).unwrap();
+    if shape != Shape::Alone {
+        ctx.set_input("x", x()).unwrap();
+    }
     let mut ctx = session.run(ctx).unwrap();
     ctx.take_outputs()
 }
 
 #[test]
 fn an_external_weight_output_streams() {
-    for used in [false, true] {
+    for shape in SHAPES {
         let dir = common::tempdir();
-        let path = write_model(dir.path(), used);
+        let path = write_model(dir.path(), shape);
         let s = session(&path);
-        assert_eq!(run(&s), expected(used), "cold, used={used}");
-        assert_eq!(run(&s), expected(used), "second run, used={used}");
+        assert_eq!(run(&s, shape), expected(shape), "cold, {shape:?}");
+        assert_eq!(run(&s, shape), expected(shape), "second run, {shape:?}");
     }
 }
 
 #[test]
 fn an_external_weight_output_runs_after_prepare() {
-    for used in [false, true] {
+    for shape in SHAPES {
         let dir = common::tempdir();
-        let path = write_model(dir.path(), used);
+        let path = write_model(dir.path(), shape);
         let s = session(&path);
         s.prepare().unwrap();
         assert!(s.is_hot());
-        assert_eq!(run(&s), expected(used), "hot, used={used}");
+        assert_eq!(run(&s, shape), expected(shape), "hot, {shape:?}");
     }
 }
 
 #[test]
 fn an_external_weight_output_runs_in_direct_replay() {
-    for used in [false, true] {
+    for shape in SHAPES {
         let dir = common::tempdir();
-        let path = write_model(dir.path(), used);
+        let path = write_model(dir.path(), shape);
         let model = Model::open(&path).unwrap();
         let source = FileSource::open(&model).unwrap();
         let mut replay =
             DirectReplay::new(&model, &source, DirectReplayOptions::default()).unwrap();
         let x = x();
-        assert_eq!(
-            replay.run(&[("x", &x)]).unwrap(),
-            expected(used),
-            "used={used}"
-        );
+        let inputs: &[(&str, &Tensor)] = if shape == Shape::Alone {
+            &[]
+        } else {
+            &[("x", &x)]
+        };
+        assert_eq!(replay.run(inputs).unwrap(), expected(shape), "{shape:?}");
     }
 }

@@ -258,17 +258,6 @@ pub(crate) fn checked_count(op: &'static str, dims: &[usize]) -> Result<usize, K
     product(dims).ok_or_else(|| overflow(op, format!("the element count of {dims:?}")))
 }
 
-/// `a * b`, or [`KernelError::Overflow`] naming `what`.
-pub(crate) fn checked_mul(
-    op: &'static str,
-    what: &str,
-    a: usize,
-    b: usize,
-) -> Result<usize, KernelError> {
-    a.checked_mul(b)
-        .ok_or_else(|| overflow(op, format!("{what} ({a} * {b})")))
-}
-
 /// Product of dimensions for shapes already known to be valid tensors.
 #[inline]
 pub(crate) fn numel(dims: &[usize]) -> usize {

@@ -4,7 +4,7 @@
 
 use super::common::{
     Attrs, check_inputs, checked_count, constant_ints, copy_data, input, normalize_axis, optional,
-    output, product, required,
+    output, required,
 };
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,

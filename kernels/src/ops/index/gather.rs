@@ -5,7 +5,7 @@
 use super::common::{check_index_type, check_storable, strides, wrap_index};
 use crate::ops::basic::common::{
     Attrs, Elem, Ints, MAX_RANK, check_inputs, check_len, check_rank, checked_count, input,
-    normalize_axis, numel, output, product, required, typed, typed_mut,
+    normalize_axis, numel, output, required, typed, typed_mut,
 };
 use crate::{
     InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor, Tensor,

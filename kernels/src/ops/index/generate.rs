@@ -6,8 +6,8 @@ use half::{bf16, f16};
 
 use super::common::check_index_type;
 use crate::ops::basic::common::{
-    Attrs, Elem, check_inputs, checked_count, constant_ints, input, output, overflow, product,
-    required, typed, typed_mut,
+    Attrs, Elem, check_inputs, checked_count, constant_ints, input, output, overflow, required,
+    typed, typed_mut,
 };
 use crate::{
     InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor, Tensor,
