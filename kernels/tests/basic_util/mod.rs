@@ -301,9 +301,11 @@ pub fn assert_close(got: &[f32], want: &[f32], tol: f32) {
     }
 }
 
-pub fn attribute_error(e: KernelError) -> &'static str {
+/// The attribute an attribute error names (a bad value, or the wrong type).
+pub fn attribute_error(e: KernelError) -> String {
     match e {
-        KernelError::Attribute { name, .. } => name,
+        KernelError::Attribute { name, .. } => name.to_owned(),
+        KernelError::AttributeType { name, .. } => name,
         other => panic!("expected an attribute error, got {other:?}"),
     }
 }
