@@ -28,22 +28,19 @@ pub enum KernelError {
     },
     /// An attribute is present with another type than the operator reads
     /// (a `FLOAT` where an `INT` is expected...): never read as a default.
-    #[error("{op}: attribute `{name}` must be {expected}, but the node stores {found}")]
+    /// (The node and its operator are named by whoever reports it.)
+    #[error("attribute `{name}` must be {expected}, but the node stores {found}")]
     AttributeType {
-        /// Operator type.
-        op: String,
         /// Attribute name.
         name: String,
-        /// The type the operator reads.
+        /// The type the operator reads (`INT`, `FLOAT`...).
         expected: &'static str,
-        /// The type the node stores.
-        found: String,
+        /// What the node stores: a type name, `no value` or `an unknown type`.
+        found: &'static str,
     },
     /// A node names the same attribute twice.
-    #[error("{op}: attribute `{name}` appears more than once")]
+    #[error("attribute `{name}` appears more than once")]
     DuplicateAttribute {
-        /// Operator type.
-        op: String,
         /// Attribute name.
         name: String,
     },

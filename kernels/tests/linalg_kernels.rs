@@ -60,10 +60,9 @@ impl Attrs {
             return Ok(None);
         };
         pick(a).map(Some).ok_or_else(|| KernelError::AttributeType {
-            op: "test".into(),
             name: name.into(),
             expected,
-            found: format!("{a:?}"),
+            found: "another type",
         })
     }
 }

@@ -27,7 +27,6 @@ impl<'a> NodeAttributes<'a> {
             let name = a.name.as_deref().unwrap_or_default();
             if !seen.insert(name) {
                 return Err(KernelError::DuplicateAttribute {
-                    op: op_type(node),
                     name: name.to_owned(),
                 });
             }
@@ -67,13 +66,12 @@ impl<'a> NodeAttributes<'a> {
         found: Result<Option<AttributeType>, i32>,
     ) -> KernelError {
         KernelError::AttributeType {
-            op: op_type(self.node),
             name: name.to_owned(),
             expected: kind.as_str_name(),
             found: match found {
-                Ok(Some(t)) => t.as_str_name().to_owned(),
-                Ok(None) => format!("{} with no value", kind.as_str_name()),
-                Err(t) => format!("unknown attribute type {t}"),
+                Ok(Some(t)) => t.as_str_name(),
+                Ok(None) => "no value",
+                Err(_) => "an unknown type",
             },
         }
     }

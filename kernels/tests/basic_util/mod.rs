@@ -39,10 +39,9 @@ impl TestAttrs {
             return Ok(None);
         };
         pick(v).map(Some).ok_or_else(|| KernelError::AttributeType {
-            op: "test".into(),
             name: name.into(),
             expected,
-            found: format!("{v:?}"),
+            found: "another type",
         })
     }
 }
