@@ -29,23 +29,23 @@ impl Attributes for Attrs {
             .chain(self.1.iter().map(|a| a.0.to_string()))
             .collect()
     }
-    fn int(&self, name: &str) -> Option<i64> {
-        self.0.iter().find(|a| a.0 == name).map(|a| a.1)
+    fn int(&self, name: &str) -> Result<Option<i64>, KernelError> {
+        Ok(self.0.iter().find(|a| a.0 == name).map(|a| a.1))
     }
-    fn float(&self, name: &str) -> Option<f32> {
-        self.1.iter().find(|a| a.0 == name).map(|a| a.1)
+    fn float(&self, name: &str) -> Result<Option<f32>, KernelError> {
+        Ok(self.1.iter().find(|a| a.0 == name).map(|a| a.1))
     }
-    fn ints(&self, _: &str) -> Option<Vec<i64>> {
-        None
+    fn ints(&self, _: &str) -> Result<Option<Vec<i64>>, KernelError> {
+        Ok(None)
     }
-    fn floats(&self, _: &str) -> Option<Vec<f32>> {
-        None
+    fn floats(&self, _: &str) -> Result<Option<Vec<f32>>, KernelError> {
+        Ok(None)
     }
-    fn string(&self, _: &str) -> Option<String> {
-        None
+    fn string(&self, _: &str) -> Result<Option<String>, KernelError> {
+        Ok(None)
     }
-    fn tensor(&self, _: &str) -> Option<Result<Tensor, KernelError>> {
-        None
+    fn tensor(&self, _: &str) -> Result<Option<Tensor>, KernelError> {
+        Ok(None)
     }
 }
 

@@ -26,6 +26,33 @@ pub enum KernelError {
         /// What is wrong.
         detail: String,
     },
+    /// An attribute is present with another type than the operator reads
+    /// (a `FLOAT` where an `INT` is expected...): never read as a default.
+    /// (The node and its operator are named by whoever reports it.)
+    #[error("attribute `{name}` must be {expected}, but the node stores {found}")]
+    AttributeType {
+        /// Attribute name.
+        name: String,
+        /// The type the operator reads (`INT`, `FLOAT`...).
+        expected: &'static str,
+        /// What the node stores: a type name, `no value` or `an unknown type`.
+        found: &'static str,
+    },
+    /// A node names the same attribute twice.
+    #[error("attribute `{name}` appears more than once")]
+    DuplicateAttribute {
+        /// Attribute name.
+        name: String,
+    },
+    /// A size computed from the model's numbers (attributes, dims, constant
+    /// shape operands) does not fit in memory's address space.
+    #[error("{op}: {what} overflows")]
+    Overflow {
+        /// Operator type.
+        op: &'static str,
+        /// What was being computed.
+        what: String,
+    },
     /// An input or output has an element type the operator does not handle.
     #[error("{op}: element type {dtype} is not supported")]
     UnsupportedType {

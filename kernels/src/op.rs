@@ -11,21 +11,28 @@ use std::fmt::Debug;
 use crate::{ElementType, KernelError, ParallelFor, Tensor, TensorData};
 
 /// Attribute access for one node, independent of the protobuf types.
+///
+/// The one reader every operator goes through. Each typed getter returns
+/// `Ok(None)` when the attribute is absent and `Ok(Some(value))` when it is
+/// present with that type; an attribute present with another type is
+/// [`KernelError::AttributeType`], never a silent default. An implementation
+/// refuses a node that names one attribute twice when it is built
+/// ([`KernelError::DuplicateAttribute`]), so every name has one value.
 pub trait Attributes {
     /// Names of every attribute present (to reject unknown ones).
     fn names(&self) -> Vec<String>;
     /// An `INT` attribute.
-    fn int(&self, name: &str) -> Option<i64>;
+    fn int(&self, name: &str) -> Result<Option<i64>, KernelError>;
     /// A `FLOAT` attribute.
-    fn float(&self, name: &str) -> Option<f32>;
+    fn float(&self, name: &str) -> Result<Option<f32>, KernelError>;
     /// An `INTS` attribute.
-    fn ints(&self, name: &str) -> Option<Vec<i64>>;
+    fn ints(&self, name: &str) -> Result<Option<Vec<i64>>, KernelError>;
     /// A `FLOATS` attribute.
-    fn floats(&self, name: &str) -> Option<Vec<f32>>;
+    fn floats(&self, name: &str) -> Result<Option<Vec<f32>>, KernelError>;
     /// A `STRING` attribute.
-    fn string(&self, name: &str) -> Option<String>;
-    /// A `TENSOR` attribute, decoded (`Err` when it cannot be decoded).
-    fn tensor(&self, name: &str) -> Option<Result<Tensor, KernelError>>;
+    fn string(&self, name: &str) -> Result<Option<String>, KernelError>;
+    /// A `TENSOR` attribute, decoded (`Err` also when it cannot be decoded).
+    fn tensor(&self, name: &str) -> Result<Option<Tensor>, KernelError>;
 }
 
 /// One node as the registry sees it.

@@ -49,33 +49,51 @@ enum Attr {
 #[derive(Debug, Default)]
 struct Attrs(Vec<(&'static str, Attr)>);
 
+impl Attrs {
+    fn typed<T>(
+        &self,
+        name: &str,
+        expected: &'static str,
+        pick: impl FnOnce(&Attr) -> Option<T>,
+    ) -> Result<Option<T>, KernelError> {
+        let Some((_, a)) = self.0.iter().find(|(n, _)| *n == name) else {
+            return Ok(None);
+        };
+        pick(a).map(Some).ok_or_else(|| KernelError::AttributeType {
+            name: name.into(),
+            expected,
+            found: "another type",
+        })
+    }
+}
+
 impl Attributes for Attrs {
     fn names(&self) -> Vec<String> {
         self.0.iter().map(|(n, _)| n.to_string()).collect()
     }
-    fn int(&self, name: &str) -> Option<i64> {
-        self.0.iter().find_map(|(n, a)| match a {
-            Attr::Int(v) if *n == name => Some(*v),
-            _ => None,
+    fn int(&self, name: &str) -> Result<Option<i64>, KernelError> {
+        self.typed(name, "INT", |a| match a {
+            Attr::Int(v) => Some(*v),
+            Attr::Float(_) => None,
         })
     }
-    fn float(&self, name: &str) -> Option<f32> {
-        self.0.iter().find_map(|(n, a)| match a {
-            Attr::Float(v) if *n == name => Some(*v),
-            _ => None,
+    fn float(&self, name: &str) -> Result<Option<f32>, KernelError> {
+        self.typed(name, "FLOAT", |a| match a {
+            Attr::Float(v) => Some(*v),
+            Attr::Int(_) => None,
         })
     }
-    fn ints(&self, _: &str) -> Option<Vec<i64>> {
-        None
+    fn ints(&self, name: &str) -> Result<Option<Vec<i64>>, KernelError> {
+        self.typed(name, "INTS", |_| None)
     }
-    fn floats(&self, _: &str) -> Option<Vec<f32>> {
-        None
+    fn floats(&self, name: &str) -> Result<Option<Vec<f32>>, KernelError> {
+        self.typed(name, "FLOATS", |_| None)
     }
-    fn string(&self, _: &str) -> Option<String> {
-        None
+    fn string(&self, name: &str) -> Result<Option<String>, KernelError> {
+        self.typed(name, "STRING", |_| None)
     }
-    fn tensor(&self, _: &str) -> Option<Result<Tensor, KernelError>> {
-        None
+    fn tensor(&self, name: &str) -> Result<Option<Tensor>, KernelError> {
+        self.typed(name, "TENSOR", |_| None)
     }
 }
 

@@ -316,9 +316,11 @@ pub fn kv_head_size(resolved: &ResolvedModel) -> Option<usize> {
         if op != "GroupQueryAttention" && op != "Attention" {
             continue;
         }
-        let attrs = model::NodeAttributes::new(node);
-        let heads = attrs.int("num_heads").or(attrs.int("q_num_heads"))?;
-        let kv_heads = attrs.int("kv_num_heads").unwrap_or(heads);
+        // Resolution already refused malformed attributes.
+        let attrs = model::NodeAttributes::new(node).ok()?;
+        let int = |name| attrs.int(name).ok().flatten();
+        let heads = int("num_heads").or(int("q_num_heads"))?;
+        let kv_heads = int("kv_num_heads").unwrap_or(heads);
         let query = probe_shape(resolved, node.input.first()?)?;
         if query.len() != 3 {
             continue;

@@ -1,4 +1,12 @@
 //! Node attributes as the kernels see them (cold path: resolution only).
+//!
+//! [`NodeAttributes`] is the one attribute reader of every operator: a node
+//! that names an attribute twice is refused when the reader is built, and a
+//! typed getter that finds its name stored with another type (Gemm `transB`
+//! as a FLOAT) or without a value is an error, never the operator's default.
+//! These are the checks ONNX Runtime applies through the ONNX schema.
+
+use std::collections::HashSet;
 
 use onnx_prepared_kernels::{Attributes, KernelError, Tensor};
 use onnx_prepared_proto::attribute_proto::AttributeType;
@@ -11,16 +19,110 @@ pub struct NodeAttributes<'a> {
 }
 
 impl<'a> NodeAttributes<'a> {
-    /// Attributes of `node`.
-    pub fn new(node: &'a NodeProto) -> Self {
-        Self { node }
+    /// Attributes of `node`; [`KernelError::DuplicateAttribute`] when it
+    /// names one attribute twice.
+    pub fn new(node: &'a NodeProto) -> Result<Self, KernelError> {
+        let mut seen = HashSet::with_capacity(node.attribute.len());
+        for a in &node.attribute {
+            let name = a.name.as_deref().unwrap_or_default();
+            if !seen.insert(name) {
+                return Err(KernelError::DuplicateAttribute {
+                    name: name.to_owned(),
+                });
+            }
+        }
+        Ok(Self { node })
     }
 
-    fn get(&self, name: &str, kind: AttributeType) -> Option<&'a AttributeProto> {
-        self.node
+    /// The attribute `name` when present, checked to hold `kind`: a stored
+    /// type other than `kind` is an error; an untyped attribute (type
+    /// UNDEFINED, written by old exporters) is typed by the field it sets.
+    fn get(
+        &self,
+        name: &str,
+        kind: AttributeType,
+    ) -> Result<Option<&'a AttributeProto>, KernelError> {
+        let Some(a) = self
+            .node
             .attribute
             .iter()
-            .find(|a| a.name.as_deref() == Some(name) && a.r#type.is_none_or(|t| t == kind as i32))
+            .find(|a| a.name.as_deref() == Some(name))
+        else {
+            return Ok(None);
+        };
+        match stored_type(a) {
+            Ok(Some(t)) if t == kind => Ok(Some(a)),
+            // Nothing set and no type: an empty list, or a scalar without a
+            // value (refused by `value`).
+            Ok(None) => Ok(Some(a)),
+            found => Err(self.mismatch(name, kind, found)),
+        }
+    }
+
+    fn mismatch(
+        &self,
+        name: &str,
+        kind: AttributeType,
+        found: Result<Option<AttributeType>, i32>,
+    ) -> KernelError {
+        KernelError::AttributeType {
+            name: name.to_owned(),
+            expected: kind.as_str_name(),
+            found: match found {
+                Ok(Some(t)) => t.as_str_name(),
+                Ok(None) => "no value",
+                Err(_) => "an unknown type",
+            },
+        }
+    }
+
+    /// The scalar field `field` of attribute `name` of type `kind`: a
+    /// scalar attribute without its value is refused.
+    fn value<T>(
+        &self,
+        name: &str,
+        kind: AttributeType,
+        field: impl FnOnce(&'a AttributeProto) -> Option<T>,
+    ) -> Result<Option<T>, KernelError> {
+        match self.get(name, kind)? {
+            None => Ok(None),
+            Some(a) => match field(a) {
+                Some(v) => Ok(Some(v)),
+                None => Err(self.mismatch(name, kind, Ok(None))),
+            },
+        }
+    }
+}
+
+fn op_type(node: &NodeProto) -> String {
+    node.op_type.clone().unwrap_or_default()
+}
+
+/// The type an attribute holds: its declared type, or for an untyped one
+/// the field it sets (`Ok(None)`: none). `Err`: an unknown type number.
+fn stored_type(a: &AttributeProto) -> Result<Option<AttributeType>, i32> {
+    match a.r#type {
+        Some(t) if t != AttributeType::Undefined as i32 => {
+            AttributeType::try_from(t).map(Some).map_err(|_| t)
+        }
+        _ => Ok([
+            (a.f.is_some(), AttributeType::Float),
+            (a.i.is_some(), AttributeType::Int),
+            (a.s.is_some(), AttributeType::String),
+            (a.t.is_some(), AttributeType::Tensor),
+            (a.g.is_some(), AttributeType::Graph),
+            (a.sparse_tensor.is_some(), AttributeType::SparseTensor),
+            (a.tp.is_some(), AttributeType::TypeProto),
+            (!a.floats.is_empty(), AttributeType::Floats),
+            (!a.ints.is_empty(), AttributeType::Ints),
+            (!a.strings.is_empty(), AttributeType::Strings),
+            (!a.tensors.is_empty(), AttributeType::Tensors),
+            (!a.graphs.is_empty(), AttributeType::Graphs),
+            (!a.sparse_tensors.is_empty(), AttributeType::SparseTensors),
+            (!a.type_protos.is_empty(), AttributeType::TypeProtos),
+        ]
+        .into_iter()
+        .find_map(|(set, t)| set.then_some(t))),
     }
 }
 
@@ -33,37 +135,43 @@ impl Attributes for NodeAttributes<'_> {
             .collect()
     }
 
-    fn int(&self, name: &str) -> Option<i64> {
-        self.get(name, AttributeType::Int).and_then(|a| a.i)
+    fn int(&self, name: &str) -> Result<Option<i64>, KernelError> {
+        self.value(name, AttributeType::Int, |a| a.i)
     }
 
-    fn float(&self, name: &str) -> Option<f32> {
-        self.get(name, AttributeType::Float).and_then(|a| a.f)
+    fn float(&self, name: &str) -> Result<Option<f32>, KernelError> {
+        self.value(name, AttributeType::Float, |a| a.f)
     }
 
-    fn ints(&self, name: &str) -> Option<Vec<i64>> {
-        self.get(name, AttributeType::Ints).map(|a| a.ints.clone())
+    fn ints(&self, name: &str) -> Result<Option<Vec<i64>>, KernelError> {
+        Ok(self.get(name, AttributeType::Ints)?.map(|a| a.ints.clone()))
     }
 
-    fn floats(&self, name: &str) -> Option<Vec<f32>> {
-        self.get(name, AttributeType::Floats)
-            .map(|a| a.floats.clone())
+    fn floats(&self, name: &str) -> Result<Option<Vec<f32>>, KernelError> {
+        Ok(self
+            .get(name, AttributeType::Floats)?
+            .map(|a| a.floats.clone()))
     }
 
-    fn string(&self, name: &str) -> Option<String> {
-        self.get(name, AttributeType::String)
-            .and_then(|a| a.s.as_ref())
-            .map(|s| String::from_utf8_lossy(s).into_owned())
+    fn string(&self, name: &str) -> Result<Option<String>, KernelError> {
+        self.value(name, AttributeType::String, |a| {
+            a.s.as_ref()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+        })
     }
 
-    fn tensor(&self, name: &str) -> Option<Result<Tensor, KernelError>> {
-        let t = self.get(name, AttributeType::Tensor)?.t.as_ref()?;
-        Some(
-            super::decode_embedded_tensor(name, t).map_err(|e| KernelError::Attribute {
-                op: "Constant",
-                name: "value",
-                detail: e.to_string(),
-            }),
-        )
+    fn tensor(&self, name: &str) -> Result<Option<Tensor>, KernelError> {
+        let Some(t) = self.value(name, AttributeType::Tensor, |a| a.t.as_ref())? else {
+            return Ok(None);
+        };
+        super::decode_embedded_tensor(name, t)
+            .map(Some)
+            .map_err(|e| KernelError::Invalid {
+                op: "attribute",
+                detail: format!(
+                    "{}: attribute `{name}`: cannot decode the tensor: {e}",
+                    op_type(self.node)
+                ),
+            })
     }
 }

@@ -56,6 +56,22 @@ pub enum ModelError {
         /// The model file.
         path: PathBuf,
     },
+    /// The model imports one operator-set domain twice (`""` and `ai.onnx`
+    /// are the same domain): which version applies would be ambiguous.
+    #[error(
+        "model file {path} imports operator set domain `{domain}` twice (versions {first} and {second}); \
+         keep one opset_import entry per domain"
+    )]
+    DuplicateOpsetImport {
+        /// The model file.
+        path: PathBuf,
+        /// The domain (`ai.onnx` for the default domain).
+        domain: String,
+        /// The first imported version.
+        first: i64,
+        /// The repeated import's version.
+        second: i64,
+    },
     /// An initializer has no name.
     #[error("initializer #{index} has no name; every initializer must be named")]
     UnnamedInitializer {

@@ -89,6 +89,7 @@ impl Model {
             path: path.clone(),
             source,
         })?;
+        check_opset_imports(&path, &proto)?;
         let roots = roots(&path)?;
         let graph = proto
             .graph
@@ -188,6 +189,29 @@ impl Model {
     pub fn external_files(&self) -> &[ExternalFile] {
         &self.external_files
     }
+}
+
+/// Refuses a second `opset_import` of one domain (`""` and `ai.onnx` are
+/// one domain), which ONNX Runtime and this runtime would apply differently.
+fn check_opset_imports(path: &Path, proto: &ModelProto) -> Result<(), ModelError> {
+    let mut seen: HashMap<&str, i64> = HashMap::with_capacity(proto.opset_import.len());
+    for o in &proto.opset_import {
+        let domain = match o.domain.as_deref().unwrap_or_default() {
+            "" | "ai.onnx" => "ai.onnx",
+            d => d,
+        };
+        let version = o.version.unwrap_or_default();
+        if let Some(&first) = seen.get(domain) {
+            return Err(ModelError::DuplicateOpsetImport {
+                path: path.to_path_buf(),
+                domain: domain.to_owned(),
+                first,
+                second: version,
+            });
+        }
+        seen.insert(domain, version);
+    }
+    Ok(())
 }
 
 fn read_model_file(path: &Path) -> Result<Bytes, ModelError> {

@@ -94,7 +94,8 @@ fn recognize(
     dq: &onnx_prepared_proto::NodeProto,
     matmul_inputs: &[String],
 ) -> Option<QdqMatMul> {
-    let attrs = NodeAttributes::new(dq);
+    // A malformed DequantizeLinear is left unfused: its own kernel reports it.
+    let attrs = NodeAttributes::new(dq).ok()?;
     let known = ["axis", "block_size", "output_dtype"];
     if attrs.names().iter().any(|n| !known.contains(&n.as_str())) {
         return None;
@@ -107,11 +108,15 @@ fn recognize(
     };
     let &[k, n] = w.dims() else { return None };
     let (k, n) = (usize::try_from(k).ok()?, usize::try_from(n).ok()?);
-    let axis = attrs.int("axis").unwrap_or(1);
+    // 0 (from the scale) or 1: FLOAT, the fused operator's output type.
+    if !matches!(attrs.int("output_dtype").ok()?, None | Some(0 | 1)) {
+        return None;
+    }
+    let axis = attrs.int("axis").ok()?.unwrap_or(1);
     if axis != 0 && axis != -2 {
         return None;
     }
-    let block_size = usize::try_from(attrs.int("block_size")?)
+    let block_size = usize::try_from(attrs.int("block_size").ok()??)
         .ok()
         .filter(|&b| b > 0)?;
     let blocks = k.div_ceil(block_size);

@@ -360,7 +360,10 @@ impl ResolvedModel {
                     node: name.clone(),
                     domain: domain.to_owned(),
                 })?;
-            let attributes = NodeAttributes::new(node);
+            let attributes = NodeAttributes::new(node).map_err(|source| ResolveError::Kernel {
+                node: name.clone(),
+                source,
+            })?;
             let spec = NodeSpec {
                 domain,
                 op_type,
@@ -701,13 +704,6 @@ impl ResolvedModel {
                 probe_outputs: p.probe_outputs,
             });
         }
-        let manifest = PayloadManifest {
-            weights: requirements
-                .iter()
-                .flat_map(|r| r.sources.iter().copied())
-                .filter(|w| model.weights()[w.index()].is_external())
-                .collect(),
-        };
         let outputs = graph_outputs
             .into_iter()
             .map(|(name, k)| {
@@ -734,6 +730,14 @@ impl ResolvedModel {
                 (name, op)
             })
             .collect();
+        // Frozen last: graph outputs that are external weights are read too.
+        let manifest = PayloadManifest {
+            weights: requirements
+                .iter()
+                .flat_map(|r| r.sources.iter().copied())
+                .filter(|w| model.weights()[w.index()].is_external())
+                .collect(),
+        };
         Ok(Self {
             model,
             nodes,

@@ -242,8 +242,23 @@ impl PreparedExecutionPlan {
             recipes.push(list);
         }
 
-        // Steps and the order requirements are first needed in.
-        let groups = group_steps(&resolved);
+        // Steps and the order requirements are first needed in. Graph
+        // outputs that are prepared objects (external weights returned as
+        // is) are needed by the last step, which runs only once they are
+        // resident: a graph without nodes gets one empty step for them.
+        let mut groups = group_steps(&resolved);
+        let output_reqs: Vec<usize> = resolved
+            .outputs()
+            .iter()
+            .filter_map(|(_, op)| match op {
+                crate::model::Operand::Prepared(r) => Some(r.0 as usize),
+                _ => None,
+            })
+            .collect();
+        if groups.is_empty() && !output_reqs.is_empty() {
+            let end = resolved.nodes().len() as u32;
+            groups.push((String::new(), end..end));
+        }
         let mut first_use = vec![u32::MAX; reqs.len()];
         let mut last_use = vec![0u32; reqs.len()];
         let mut step_needs = Vec::with_capacity(groups.len());
@@ -257,6 +272,14 @@ impl PreparedExecutionPlan {
                 }
             }
             step_needs.push(needs);
+        }
+        if let Some(needs) = step_needs.last_mut() {
+            let s = (groups.len() - 1) as u32;
+            for &r in &output_reqs {
+                needs.set(r, true);
+                first_use[r] = first_use[r].min(s);
+                last_use[r] = s;
+            }
         }
         let mut order: Vec<usize> = (0..reqs.len()).collect();
         order.sort_by_key(|&r| (first_use[r], r));

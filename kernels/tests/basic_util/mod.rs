@@ -26,45 +26,65 @@ pub enum AttrValue {
 #[derive(Debug, Clone, Default)]
 pub struct TestAttrs(pub BTreeMap<String, AttrValue>);
 
+impl TestAttrs {
+    /// The value of `name` through `pick`; present with another variant is
+    /// the reader's typed error, as the runtime's reader reports it.
+    fn typed<T>(
+        &self,
+        name: &str,
+        expected: &'static str,
+        pick: impl FnOnce(&AttrValue) -> Option<T>,
+    ) -> Result<Option<T>, KernelError> {
+        let Some(v) = self.0.get(name) else {
+            return Ok(None);
+        };
+        pick(v).map(Some).ok_or_else(|| KernelError::AttributeType {
+            name: name.into(),
+            expected,
+            found: "another type",
+        })
+    }
+}
+
 impl Attributes for TestAttrs {
     fn names(&self) -> Vec<String> {
         self.0.keys().cloned().collect()
     }
-    fn int(&self, name: &str) -> Option<i64> {
-        match self.0.get(name) {
-            Some(AttrValue::Int(v)) => Some(*v),
+    fn int(&self, name: &str) -> Result<Option<i64>, KernelError> {
+        self.typed(name, "INT", |v| match v {
+            AttrValue::Int(v) => Some(*v),
             _ => None,
-        }
+        })
     }
-    fn float(&self, name: &str) -> Option<f32> {
-        match self.0.get(name) {
-            Some(AttrValue::Float(v)) => Some(*v),
+    fn float(&self, name: &str) -> Result<Option<f32>, KernelError> {
+        self.typed(name, "FLOAT", |v| match v {
+            AttrValue::Float(v) => Some(*v),
             _ => None,
-        }
+        })
     }
-    fn ints(&self, name: &str) -> Option<Vec<i64>> {
-        match self.0.get(name) {
-            Some(AttrValue::Ints(v)) => Some(v.clone()),
+    fn ints(&self, name: &str) -> Result<Option<Vec<i64>>, KernelError> {
+        self.typed(name, "INTS", |v| match v {
+            AttrValue::Ints(v) => Some(v.clone()),
             _ => None,
-        }
+        })
     }
-    fn floats(&self, name: &str) -> Option<Vec<f32>> {
-        match self.0.get(name) {
-            Some(AttrValue::Floats(v)) => Some(v.clone()),
+    fn floats(&self, name: &str) -> Result<Option<Vec<f32>>, KernelError> {
+        self.typed(name, "FLOATS", |v| match v {
+            AttrValue::Floats(v) => Some(v.clone()),
             _ => None,
-        }
+        })
     }
-    fn string(&self, name: &str) -> Option<String> {
-        match self.0.get(name) {
-            Some(AttrValue::Str(v)) => Some(v.clone()),
+    fn string(&self, name: &str) -> Result<Option<String>, KernelError> {
+        self.typed(name, "STRING", |v| match v {
+            AttrValue::Str(v) => Some(v.clone()),
             _ => None,
-        }
+        })
     }
-    fn tensor(&self, name: &str) -> Option<Result<Tensor, KernelError>> {
-        match self.0.get(name) {
-            Some(AttrValue::Tensor(v)) => Some(Ok(v.clone())),
+    fn tensor(&self, name: &str) -> Result<Option<Tensor>, KernelError> {
+        self.typed(name, "TENSOR", |v| match v {
+            AttrValue::Tensor(v) => Some(v.clone()),
             _ => None,
-        }
+        })
     }
 }
 
@@ -280,9 +300,11 @@ pub fn assert_close(got: &[f32], want: &[f32], tol: f32) {
     }
 }
 
-pub fn attribute_error(e: KernelError) -> &'static str {
+/// The attribute an attribute error names (a bad value, or the wrong type).
+pub fn attribute_error(e: KernelError) -> String {
     match e {
-        KernelError::Attribute { name, .. } => name,
+        KernelError::Attribute { name, .. } => name.to_owned(),
+        KernelError::AttributeType { name, .. } => name,
         other => panic!("expected an attribute error, got {other:?}"),
     }
 }

@@ -94,6 +94,12 @@ impl GroupQueryAttention {
                 format!("num_heads {h} is not a multiple of kv_num_heads {kvh}"),
             ));
         }
+        kvh.checked_mul(2)
+            .and_then(|kv| kv.checked_add(h))
+            .ok_or_else(|| KernelError::Overflow {
+                op: OP,
+                what: format!("num_heads {h} + 2 * kv_num_heads {kvh}"),
+            })?;
         let scale = attrs.float("scale")?.unwrap_or(0.0);
         let softcap = attrs.float("softcap")?.unwrap_or(0.0);
         if !scale.is_finite() {
@@ -509,10 +515,20 @@ impl Operator for GroupQueryAttention {
                 }
                 (tot as usize).max(dims.past)
             }
-            None => dims.past + dims.seq,
+            None => dims
+                .past
+                .checked_add(dims.seq)
+                .ok_or_else(|| KernelError::Overflow {
+                    op: OP,
+                    what: format!("past {} + new {} tokens", dims.past, dims.seq),
+                })?,
         };
         let (b, s, d) = (dims.batch, dims.seq, dims.d);
         let present = vec![b, self.kv_heads, len, d];
+        crate::element_count(&present).ok_or_else(|| KernelError::Overflow {
+            op: OP,
+            what: format!("the present cache {present:?}"),
+        })?;
         Ok(vec![
             OutputInfo {
                 dtype: t,

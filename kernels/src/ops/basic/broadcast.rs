@@ -89,8 +89,9 @@ impl Plan {
                     "{op}: shapes {a:?} and {b:?} cannot be broadcast together"
                 ))
             })?;
-            let overflow =
-                || KernelError::Shape(format!("{op}: output of {a:?} and {b:?} overflows"));
+            let overflow = || {
+                super::common::overflow("broadcast", format!("{op}: broadcasting {a:?} with {b:?}"))
+            };
             out_len = out_len.checked_mul(d).ok_or_else(overflow)?;
             a_len = a_len.checked_mul(da).ok_or_else(overflow)?;
             b_len = b_len.checked_mul(db).ok_or_else(overflow)?;

@@ -244,6 +244,20 @@ pub(crate) fn product(dims: &[usize]) -> Option<usize> {
     crate::element_count(dims)
 }
 
+/// [`KernelError::Overflow`]: `what`, computed from the model's numbers,
+/// does not fit in `usize`.
+pub(crate) fn overflow(op: &'static str, what: impl Into<String>) -> KernelError {
+    KernelError::Overflow {
+        op,
+        what: what.into(),
+    }
+}
+
+/// The element count of `dims`, or [`KernelError::Overflow`] naming them.
+pub(crate) fn checked_count(op: &'static str, dims: &[usize]) -> Result<usize, KernelError> {
+    product(dims).ok_or_else(|| overflow(op, format!("the element count of {dims:?}")))
+}
+
 /// Product of dimensions for shapes already known to be valid tensors.
 #[inline]
 pub(crate) fn numel(dims: &[usize]) -> usize {
@@ -292,9 +306,9 @@ impl<'a> Ints<'a> {
     }
 }
 
-/// Attribute access with the checks every basic operator needs: unknown
-/// names are rejected, and a present attribute of the wrong type is an error
-/// rather than a silent default.
+/// Attribute access for the operators: unknown names are rejected; the
+/// typed reads go through [`Attributes`], which refuses a present attribute
+/// of the wrong type rather than returning a silent default.
 pub(crate) struct Attrs<'a> {
     op: &'static str,
     attrs: &'a dyn Attributes,
@@ -352,19 +366,10 @@ impl<'a> Attrs<'a> {
         }
     }
 
-    fn wrong_type(&self, name: &'static str, ty: &str) -> KernelError {
-        self.error(name, format!("expected a {ty} attribute"))
-    }
-
-    /// An `INT` attribute.
+    /// An `INT` attribute (a present attribute of another type is an
+    /// error of the reader, [`Attributes`]).
     pub(crate) fn int(&self, name: &'static str) -> Result<Option<i64>, KernelError> {
-        if !self.has(name) {
-            return Ok(None);
-        }
-        self.attrs
-            .int(name)
-            .map(Some)
-            .ok_or_else(|| self.wrong_type(name, "INT"))
+        self.attrs.int(name)
     }
 
     /// An `INT` attribute with a default.
@@ -374,58 +379,27 @@ impl<'a> Attrs<'a> {
 
     /// A `FLOAT` attribute.
     pub(crate) fn float(&self, name: &'static str) -> Result<Option<f32>, KernelError> {
-        if !self.has(name) {
-            return Ok(None);
-        }
-        self.attrs
-            .float(name)
-            .map(Some)
-            .ok_or_else(|| self.wrong_type(name, "FLOAT"))
+        self.attrs.float(name)
     }
 
     /// An `INTS` attribute.
     pub(crate) fn ints(&self, name: &'static str) -> Result<Option<Vec<i64>>, KernelError> {
-        if !self.has(name) {
-            return Ok(None);
-        }
-        self.attrs
-            .ints(name)
-            .map(Some)
-            .ok_or_else(|| self.wrong_type(name, "INTS"))
+        self.attrs.ints(name)
     }
 
     /// A `FLOATS` attribute.
     pub(crate) fn floats(&self, name: &'static str) -> Result<Option<Vec<f32>>, KernelError> {
-        if !self.has(name) {
-            return Ok(None);
-        }
-        self.attrs
-            .floats(name)
-            .map(Some)
-            .ok_or_else(|| self.wrong_type(name, "FLOATS"))
+        self.attrs.floats(name)
     }
 
     /// A `STRING` attribute.
     pub(crate) fn string(&self, name: &'static str) -> Result<Option<String>, KernelError> {
-        if !self.has(name) {
-            return Ok(None);
-        }
-        self.attrs
-            .string(name)
-            .map(Some)
-            .ok_or_else(|| self.wrong_type(name, "STRING"))
+        self.attrs.string(name)
     }
 
     /// A `TENSOR` attribute, decoded.
     pub(crate) fn tensor(&self, name: &'static str) -> Result<Option<Tensor>, KernelError> {
-        if !self.has(name) {
-            return Ok(None);
-        }
-        match self.attrs.tensor(name) {
-            Some(Ok(t)) => Ok(Some(t)),
-            Some(Err(e)) => Err(self.error(name, format!("cannot decode the tensor: {e}"))),
-            None => Err(self.wrong_type(name, "TENSOR")),
-        }
+        self.attrs.tensor(name)
     }
 
     /// `stash_type` of the normalization operators: only 1 (float) is

@@ -2,8 +2,8 @@
 //! input/output and outer index).
 
 use super::common::{
-    Attrs, Elem, check_inputs, constant_ints, input, normalize_axis, numel, optional, required,
-    typed, typed_mut,
+    Attrs, Elem, check_inputs, checked_count, constant_ints, input, normalize_axis, numel,
+    optional, overflow, required, typed, typed_mut,
 };
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
@@ -136,8 +136,11 @@ impl Operator for Concat {
                     t.shape, first.shape
                 )));
             }
-            shape[axis] += t.shape[axis];
+            shape[axis] = shape[axis]
+                .checked_add(t.shape[axis])
+                .ok_or_else(|| overflow("Concat", format!("the sum of sizes along axis {axis}")))?;
         }
+        checked_count("Concat", &shape)?;
         Ok(vec![OutputInfo {
             dtype: first.dtype,
             shape,
@@ -240,7 +243,7 @@ impl Split {
             Sizes::NumOutputs(k) => {
                 let chunk = dim.div_ceil(*k);
                 return Ok((0..*k)
-                    .map(|i| chunk.min(dim.saturating_sub(i * chunk)))
+                    .map(|i| chunk.min(dim.saturating_sub(i.saturating_mul(chunk))))
                     .collect());
             }
         };
@@ -252,7 +255,11 @@ impl Split {
                         s.len()
                     )));
                 }
-                if s.iter().any(|&v| v < 0) || s.iter().sum::<i64>() != dim as i64 {
+                let sum = s
+                    .iter()
+                    .try_fold(0i64, |acc, &v| acc.checked_add(v))
+                    .ok_or_else(|| overflow("Split", format!("the sum of sizes {s:?}")))?;
+                if s.iter().any(|&v| v < 0) || usize::try_from(sum) != Ok(dim) {
                     return Err(KernelError::Shape(format!(
                         "Split: sizes {s:?} do not add up to the axis size {dim}"
                     )));

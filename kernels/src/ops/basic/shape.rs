@@ -3,8 +3,8 @@
 //! one copy, since the interface gives each output its own buffer).
 
 use super::common::{
-    Attrs, check_inputs, constant_ints, copy_data, input, normalize_axis, optional, output,
-    product, required,
+    Attrs, check_inputs, checked_count, constant_ints, copy_data, input, normalize_axis, optional,
+    output, required,
 };
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
@@ -78,7 +78,7 @@ pub(crate) fn reshape_shape(
 ) -> Result<Vec<usize>, KernelError> {
     let err =
         |d: String| KernelError::Shape(format!("Reshape: {d} (input {input:?}, shape {target:?})"));
-    let total = product(input).ok_or_else(|| err("input size overflows".into()))?;
+    let total = checked_count("Reshape", input)?;
     let mut out = Vec::with_capacity(target.len());
     let mut infer_at = None;
     for (i, &v) in target.iter().enumerate() {
@@ -102,7 +102,7 @@ pub(crate) fn reshape_shape(
     if allowzero && infer_at.is_some() && target.contains(&0) {
         return Err(err("allowzero=1 forbids 0 together with -1".into()));
     }
-    let known = product(&out).ok_or_else(|| err("shape overflows".into()))?;
+    let known = checked_count("Reshape", &out)?;
     match infer_at {
         Some(i) => {
             if known == 0 || total % known != 0 {

@@ -5,8 +5,8 @@
 use super::common::{Walk, by_rows, check_storable, strides};
 use crate::ops::basic::broadcast::broadcast_shape;
 use crate::ops::basic::common::{
-    Attrs, Elem, MAX_RANK, check_inputs, check_len, check_rank, constant_ints, input, output,
-    product, required, typed, typed_mut,
+    Attrs, Elem, MAX_RANK, check_inputs, check_len, check_rank, checked_count, constant_ints,
+    input, output, overflow, product, required, typed, typed_mut,
 };
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
@@ -80,8 +80,7 @@ impl Operator for Expand {
         check_storable("Expand", x.dtype)?;
         let shape = dims_value("Expand", required("Expand", inputs, 1)?, 1)?;
         let out = broadcast_shape("Expand", x.shape, &shape)?;
-        product(&out)
-            .ok_or_else(|| KernelError::Shape(format!("Expand: output {out:?} overflows")))?;
+        checked_count("Expand", &out)?;
         Walk::<1>::new("Expand", &out, [x.shape])?;
         Ok(vec![OutputInfo {
             dtype: x.dtype,
@@ -188,8 +187,7 @@ impl Operator for Where {
         }
         let xy = broadcast_shape("Where", x.shape, y.shape)?;
         let out = broadcast_shape("Where", c.shape, &xy)?;
-        product(&out)
-            .ok_or_else(|| KernelError::Shape(format!("Where: output {out:?} overflows")))?;
+        checked_count("Where", &out)?;
         Walk::<3>::new("Where", &out, [c.shape, x.shape, y.shape])?;
         Ok(vec![OutputInfo {
             dtype: x.dtype,
@@ -314,10 +312,8 @@ impl Operator for Tile {
             .zip(&reps)
             .map(|(&d, &r)| d.checked_mul(r))
             .collect::<Option<Vec<usize>>>()
-            .filter(|o| product(o).is_some())
-            .ok_or_else(|| {
-                KernelError::Shape(format!("Tile: output of {:?} overflows", x.shape))
-            })?;
+            .ok_or_else(|| overflow("Tile", format!("{:?} tiled {reps:?}", x.shape)))?;
+        checked_count("Tile", &out)?;
         Ok(vec![OutputInfo {
             dtype: x.dtype,
             shape: out,

@@ -4,8 +4,8 @@
 
 use super::common::{check_index_type, check_storable, strides, wrap_index};
 use crate::ops::basic::common::{
-    Attrs, Elem, Ints, MAX_RANK, check_inputs, check_len, check_rank, input, normalize_axis, numel,
-    output, product, required, typed, typed_mut,
+    Attrs, Elem, Ints, MAX_RANK, check_inputs, check_len, check_rank, checked_count, input,
+    normalize_axis, numel, output, required, typed, typed_mut,
 };
 use crate::{
     InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor, Tensor,
@@ -58,7 +58,7 @@ impl GatherNd {
         }
         let mut out = indices[..q - 1].to_vec();
         out.extend_from_slice(&data[b + k..]);
-        product(&out).ok_or_else(|| err("the output overflows".into()))?;
+        checked_count("GatherND", &out)?;
         Ok(out)
     }
 }

@@ -6,7 +6,8 @@ use half::{bf16, f16};
 
 use super::common::check_index_type;
 use crate::ops::basic::common::{
-    Attrs, Elem, check_inputs, constant_ints, input, output, product, required, typed, typed_mut,
+    Attrs, Elem, check_inputs, checked_count, constant_ints, input, output, overflow, required,
+    typed, typed_mut,
 };
 use crate::{
     InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor, Tensor,
@@ -66,9 +67,7 @@ impl Operator for ConstantOfShape {
                 KernelError::Shape(format!("ConstantOfShape: dimension {d} is too large"))
             })?);
         }
-        product(&out).ok_or_else(|| {
-            KernelError::Shape(format!("ConstantOfShape: shape {dims:?} overflows"))
-        })?;
+        checked_count("ConstantOfShape", &out)?;
         Ok(vec![OutputInfo {
             dtype: self.value.dtype(),
             shape: out,
@@ -168,9 +167,10 @@ fn count(start: Scalar, limit: Scalar, delta: Scalar) -> Result<usize, KernelErr
         }
     };
     if n > (1u64 << 48) as f64 {
-        return Err(KernelError::Shape(format!(
-            "Range: {n} elements is too many"
-        )));
+        return Err(overflow(
+            "Range",
+            format!("the element count {n} (over the 2^48 ceiling)"),
+        ));
     }
     Ok(n as usize)
 }

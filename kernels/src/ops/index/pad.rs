@@ -7,8 +7,8 @@
 
 use super::common::{FromF64, by_rows, check_storable, strides};
 use crate::ops::basic::common::{
-    Attrs, Elem, Ints, MAX_RANK, check_inputs, check_rank, input, normalize_axis, optional, output,
-    product, required, typed, typed_mut,
+    Attrs, Elem, Ints, MAX_RANK, check_inputs, check_rank, checked_count, input, normalize_axis,
+    optional, output, product, required, typed, typed_mut,
 };
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
@@ -317,7 +317,7 @@ impl Operator for Pad {
                 })?;
             shape.push(o as usize);
         }
-        product(&shape).ok_or_else(|| KernelError::Shape(format!("Pad: {shape:?} overflows")))?;
+        checked_count("Pad", &shape)?;
         if self.mode != Mode::Constant && product(x.shape) == Some(0) && product(&shape) != Some(0)
         {
             return Err(KernelError::Shape(format!(

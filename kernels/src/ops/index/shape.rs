@@ -4,7 +4,7 @@
 
 use super::common::check_storable;
 use crate::ops::basic::common::{
-    Attrs, check_inputs, copy_data, input, output, product, required, typed_mut,
+    Attrs, check_inputs, copy_data, input, output, overflow, product, required, typed_mut,
 };
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
@@ -116,7 +116,7 @@ impl Size {
 fn size_of(shape: &[usize]) -> Result<i64, KernelError> {
     product(shape)
         .and_then(|n| i64::try_from(n).ok())
-        .ok_or_else(|| KernelError::Shape(format!("Size: element count of {shape:?} overflows")))
+        .ok_or_else(|| overflow("Size", format!("the element count of {shape:?}")))
 }
 
 impl Operator for Size {
@@ -203,9 +203,9 @@ impl Operator for Flatten {
         } else {
             self.axis
         } as usize;
-        let overflow = || KernelError::Shape(format!("Flatten: {:?} overflows", x.shape));
-        let outer = product(&x.shape[..axis]).ok_or_else(overflow)?;
-        let inner = product(&x.shape[axis..]).ok_or_else(overflow)?;
+        let too_big = || overflow("Flatten", format!("the element count of {:?}", x.shape));
+        let outer = product(&x.shape[..axis]).ok_or_else(too_big)?;
+        let inner = product(&x.shape[axis..]).ok_or_else(too_big)?;
         Ok(vec![OutputInfo {
             dtype: x.dtype,
             shape: vec![outer, inner],

@@ -34,7 +34,7 @@ impl Gemm {
         check_attributes(spec, OP, allowed)?;
         let at = spec.attributes;
         let flag = |name: &'static str| -> Result<bool, KernelError> {
-            match at.int(name).unwrap_or(0) {
+            match at.int(name)?.unwrap_or(0) {
                 0 => Ok(false),
                 1 => Ok(true),
                 v => Err(KernelError::Attribute {
@@ -45,8 +45,8 @@ impl Gemm {
             }
         };
         let p = GemmParams {
-            alpha: at.float("alpha").unwrap_or(1.0),
-            beta: at.float("beta").unwrap_or(1.0),
+            alpha: at.float("alpha")?.unwrap_or(1.0),
+            beta: at.float("beta")?.unwrap_or(1.0),
             trans_a: flag("transA")?,
             trans_b: flag("transB")?,
         };

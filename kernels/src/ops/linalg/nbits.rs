@@ -38,7 +38,7 @@ impl MatMulNBits {
         )?;
         let at = spec.attributes;
         let dim = |name: &'static str| -> Result<usize, KernelError> {
-            let v = at.int(name).ok_or_else(|| KernelError::Attribute {
+            let v = at.int(name)?.ok_or_else(|| KernelError::Attribute {
                 op: OP,
                 name,
                 detail: "is required".into(),
@@ -50,7 +50,9 @@ impl MatMulNBits {
             })
         };
         let (k, n) = (dim("K")?, dim("N")?);
-        let bits = at.int("bits").unwrap_or(4);
+        // Read (type-checked) although every level computes in f32.
+        at.int("accuracy_level")?;
+        let bits = at.int("bits")?.unwrap_or(4);
         if bits != 4 {
             return Err(KernelError::Attribute {
                 op: OP,
@@ -66,6 +68,19 @@ impl MatMulNBits {
                 detail: format!("must be 16, 32, 64 or 128, got {block_size}"),
             });
         }
+        // Every size derived from K and N (B's bytes, scales, zero points,
+        // the packed tiles of up to 16 columns) is at most
+        // `N rounded up to 16 × blocks × block_size`: checked once here, so
+        // the plain arithmetic of shape inference and packing cannot wrap.
+        let blocks = k.div_ceil(block_size);
+        n.checked_next_multiple_of(16)
+            .and_then(|n| n.checked_mul(blocks))
+            .and_then(|v| v.checked_mul(block_size))
+            .filter(|&v| isize::try_from(v).is_ok())
+            .ok_or_else(|| KernelError::Overflow {
+                op: OP,
+                what: format!("the weight size of N = {n}, K = {k}, block_size = {block_size}"),
+            })?;
         Ok(Box::new(Self {
             p: NBitsParams {
                 k,

@@ -180,6 +180,10 @@ pub(crate) fn gemm_dims(
             )));
         }
     }
+    m.checked_mul(n).ok_or_else(|| KernelError::Overflow {
+        op: "Gemm",
+        what: format!("the output [{m}, {n}]"),
+    })?;
     Ok((m, ka, n))
 }
 

@@ -120,6 +120,10 @@ pub(crate) fn matmul_output_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>
     if b.len() >= 2 {
         out.push(n);
     }
+    crate::element_count(&out).ok_or_else(|| KernelError::Overflow {
+        op: "MatMul",
+        what: format!("the element count of the output {out:?}"),
+    })?;
     Ok(out)
 }
 

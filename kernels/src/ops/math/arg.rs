@@ -4,7 +4,8 @@
 
 use super::num::{Num, is_num};
 use crate::ops::basic::common::{
-    Attrs, check_inputs, check_len, input, normalize_axis, output, required, typed, typed_mut,
+    Attrs, check_inputs, check_len, checked_count, input, normalize_axis, output, required, typed,
+    typed_mut,
 };
 use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
 use crate::{
@@ -52,8 +53,8 @@ impl ArgExtremum {
     /// `[outer, n, inner]` around the axis.
     fn split(&self, shape: &[usize]) -> Result<(usize, usize, usize), KernelError> {
         let axis = normalize_axis(self.op(), "axis", self.axis, shape.len())?;
-        let outer = shape[..axis].iter().product();
-        let inner = shape[axis + 1..].iter().product();
+        let outer = checked_count(self.op(), &shape[..axis])?;
+        let inner = checked_count(self.op(), &shape[axis + 1..])?;
         Ok((outer, shape[axis], inner))
     }
 }

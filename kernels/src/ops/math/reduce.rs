@@ -14,7 +14,7 @@
 use super::num::Num;
 use crate::ops::basic::common::{
     Attrs, Elem, Ints, MAX_RANK, check_inputs, check_len, constant_ints, input, optional, output,
-    required, typed, typed_mut,
+    overflow, required, typed, typed_mut,
 };
 use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
 use crate::{
@@ -233,14 +233,14 @@ impl Groups {
             out_len: 1,
             count: 1,
         };
-        let overflow = || KernelError::Shape(format!("{op}: shape {shape:?} overflows"));
+        let too_big = || overflow(op, format!("the element count of {shape:?}"));
         for (d, &dim) in shape.iter().enumerate() {
             let red = axes.reduces(d, shape.len());
-            g.in_len = g.in_len.checked_mul(dim).ok_or_else(overflow)?;
+            g.in_len = g.in_len.checked_mul(dim).ok_or_else(too_big)?;
             if red {
-                g.count = g.count.checked_mul(dim).ok_or_else(overflow)?;
+                g.count = g.count.checked_mul(dim).ok_or_else(too_big)?;
             } else {
-                g.out_len = g.out_len.checked_mul(dim).ok_or_else(overflow)?;
+                g.out_len = g.out_len.checked_mul(dim).ok_or_else(too_big)?;
             }
             if dim == 1 {
                 continue;

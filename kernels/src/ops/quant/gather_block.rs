@@ -156,10 +156,20 @@ impl GatherBlockQuantized {
         }
         let last = shape[rank - 1]
             .checked_mul(comps)
-            .ok_or_else(|| KernelError::Shape(format!("{OP}: data {shape:?} is too large")))?;
+            .ok_or_else(|| KernelError::Overflow {
+                op: OP,
+                what: format!("the unpacked size of data {shape:?}"),
+            })?;
         // The logical (unpacked) dimensions.
         let ld = |i: usize| if i == rank - 1 { last } else { shape[i] };
-        let lprod = |r: std::ops::Range<usize>| r.map(ld).product::<usize>();
+        let lprod = |r: std::ops::Range<usize>| {
+            r.map(ld)
+                .try_fold(1usize, usize::checked_mul)
+                .ok_or_else(|| KernelError::Overflow {
+                    op: OP,
+                    what: format!("the unpacked size of data {shape:?}"),
+                })
+        };
         let blocks = ld(q).div_ceil(self.block_size);
         let s = scales.1;
         let scales_ok =
@@ -191,11 +201,11 @@ impl GatherBlockQuantized {
         Ok(Geo {
             comps,
             bits: self.bits,
-            gather_m: lprod(0..g),
+            gather_m: lprod(0..g)?,
             gather_dim: ld(g),
-            gather_block: lprod(g + 1..rank),
+            gather_block: lprod(g + 1..rank)?,
             q_dim: ld(q),
-            q_inner: lprod(q + 1..rank),
+            q_inner: lprod(q + 1..rank)?,
             blocks,
             shift: self.block_size.trailing_zeros(),
             zp_row,

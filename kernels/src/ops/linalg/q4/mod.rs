@@ -252,7 +252,7 @@ pub(crate) fn matmul(
         }
     };
     let threads = par.threads();
-    if threads <= 1 || rows * k * n < sgemm::PARALLEL_MIN_MACS {
+    if threads <= 1 || rows.saturating_mul(k).saturating_mul(n) < sgemm::PARALLEL_MIN_MACS {
         task(0..v.tiles);
     } else {
         let parts = v

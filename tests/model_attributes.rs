@@ -1,0 +1,236 @@
+//! What a model declares: wrongly typed or repeated attributes are refused
+//! by the one attribute reader (for every operator, naming the node, the
+//! attribute, the expected and the stored type), and a model that imports
+//! one operator-set domain twice is refused when it is opened.
+
+mod common;
+
+use onnx_prepared::Error;
+use onnx_prepared::error::ResolveError;
+use onnx_prepared::model::proto::attribute_proto::AttributeType;
+use onnx_prepared::model::proto::tensor_shape_proto::{Dimension, dimension};
+use onnx_prepared::model::proto::{
+    AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    TensorShapeProto, TypeProto, ValueInfoProto, type_proto,
+};
+use onnx_prepared::model::{Model, ModelError, ResolveOptions, ResolvedModel};
+use onnx_prepared_kernels::KernelError;
+
+fn value(name: &str, dims: &[i64]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(1),
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            value: Some(dimension::Value::DimValue(d)),
+                            ..Default::default()
+                        })
+                        .collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(v),
+        ..Default::default()
+    }
+}
+
+fn float(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Float as i32),
+        f: Some(v),
+        ..Default::default()
+    }
+}
+
+fn opset(domain: &str, version: i64) -> OperatorSetIdProto {
+    OperatorSetIdProto {
+        domain: Some(domain.into()),
+        version: Some(version),
+    }
+}
+
+/// A one-node model `y = op(x[, w])`, `x` `[2, 3]`, `w` a `[3, 3]`
+/// initializer when the op takes two inputs.
+fn model(op: &str, attrs: Vec<AttributeProto>, opsets: Vec<OperatorSetIdProto>) -> ModelProto {
+    let two = op == "Gemm";
+    let mut input = vec!["x".to_owned()];
+    let mut initializer = Vec::new();
+    if two {
+        input.push("w".into());
+        initializer.push(TensorProto {
+            name: Some("w".into()),
+            data_type: Some(1),
+            dims: vec![3, 3],
+            float_data: (0..9).map(|i| i as f32).collect(),
+            ..Default::default()
+        });
+    }
+    ModelProto {
+        ir_version: Some(10),
+        opset_import: opsets,
+        graph: Some(GraphProto {
+            node: vec![NodeProto {
+                name: Some("the_node".into()),
+                op_type: Some(op.into()),
+                input,
+                output: vec!["y".into()],
+                attribute: attrs,
+                ..Default::default()
+            }],
+            initializer,
+            input: vec![value("x", &[2, 3])],
+            output: vec![ValueInfoProto {
+                name: Some("y".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn open(model: &ModelProto) -> Result<Model, Error> {
+    let dir = common::tempdir();
+    let path = dir.path().join("m.onnx");
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    Model::open(&path)
+}
+
+fn resolve(op: &str, attrs: Vec<AttributeProto>) -> Result<ResolvedModel, Error> {
+    let model = open(&model(op, attrs, vec![opset("", 21)]))?;
+    ResolvedModel::resolve(model, &ResolveOptions::default())
+}
+
+/// The attribute type error resolution reports, with its node.
+fn type_error(op: &str, attrs: Vec<AttributeProto>) -> (String, KernelError) {
+    match resolve(op, attrs) {
+        Err(Error::Resolve(ResolveError::Kernel { node, source })) => (node, source),
+        other => panic!("{op}: expected an attribute error, got {other:?}"),
+    }
+}
+
+fn assert_type_error(op: &str, attrs: Vec<AttributeProto>, attr: &str, want: &str, stored: &str) {
+    let (node, source) = type_error(op, attrs);
+    assert_eq!(node, "the_node");
+    let message = source.to_string();
+    match source {
+        KernelError::AttributeType {
+            name,
+            expected,
+            found,
+        } => {
+            assert_eq!(name, attr, "{op}");
+            assert_eq!((expected, found), (want, stored), "{op}");
+        }
+        other => panic!("{op}: expected AttributeType, got {other:?}"),
+    }
+    assert!(message.contains(attr) && message.contains(want) && message.contains(stored));
+}
+
+#[test]
+fn well_typed_attributes_resolve() {
+    resolve(
+        "Gemm",
+        vec![int("transB", 1), float("alpha", 0.5), float("beta", 1.0)],
+    )
+    .unwrap();
+    resolve("Softmax", vec![int("axis", -1)]).unwrap();
+}
+
+#[test]
+fn gemm_trans_b_stored_as_a_float_is_refused() {
+    assert_type_error("Gemm", vec![float("transB", 1.0)], "transB", "INT", "FLOAT");
+}
+
+#[test]
+fn gemm_alpha_stored_as_an_int_is_refused() {
+    assert_type_error("Gemm", vec![int("alpha", 2)], "alpha", "FLOAT", "INT");
+}
+
+#[test]
+fn softmax_axis_stored_as_a_float_is_refused() {
+    assert_type_error("Softmax", vec![float("axis", 0.0)], "axis", "INT", "FLOAT");
+}
+
+#[test]
+fn an_attribute_without_its_value_is_refused() {
+    let mut empty = int("transB", 0);
+    empty.i = None;
+    assert_type_error("Gemm", vec![empty], "transB", "INT", "no value");
+}
+
+#[test]
+fn an_untyped_attribute_is_typed_by_its_field() {
+    let mut untyped = int("axis", 0);
+    untyped.r#type = None;
+    resolve("Softmax", vec![untyped.clone()]).unwrap();
+    let mut wrong = float("axis", 0.0);
+    wrong.r#type = None;
+    assert_type_error("Softmax", vec![wrong], "axis", "INT", "FLOAT");
+}
+
+#[test]
+fn a_repeated_attribute_is_refused() {
+    for (op, attrs) in [
+        ("Gemm", vec![int("transB", 0), int("transB", 1)]),
+        ("Softmax", vec![int("axis", 0), int("axis", 1)]),
+    ] {
+        let (node, source) = type_error(op, attrs);
+        assert_eq!(node, "the_node");
+        let want = if op == "Gemm" { "transB" } else { "axis" };
+        assert!(
+            matches!(&source, KernelError::DuplicateAttribute { name } if name == want),
+            "{op}: {source:?}"
+        );
+    }
+}
+
+#[test]
+fn a_domain_imported_twice_is_refused_at_open() {
+    let softmax = |opsets| model("Softmax", vec![], opsets);
+    open(&softmax(vec![opset("", 21), opset("com.microsoft", 1)])).unwrap();
+    for opsets in [
+        vec![opset("", 13), opset("", 21)],
+        vec![opset("", 21), opset("ai.onnx", 13)],
+        vec![opset("ai.onnx", 21), opset("ai.onnx", 21)],
+        vec![
+            opset("com.microsoft", 1),
+            opset("", 21),
+            opset("com.microsoft", 1),
+        ],
+    ] {
+        let err = open(&softmax(opsets.clone())).unwrap_err();
+        let first = &opsets[0];
+        match err {
+            Error::Model(ModelError::DuplicateOpsetImport {
+                domain,
+                first: v1,
+                second,
+                ..
+            }) => {
+                let want = match first.domain.as_deref() {
+                    Some("") => "ai.onnx",
+                    d => d.unwrap(),
+                };
+                assert_eq!(domain, want);
+                assert_eq!(v1, first.version.unwrap());
+                assert_eq!(second, opsets.last().unwrap().version.unwrap());
+            }
+            other => panic!("{opsets:?}: expected DuplicateOpsetImport, got {other:?}"),
+        }
+    }
+}
