@@ -108,6 +108,12 @@ pub enum Value {
     /// `sha256:` + text cut or padded with `0` to exactly 64 bytes (the
     /// length a digest must have).
     Digest64(String),
+    /// `sha256:` + 64 bytes of hex digits with one character at `at` (of
+    /// any width) in their place.
+    DigestWith {
+        at: u8,
+        ch: char,
+    },
     Text(String),
 }
 
@@ -211,6 +217,11 @@ impl ExternalCase {
                     cut -= 1;
                 }
                 format!("sha256:{}{}", &s[..cut], "0".repeat(64 - cut))
+            }
+            Value::DigestWith { at, ch } => {
+                let at = usize::from(*at % 64);
+                let rest = 64usize.saturating_sub(at + ch.len_utf8());
+                format!("sha256:{}{ch}{}", "a".repeat(at), "c".repeat(rest))
             }
             Value::Text(s) => s.clone(),
         }

@@ -4,6 +4,7 @@
 //! Sizes stay small by construction: at most three graph inputs of rank ≤ 4
 //! with dims ≤ 4, at most four initializers of at most eight elements whose
 //! integers lie in `-2..=3`, at most four nodes, attribute integers in `i8`.
+//! Variadic operators (`Concat`, `Max`, `Min`) take up to 40 inputs.
 
 use arbitrary::Arbitrary;
 use onnx_prepared::model::proto::attribute_proto::AttributeType;
@@ -39,7 +40,7 @@ pub const OPS: &[(&str, &str, usize)] = &[
     ("", "Unsqueeze", 2),
     ("", "Identity", 1),
     ("", "Split", 2),
-    ("", "Concat", 3),
+    ("", "Concat", 40),
     ("", "Slice", 5),
     ("", "Cast", 1),
     ("", "Constant", 0),
@@ -54,8 +55,8 @@ pub const OPS: &[(&str, &str, usize)] = &[
     ("", "Not", 1),
     ("", "IsNaN", 1),
     ("", "IsInf", 1),
-    ("", "Max", 3),
-    ("", "Min", 3),
+    ("", "Max", 40),
+    ("", "Min", 40),
     ("", "Mod", 2),
     ("", "Clip", 3),
     ("", "Abs", 1),
