@@ -22,6 +22,8 @@ struct Counter {
     max_running: AtomicUsize,
     /// How long each run lasts (lets runs overlap).
     hold: Duration,
+    /// Each run waits (up to 10 s) until this many run at once (0: no wait).
+    meet: usize,
 }
 
 impl Counter {
@@ -32,7 +34,15 @@ impl Counter {
             running: AtomicUsize::new(0),
             max_running: AtomicUsize::new(0),
             hold,
+            meet: 0,
         })
+    }
+
+    /// A counter whose runs each wait until `meet` of them run at once.
+    fn meeting(n: usize, meet: usize) -> Arc<Self> {
+        let mut counter = Arc::into_inner(Self::new(n, Duration::ZERO)).unwrap();
+        counter.meet = meet;
+        Arc::new(counter)
     }
 
     fn ran(&self, t: usize) -> bool {
@@ -64,6 +74,10 @@ impl TaskRunner for Counter {
     fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.max_running.load(Ordering::SeqCst) < self.meet && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(100));
+        }
         if !self.hold.is_zero() {
             std::thread::sleep(self.hold);
         }
@@ -167,13 +181,19 @@ fn bytes_in_flight_stay_within_the_bound() {
     let max = counter.max_running.load(Ordering::SeqCst);
     assert!((1..=2).contains(&max), "{max} reads ran at once");
 
-    // Control: without the window the same graph runs up to four at once.
-    let control = Counter::new(8, Duration::from_millis(5));
+    // Control: without the window the same graph, on the same workers,
+    // runs more than two reads at once (each read waits until three do:
+    // the bound above, not the pool, is what kept it at two).
+    let control = Counter::meeting(8, 3);
     let run = workers
         .submit(reads(8, &[0; 8], 100), control.clone())
         .unwrap();
     assert!(run.wait().is_success());
-    assert!(control.max_running.load(Ordering::SeqCst) >= 1);
+    let control_max = control.max_running.load(Ordering::SeqCst);
+    assert!(
+        control_max > max,
+        "without the window {control_max} reads ran at once, with it {max}: no difference"
+    );
 }
 
 #[test]

@@ -2,7 +2,40 @@
 //! path). Kernels never create threads; the runtime passes an executor.
 
 /// Runs independent tasks, possibly in parallel.
-pub trait ParallelFor: Sync {
+///
+/// # Safety
+///
+/// Kernels build disjoint `&mut` slices of one output from a raw pointer,
+/// one per task index (see [`for_each_chunk_mut`]), so an implementation
+/// that called an index twice, concurrently, or out of range would let safe
+/// kernel code race on memory. An implementation must guarantee, for every
+/// call of [`run`](ParallelFor::run):
+///
+/// * `task(i)` is called **exactly once** for every `i` in `0..tasks`, and
+///   never with an index outside that range;
+/// * every call of `task` has **returned** before `run` returns (no call
+///   starts or is still running afterwards), and `run` does not return by
+///   unwinding while a call may still be running on another thread.
+///
+/// Hence implementing the trait requires `unsafe impl`; no safe code can
+/// supply an executor that breaks the kernels' disjoint writes:
+///
+/// ```compile_fail,E0200
+/// use onnx_prepared_kernels::ParallelFor;
+///
+/// struct Twice;
+///
+/// impl ParallelFor for Twice {
+///     fn threads(&self) -> usize {
+///         2
+///     }
+///
+///     fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+///         (0..tasks).chain(0..tasks).for_each(task); // index called twice
+///     }
+/// }
+/// ```
+pub unsafe trait ParallelFor: Sync {
     /// Threads that may run tasks at once (1 = sequential).
     fn threads(&self) -> usize;
 
@@ -16,7 +49,9 @@ pub trait ParallelFor: Sync {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Sequential;
 
-impl ParallelFor for Sequential {
+// SAFETY: `(0..tasks).for_each(task)` calls each index in range exactly once,
+// on the calling thread, and returns after the last call.
+unsafe impl ParallelFor for Sequential {
     fn threads(&self) -> usize {
         1
     }
@@ -102,10 +137,11 @@ pub fn for_each_chunk_mut<T: Send>(
     par.run(len.div_ceil(chunk_len), &|i| {
         let start = i * chunk_len;
         let end = (start + chunk_len).min(len);
-        // SAFETY: `start..end` lies inside `out` (`start < len` because
-        // `i < ceil(len / chunk_len)`), task ranges are pairwise disjoint,
-        // and `out` is mutably borrowed by this function until `run` returns,
-        // after every task finished.
+        // SAFETY: `ParallelFor`'s contract (an unsafe trait) calls each `i`
+        // in `0..ceil(len / chunk_len)` exactly once and finishes every call
+        // before `run` returns; so `start..end` lies inside `out`
+        // (`start < len`), no two live slices overlap, and `out` stays
+        // mutably borrowed by this function for as long as any slice lives.
         let chunk = unsafe { std::slice::from_raw_parts_mut(base.ptr().add(start), end - start) };
         f(start, chunk);
     });
@@ -126,7 +162,9 @@ mod chunk_tests {
     /// participant would interleave them.
     struct Reversed;
 
-    impl ParallelFor for Reversed {
+    // SAFETY: every index of `0..tasks` exactly once, on the calling thread,
+    // all before `run` returns.
+    unsafe impl ParallelFor for Reversed {
         fn threads(&self) -> usize {
             3
         }

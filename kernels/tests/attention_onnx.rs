@@ -384,7 +384,9 @@ fn f16_inputs() {
 /// interleave them.
 struct Reversed;
 
-impl ParallelFor for Reversed {
+// SAFETY: every index of `0..tasks` exactly once, on the calling thread,
+// all before `run` returns.
+unsafe impl ParallelFor for Reversed {
     fn threads(&self) -> usize {
         4
     }

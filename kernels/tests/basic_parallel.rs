@@ -9,7 +9,9 @@ use onnx_prepared_kernels::{InputInfo, ParallelFor, Sequential, Tensor};
 /// Three "threads" that run tasks in reverse order on the caller.
 struct Reversed;
 
-impl ParallelFor for Reversed {
+// SAFETY: every index of `0..tasks` exactly once, on the calling thread,
+// all before `run` returns.
+unsafe impl ParallelFor for Reversed {
     fn threads(&self) -> usize {
         3
     }

@@ -119,7 +119,9 @@ fn operator(
 /// and ordering assumptions are exercised without spawning threads.
 struct Reversed;
 
-impl ParallelFor for Reversed {
+// SAFETY: every index of `0..tasks` exactly once, on the calling thread,
+// all before `run` returns.
+unsafe impl ParallelFor for Reversed {
     fn threads(&self) -> usize {
         3
     }
@@ -128,10 +130,13 @@ impl ParallelFor for Reversed {
     }
 }
 
-/// The kernel families to test: portable plus whatever this CPU has.
+/// The kernel families to test: portable plus whatever this CPU has. A
+/// family the CPU lacks is reported on stderr (written directly, so the
+/// test harness does not capture it), never skipped silently.
 fn cpus() -> Vec<(&'static str, CpuFeatures)> {
     let have = CpuFeatures::detect();
     let mut v = vec![("portable", CpuFeatures::portable())];
+    let mut lacking = Vec::new();
     if have.avx2 {
         v.push((
             "avx2",
@@ -141,10 +146,27 @@ fn cpus() -> Vec<(&'static str, CpuFeatures)> {
                 avx512vnni: false,
             },
         ));
+    } else {
+        lacking.push("avx2 (AVX2 + FMA)");
     }
     if have.avx512 {
         v.push(("avx512", have));
+        if !have.avx512vnni {
+            lacking.push("avx512vnni");
+        }
+    } else {
+        lacking.push("avx512 (AVX-512 F/BW/DQ/VL)");
     }
+    static REPORT: std::sync::Once = std::sync::Once::new();
+    REPORT.call_once(|| {
+        use std::io::Write as _;
+        let ran: Vec<&str> = v.iter().map(|(label, _)| *label).collect();
+        let mut line = format!("linalg_kernels: kernel families tested: {}", ran.join(", "));
+        if !lacking.is_empty() {
+            line += &format!("; NOT tested, this CPU lacks: {}", lacking.join(", "));
+        }
+        let _ = writeln!(std::io::stderr(), "{line}");
+    });
     v
 }
 

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use crate::sync::{Arc, AtomicUsize, Ordering};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Lock, Ordering};
 
 use super::ArenaError;
 
@@ -168,11 +168,27 @@ impl Counter {
     }
 }
 
+/// Told after bytes were returned to a budget it watches
+/// ([`MemoryBudget::watch_releases`]): e.g. an admission controller whose
+/// deferred tasks wait for those bytes. Called on the releasing thread,
+/// holding no lock of the budget; it must not block.
+pub trait ReleaseWatcher: Send + Sync {
+    /// Bytes were released (the release epoch moved first).
+    fn released(&self);
+}
+
 /// The counters every handle of one budget shares.
 pub(super) struct Shared {
     global: Counter,
     domains: [Counter; Domain::COUNT],
     retained: [AtomicUsize; Domain::COUNT],
+    /// Watchers registered (a budget nobody watches pays one load per
+    /// release).
+    watching: AtomicUsize,
+    /// Bumped (SeqCst) by every release while watched, before the watchers
+    /// are told.
+    releases: AtomicU64,
+    watchers: Lock<Vec<std::sync::Weak<dyn ReleaseWatcher>>>,
 }
 
 impl Shared {
@@ -220,6 +236,25 @@ impl Shared {
         }
         self.global.sub(bytes);
         self.domains[domain.index()].sub(bytes);
+        if self.watching.load(Ordering::SeqCst) != 0 {
+            self.tell_watchers();
+        }
+    }
+
+    /// Step 5 (watched budgets): bump the release epoch (SeqCst), then tell
+    /// every watcher, one at a time outside the lock (a watcher may drop
+    /// reservations of this budget).
+    #[cold]
+    fn tell_watchers(&self) {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        for i in 0.. {
+            let Some(watcher) = self.watchers.with(|w| w.get(i).cloned()) else {
+                break;
+            };
+            if let Some(watcher) = watcher.upgrade() {
+                watcher.released();
+            }
+        }
     }
 
     /// Moves `domain`'s retained count from `from` to `to` bytes.
@@ -255,8 +290,30 @@ impl MemoryBudget {
                 global: Counter::new(limits.global),
                 domains: std::array::from_fn(|i| Counter::new(limits.domains[i])),
                 retained: std::array::from_fn(|_| AtomicUsize::new(0)),
+                watching: AtomicUsize::new(0),
+                releases: AtomicU64::new(0),
+                watchers: Lock::new(Vec::new()),
             }),
         }
+    }
+
+    /// Registers `watcher` to be told after every release of bytes of this
+    /// budget (by any reservation, arena or permit), until it is dropped.
+    /// Cold path: watching makes every release bump an epoch and call the
+    /// live watchers.
+    pub fn watch_releases(&self, watcher: std::sync::Weak<dyn ReleaseWatcher>) {
+        let shared = &self.shared;
+        shared.watchers.with(|w| {
+            w.retain(|w| w.strong_count() > 0);
+            w.push(watcher);
+            shared.watching.store(w.len(), Ordering::SeqCst);
+        });
+    }
+
+    /// Changes (SeqCst) after every release of a watched budget, before its
+    /// watchers are told; 0 while unwatched.
+    pub fn release_epoch(&self) -> u64 {
+        self.shared.releases.load(Ordering::SeqCst)
     }
 
     /// A budget that refuses nothing (it still accounts).

@@ -43,6 +43,10 @@
 //!    CASes stored.
 //! 4. Release (drop, shrink, reset) subtracts `n` from the global counter,
 //!    then from the domain counter.
+//! 5. A watched budget ([`MemoryBudget::watch_releases`]) then bumps its
+//!    release epoch (SeqCst) and tells each live [`ReleaseWatcher`]: a
+//!    waiter that deferred itself and re-read the epoch afterwards either
+//!    sees the bump or is found by the watcher (the scheduler's admission).
 //!
 //! Why this order and these guarantees:
 //!
@@ -65,7 +69,8 @@ mod preparation;
 mod prepared;
 
 pub use budget::{
-    BudgetLimits, BudgetReport, Domain, DomainReport, MemoryBudget, Reservation, UNLIMITED,
+    BudgetLimits, BudgetReport, Domain, DomainReport, MemoryBudget, ReleaseWatcher, Reservation,
+    UNLIMITED,
 };
 pub use element::Element;
 pub use error::ArenaError;

@@ -4,7 +4,9 @@
 //! out of reach of prefetch and background work. Protocol "admit" is
 //! numbered in the module docs of [`crate::scheduler`].
 
-use crate::arena::{Domain, MemoryBudget, Reservation, UNLIMITED};
+use std::sync::Arc;
+
+use crate::arena::{Domain, MemoryBudget, ReleaseWatcher, Reservation, UNLIMITED};
 use crate::limits::SCHEDULER_CRITICAL_RESERVE_PERCENT;
 use crate::plan::Priority;
 use crate::sync::{AtomicU32, AtomicUsize, Ordering};
@@ -19,7 +21,8 @@ const GLOBAL: usize = Domain::COUNT;
 /// Why a task was not admitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
-    /// Not now: bytes or slots are taken; retry after a permit is released.
+    /// Not now: bytes or slots are taken; retry after a permit or any other
+    /// reservation of the budget is released.
     Busy,
     /// Never: the estimate exceeds what this priority may ever hold.
     Never(String),
@@ -52,8 +55,9 @@ pub struct Admission {
     slots: [AtomicUsize; 2],
     /// Bumped (SeqCst) by every permit release.
     released: AtomicU32,
-    /// Tasks refused with [`Refusal::Busy`], posted again on a release.
-    deferred: Deferred,
+    /// Tasks refused with [`Refusal::Busy`], posted again on a release: of
+    /// a permit, or of any bytes of the budget (it watches the budget).
+    deferred: Arc<Deferred>,
 }
 
 fn cap(limit: usize, reserve_percent: usize) -> usize {
@@ -98,6 +102,12 @@ impl Admission {
             caps[d.index()] = cap(budget.limit(d), reserve_percent);
         }
         caps[GLOBAL] = cap(budget.global_limit(), reserve_percent);
+        // Bytes a deferred task waits for may be held by any reservation of
+        // the budget (arenas, outputs, other controllers), not only by
+        // permits: every release retries the deferred tasks (admit step 4).
+        let deferred = Arc::new(Deferred::default());
+        let watcher: Arc<dyn ReleaseWatcher> = deferred.clone();
+        budget.watch_releases(Arc::downgrade(&watcher));
         Self {
             budget,
             reserve_percent,
@@ -106,7 +116,7 @@ impl Admission {
             running: [AtomicUsize::new(0), AtomicUsize::new(0)],
             slots: [AtomicUsize::new(usize::MAX), AtomicUsize::new(usize::MAX)],
             released: AtomicU32::new(0),
-            deferred: Deferred::default(),
+            deferred,
         }
     }
 
@@ -138,9 +148,15 @@ impl Admission {
         slot_index(lane).map_or(0, |i| self.running[i].load(Ordering::Acquire))
     }
 
-    /// The release epoch (admit step 3).
-    pub(super) fn epoch(&self) -> u32 {
-        self.released.load(Ordering::SeqCst)
+    /// Tasks refused with [`Refusal::Busy`] and not yet posted again.
+    pub fn deferred_tasks(&self) -> usize {
+        self.deferred.len()
+    }
+
+    /// The release epoch (admit step 3): moves with every permit release
+    /// and every release of the budget's bytes (both only grow).
+    pub(super) fn epoch(&self) -> u64 {
+        u64::from(self.released.load(Ordering::SeqCst)) + self.budget.release_epoch()
     }
 
     /// Admit step 1–2: a permit for a task of `lane` at `priority` needing

@@ -119,7 +119,11 @@
 //!    that already happened.
 //! 4. Dropping a granted permit returns its bytes and slot and bumps the
 //!    epoch (SeqCst); the worker then posts every deferred task again, on
-//!    its own submission's pool, where it retries from step 1.
+//!    its own submission's pool, where it retries from step 1. Any other
+//!    release of the budget's bytes (an arena, an output lease, another
+//!    controller's permit) does the same on the releasing thread: the
+//!    controller watches its budget, whose release epoch is part of the
+//!    admission epoch (arena reservation protocol step 5).
 //!
 //! **Sleep/wake** (no busy spinning when idle, no lost wake-up):
 //! 1. Worker: after `SCHEDULER_SPIN_POLLS` empty polls

@@ -229,7 +229,12 @@ impl Lease<'_> {
     }
 }
 
-impl ParallelFor for Lease<'_> {
+// SAFETY: `JobBoard::run` (protocol "lease", model-checked by
+// `loom-tests/tests/fork_join.rs`) hands out each index of `0..tasks` once
+// through an atomic counter, whichever thread takes it, and returns only
+// after the count of finished tasks reaches `tasks`; a panicking task is
+// caught and resumed after that, so no call outlives `run`.
+unsafe impl ParallelFor for Lease<'_> {
     fn threads(&self) -> usize {
         self.helpers + 1
     }

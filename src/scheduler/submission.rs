@@ -185,6 +185,11 @@ impl Deferred {
         });
     }
 
+    /// Tasks deferred now.
+    pub(super) fn len(&self) -> usize {
+        self.len.load(Ordering::SeqCst)
+    }
+
     /// Admit step 4: posts every deferred task again (on its own pool).
     fn retry_all(&self) {
         fence(Ordering::SeqCst);
@@ -200,6 +205,13 @@ impl Deferred {
                 submission.post(&pool, task);
             }
         }
+    }
+}
+
+/// Admit step 4 after a release of the budget's bytes by anyone.
+impl crate::arena::ReleaseWatcher for Deferred {
+    fn released(&self) {
+        self.retry_all();
     }
 }
 

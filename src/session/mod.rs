@@ -37,6 +37,9 @@
 //!    preparation task; only an explicit `prepare` retries it.
 //! 5. Kernels' parallel regions run on the pool's CPU workers (the lease).
 //!
+//! **Prepared**: a prepare handle's `wait` returns `Ok` only once every
+//! prepared object was seen resident (file `resident.rs`).
+//!
 //! **Handles**: [`ExecutionHandle::wait`] returns after the submission
 //! reached its single terminal state, with the context (outputs filled) or
 //! an [`ExecutionError`] carrying the context back. Dropping a live handle
@@ -47,6 +50,7 @@
 //! [`run_async`]: RuntimeSession::run_async
 
 pub mod report;
+mod resident;
 mod trace;
 
 use std::fmt;
@@ -54,6 +58,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use trace::{Trace, TraceEvent, TraceLane};
+
+use resident::prepare_error;
 
 use onnx_prepared_kernels::Tensor;
 
@@ -67,7 +73,7 @@ use crate::scheduler::{
     TaskGraph, TaskRunner, WorkerPool,
 };
 use crate::state::{InvocationState, PreparedExecutionState, Progress, SessionTasks};
-use crate::store::{Outcome, Residency};
+use crate::store::{Outcome, Registration, Residency};
 use crate::sync::{AtomicBool, AtomicU64, Lock, Ordering};
 
 /// How a session runs: its workers, memory limits and look-ahead.
@@ -503,6 +509,7 @@ impl RuntimeSession {
                     session: Arc::downgrade(inner),
                     slot: Lock::new(slot),
                     interest: Lock::default(),
+                    waiting: Lock::default(),
                 });
                 let submission = inner
                     .pool
@@ -694,6 +701,12 @@ struct RunContinuation {
     /// The preparation this run registered interest on (protocol
     /// "interest"), until the run ends or is cancelled.
     interest: Lock<Option<Arc<Preparation>>>,
+    /// The continuation a suspended run registered on the store (run step
+    /// 3). It owns the run's resume handle, hence the submission, this
+    /// continuation and the context: a cancelled run takes it back
+    /// ([`RunContinuation::deregister`]) so that all of it is freed without
+    /// waiting for the object's completion.
+    waiting: Lock<Option<Registration>>,
 }
 
 impl TaskRunner for RunContinuation {
@@ -714,6 +727,18 @@ impl TaskRunner for RunContinuation {
 }
 
 impl RunContinuation {
+    /// Drops the continuation the run registered on the store, if it was
+    /// not called yet (idempotent). Called when the run is cancelled and
+    /// once its submission is terminal: no run is executing then, so no
+    /// registration can follow.
+    fn deregister(&self) {
+        if let Some(registration) = self.waiting.with(Option::take)
+            && let Some(session) = self.session.upgrade()
+        {
+            session.state.store().deregister(registration);
+        }
+    }
+
     /// Interest step 2 for this run (idempotent).
     fn release_interest(&self, cancelled: bool) {
         if let Some(p) = self.interest.with(Option::take)
@@ -799,10 +824,13 @@ impl RunContinuation {
                     generation + 1
                 };
                 let handle = tctx.suspend();
-                state
+                let registration = state
                     .store()
                     .waiter(index, crate::store::Generation(target))
                     .on_complete(move |_outcome: Outcome| handle.resume());
+                // The previous registration (if any) was called: it resumed
+                // this run.
+                self.waiting.with(|w| *w = registration);
                 Ok(false)
             }
         }
@@ -1278,8 +1306,15 @@ impl<T> ExecutionHandle<T> {
     /// ```
     pub fn cancel(&self) {
         let inner = self.inner();
-        if let Kind::Run { submission, .. } = &inner.kind {
+        if let Kind::Run { submission, runner } = &inner.kind {
             submission.cancel_token().cancel();
+            // A run suspended on an object ends cancelled: its continuation
+            // on the store is taken back (a run still executing may register
+            // one after this; it is taken back once the submission is
+            // terminal).
+            if submission.is_done() {
+                runner.deregister();
+            }
         }
         inner.release_interest(true);
     }
@@ -1330,41 +1365,13 @@ impl<T> ExecutionHandle<T> {
             Kind::Prepare(p) => {
                 let outcome = p.submission.wait();
                 inner.release_interest(false);
-                let status = status_of(&session, &inner.kind, &outcome);
-                match status {
-                    Status::Cancelled => Err(ExecutionError {
-                        error: RunError::Cancelled.into(),
-                        diagnostics: Box::default(),
-                        context: None,
-                    }),
+                match status_of(&session, &inner.kind, &outcome) {
                     Status::Succeeded if session.state.all_resident() => Ok(None),
-                    Status::Failed(diagnostics) => Err(ExecutionError {
-                        error: RunError::Unsupported {
-                            what: format!(
-                                "preparation failed: {}",
-                                diagnostics
-                                    .failed_task
-                                    .as_ref()
-                                    .map_or("", |(_, why)| why.as_str())
-                            ),
-                        }
-                        .into(),
-                        diagnostics: Box::new(diagnostics),
-                        context: None,
-                    }),
-                    _ => {
-                        // Objects produced by another submission (a run's
-                        // on-demand preparation) or evicted since: settle
-                        // each one.
-                        for r in 0..session.publisher.len() {
-                            let store = session.state.store();
-                            let snapshot = store.snapshot(r);
-                            if snapshot.is_in_flight() {
-                                store.waiter(r, snapshot.generation()).wait();
-                            }
-                        }
-                        Ok(None)
-                    }
+                    // Objects produced by another submission (a run's
+                    // on-demand preparation) or evicted since: settle and
+                    // re-check each one (protocol "prepared").
+                    Status::Succeeded | Status::Running => session.ensure_resident().map(|()| None),
+                    status => Err(prepare_error(status)),
                 }
             }
             Kind::Run { submission, runner } => {
@@ -1373,6 +1380,7 @@ impl<T> ExecutionHandle<T> {
                 } else {
                     submission.wait()
                 };
+                runner.deregister();
                 let (ctx, error) = runner.slot.with(|s| (s.ctx.take(), s.error.take()));
                 let status = status_of(&session, &inner.kind, &outcome);
                 inner.release_interest(status == Status::Cancelled);
@@ -1429,10 +1437,12 @@ fn status_of(session: &SessionInner, kind: &Kind, outcome: &RunOutcome) -> Statu
 
 impl ExecutionHandle<()> {
     /// Blocks until every prepared object is resident (or preparation
-    /// failed).
+    /// failed): `Ok` means each one was resident when it was checked.
     ///
     /// # Errors
-    /// The first failed preparation task, with the tasks it suppressed.
+    /// The first failed preparation task, with the tasks it suppressed; an
+    /// object whose production failed in another submission, or that stayed
+    /// missing (evicted each time) through a few renewed preparations.
     pub fn wait(mut self) -> Result<(), ExecutionError> {
         self.finish().map(|_| ())
     }
@@ -1457,7 +1467,15 @@ impl<T> Drop for ExecutionHandle<T> {
         if let Some(inner) = &self.inner {
             let cancelled = match &inner.kind {
                 Kind::Prepare(p) => p.submission.wait().cancelled > 0,
-                Kind::Run { submission, .. } => submission.wait_helping().cancelled > 0,
+                Kind::Run { submission, runner } => {
+                    let cancelled = submission.wait_helping().cancelled > 0;
+                    // Nobody will take the context: free it (and its budget
+                    // charges) now, and the continuation a cancelled run
+                    // left on the store with it.
+                    runner.deregister();
+                    drop(runner.slot.with(|s| s.ctx.take()));
+                    cancelled
+                }
             };
             inner.release_interest(cancelled);
         }

@@ -43,7 +43,8 @@ impl ThreadPool {
     }
 }
 
-impl ParallelFor for ThreadPool {
+// SAFETY: delegates to the pool's `Lease`, which upholds the contract.
+unsafe impl ParallelFor for ThreadPool {
     fn threads(&self) -> usize {
         self.pool.lease().threads()
     }

@@ -6,7 +6,7 @@ use std::fmt;
 
 use super::residency::HolderTransition;
 use super::{Entry, Generation, PreparedObjectStore, stamp};
-use crate::sync::{Event, Ordering, epoch};
+use crate::sync::{ContinuationKey, Event, Ordering, epoch};
 
 /// What [`PreparedObjectStore::try_claim_load`] found.
 #[must_use]
@@ -164,7 +164,25 @@ impl<T> Drop for LoadClaim<'_, T> {
 #[derive(Clone, Copy)]
 pub struct Waiter<'a> {
     event: &'a Event,
+    index: usize,
     generation: Generation,
+}
+
+/// A continuation kept by [`Waiter::on_complete`] until its generation
+/// completes; [`PreparedObjectStore::deregister`](super::PreparedObjectStore::deregister)
+/// takes it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a registration is the only way to take the continuation back"]
+pub struct Registration {
+    pub(super) index: usize,
+    pub(super) key: ContinuationKey,
+}
+
+impl Registration {
+    /// The store entry it was registered on.
+    pub fn index(&self) -> usize {
+        self.index
+    }
 }
 
 impl fmt::Debug for Waiter<'_> {
@@ -177,8 +195,12 @@ impl fmt::Debug for Waiter<'_> {
 }
 
 impl<'a> Waiter<'a> {
-    pub(super) fn new(event: &'a Event, generation: Generation) -> Self {
-        Self { event, generation }
+    pub(super) fn new(event: &'a Event, index: usize, generation: Generation) -> Self {
+        Self {
+            event,
+            index,
+            generation,
+        }
     }
 
     /// The generation waited for.
@@ -208,11 +230,17 @@ impl<'a> Waiter<'a> {
     /// Calls `f` with the outcome once the generation completes, instead of
     /// blocking: at once if it already has, else on the producer's thread
     /// as it publishes or fails (it must not block; e.g. it resumes a
-    /// suspended task).
-    pub fn on_complete(&self, f: impl FnOnce(Outcome) + Send + 'static) {
-        self.event.on_complete(
-            stamp(self.generation, false),
-            Box::new(move |seen| f(Outcome::from_stamp(seen))),
-        );
+    /// suspended task). Returns the registration that takes `f` back
+    /// uncalled (`None`: `f` was called at once).
+    pub fn on_complete(&self, f: impl FnOnce(Outcome) + Send + 'static) -> Option<Registration> {
+        self.event
+            .on_complete(
+                stamp(self.generation, false),
+                Box::new(move |seen| f(Outcome::from_stamp(seen))),
+            )
+            .map(|key| Registration {
+                index: self.index,
+                key,
+            })
     }
 }

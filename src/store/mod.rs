@@ -93,7 +93,7 @@ use bitvec::prelude::{BitSlice, BitVec};
 use crate::sync::epoch::Slot;
 use crate::sync::{AtomicU64, AtomicUsize, Event, Ordering, thread};
 
-pub use claim::{ClaimLoad, LoadClaim, Outcome, Waiter};
+pub use claim::{ClaimLoad, LoadClaim, Outcome, Registration, Waiter};
 pub use pin::{Evict, Pin, ReadGuard};
 pub use residency::{Generation, MAX_GENERATION, MAX_PINS, Residency, Snapshot};
 
@@ -184,7 +184,7 @@ impl<T: Send + Sync + 'static> PreparedObjectStore<T> {
                     ClaimLoad::Claimed(LoadClaim::new(self, index, generation))
                 }
                 TransitionToLoading::InFlight(generation) => {
-                    ClaimLoad::InFlight(Waiter::new(&entry.event, generation))
+                    ClaimLoad::InFlight(Waiter::new(&entry.event, index, generation))
                 }
                 TransitionToLoading::Resident(generation) => ClaimLoad::Resident(generation),
                 TransitionToLoading::Failed(generation) => ClaimLoad::Failed(generation),
@@ -203,7 +203,30 @@ impl<T: Send + Sync + 'static> PreparedObjectStore<T> {
     /// # Panics
     /// If `index >= self.len()`.
     pub fn waiter(&self, index: usize, generation: Generation) -> Waiter<'_> {
-        Waiter::new(&self.entries[index].event, generation)
+        Waiter::new(&self.entries[index].event, index, generation)
+    }
+
+    /// Takes back a continuation registered by [`Waiter::on_complete`]
+    /// (event protocol step 6): if no completion called it yet, it is
+    /// dropped, uncalled, on this thread, and `true` is returned. A
+    /// consumer that stops waiting (a cancelled run) calls this so that
+    /// what the continuation owns is freed now, not at the next completion.
+    ///
+    /// # Panics
+    /// If the registration's index is `>= self.len()`.
+    pub fn deregister(&self, registration: Registration) -> bool {
+        self.entries[registration.index]
+            .event
+            .deregister(registration.key)
+    }
+
+    /// Continuations registered on entry `index` and not yet called or
+    /// deregistered.
+    ///
+    /// # Panics
+    /// If `index >= self.len()`.
+    pub fn registered(&self, index: usize) -> usize {
+        self.entries[index].event.kept()
     }
 
     /// Pins entry `index` if it is resident (protocol 4); the object cannot

@@ -429,15 +429,19 @@ fn continuations_run_once_on_publish_or_failure() {
     // Registered while in flight: called by the publisher, once.
     let c = claim(&store, 0);
     let g = c.generation();
-    store.waiter(0, g).on_complete(record("before"));
+    let before = store.waiter(0, g).on_complete(record("before"));
     assert!(seen.with(|s| s.is_empty()));
+    assert_eq!(store.registered(0), 1);
     c.publish(7, 8);
     assert_eq!(
         seen.with(|s| s.clone()),
         vec![("before", Outcome::Resident(g))]
     );
-    // Registered after: called at once.
-    store.waiter(0, g).on_complete(record("after"));
+    assert_eq!(store.registered(0), 0);
+    // Taken back after it was called: nothing to take.
+    assert!(!store.deregister(before.expect("kept while in flight")));
+    // Registered after: called at once, nothing kept.
+    assert!(store.waiter(0, g).on_complete(record("after")).is_none());
     assert_eq!(seen.with(|s| s.len()), 2);
     // A dropped claim fails the generation: the continuation sees it.
     let c = claim(&store, 1);
@@ -446,4 +450,32 @@ fn continuations_run_once_on_publish_or_failure() {
     drop(c);
     assert_eq!(seen.with(|s| s[2]), ("failed", Outcome::Failed(g1)));
     assert_eq!(seen.with(|s| s.len()), 3);
+}
+
+/// Event protocol step 6: a deregistered continuation is dropped uncalled
+/// at once (what it owns is freed), and a later completion calls only the
+/// others.
+#[test]
+fn a_deregistered_continuation_is_dropped_uncalled() {
+    let store: PreparedObjectStore<u64> = PreparedObjectStore::new(1);
+    let called = Arc::new(crate::sync::AtomicUsize::new(0));
+    let owned = Arc::new(());
+    let c = claim(&store, 0);
+    let g = c.generation();
+    let register = || {
+        let (called, owned) = (called.clone(), owned.clone());
+        store.waiter(0, g).on_complete(move |_| {
+            let _owned = owned;
+            called.fetch_add(1, crate::sync::Ordering::Relaxed);
+        })
+    };
+    let first = register().expect("kept while in flight");
+    let _second = register().expect("kept while in flight");
+    assert_eq!((store.registered(0), Arc::strong_count(&owned)), (2, 3));
+    assert!(store.deregister(first));
+    assert_eq!((store.registered(0), Arc::strong_count(&owned)), (1, 2));
+    assert!(!store.deregister(first), "a key removes at most once");
+    c.publish(7, 8);
+    assert_eq!(called.load(crate::sync::Ordering::Relaxed), 1);
+    assert_eq!((store.registered(0), Arc::strong_count(&owned)), (0, 1));
 }

@@ -33,6 +33,12 @@
 //!    continuation is so called exactly once: either its registrant saw the
 //!    raised stamp, or it was kept before the completer took the lock and
 //!    the completer takes it.
+//! 6. `deregister(key)` (the key `on_complete` returned when it kept `f`)
+//!    takes `f` back under the lock, unless a completer already took it, and
+//!    drops it (after releasing the lock) without calling it. A continuation
+//!    is thus either called once or dropped uncalled, never both: whoever
+//!    removes it from the list under the lock owns it. Keys are never reused,
+//!    so a stale key removes nothing.
 
 use super::{AtomicU64, Condvar, Mutex, Ordering, lock};
 
@@ -40,12 +46,26 @@ use super::{AtomicU64, Condvar, Mutex, Ordering, lock};
 /// that satisfied it.
 pub type Continuation = Box<dyn FnOnce(u64) + Send>;
 
+/// The continuations kept under the event's lock.
+#[derive(Default)]
+struct Kept {
+    /// `(target, key, f)`, in registration order.
+    waiting: Vec<(u64, u64, Continuation)>,
+    /// The key of the next kept continuation.
+    next_key: u64,
+}
+
+/// A kept continuation's key (protocol step 6), returned by
+/// [`Event::on_complete`] when it did not call the continuation at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ContinuationKey(u64);
+
 /// A completion event whose stamp only grows.
 #[derive(Default)]
 pub struct Event {
     stamp: AtomicU64,
-    /// Continuations waiting for a stamp, with their targets.
-    lock: Mutex<Vec<(u64, Continuation)>>,
+    /// Continuations waiting for a stamp, with their targets and keys.
+    lock: Mutex<Kept>,
     cond: Condvar,
 }
 
@@ -73,46 +93,71 @@ impl Event {
     pub fn complete(&self, stamp: u64) {
         self.stamp.fetch_max(stamp, Ordering::Release);
         let seen = self.stamp();
-        let due: Vec<(u64, Continuation)> = {
+        let due: Vec<(u64, u64, Continuation)> = {
             let mut kept = lock(&self.lock);
             self.cond.notify_all();
-            if kept.is_empty() {
+            if kept.waiting.is_empty() {
                 Vec::new()
             } else {
-                let (due, waiting) = std::mem::take(&mut *kept)
+                let (due, waiting) = std::mem::take(&mut kept.waiting)
                     .into_iter()
-                    .partition(|(target, _)| *target <= seen);
-                *kept = waiting;
+                    .partition(|(target, _, _)| *target <= seen);
+                kept.waiting = waiting;
                 due
             }
         };
-        for (_, f) in due {
+        for (_, _, f) in due {
             f(seen);
         }
     }
 
     /// Calls `f` once the stamp is at least `target`: at once (on this
     /// thread) if it already is, else on the thread that completes it
-    /// (protocol steps 4–5). `f` must not block.
-    pub fn on_complete(&self, target: u64, f: Continuation) {
+    /// (protocol steps 4–5). `f` must not block. Returns the key that
+    /// [`deregister`](Self::deregister) takes `f` back with, or `None` when
+    /// `f` was already called.
+    pub fn on_complete(&self, target: u64, f: Continuation) -> Option<ContinuationKey> {
         let seen = self.stamp();
         if seen >= target {
             f(seen);
-            return;
+            return None;
         }
         let ready = {
             let mut kept = lock(&self.lock);
             let seen = self.stamp.load(Ordering::Acquire);
             if seen >= target {
-                Some((seen, f))
+                Err((seen, f))
             } else {
-                kept.push((target, f));
-                None
+                let key = kept.next_key;
+                kept.next_key += 1;
+                kept.waiting.push((target, key, f));
+                Ok(ContinuationKey(key))
             }
         };
-        if let Some((seen, f)) = ready {
-            f(seen);
+        match ready {
+            Ok(key) => Some(key),
+            Err((seen, f)) => {
+                f(seen);
+                None
+            }
         }
+    }
+
+    /// Protocol step 6: drops the continuation kept under `key` without
+    /// calling it; `true` if it was still kept (no completer took it).
+    /// Its drop runs on this thread, after the lock is released.
+    pub fn deregister(&self, key: ContinuationKey) -> bool {
+        let removed = {
+            let mut kept = lock(&self.lock);
+            let at = kept.waiting.iter().position(|(_, k, _)| *k == key.0);
+            at.map(|at| kept.waiting.remove(at))
+        };
+        removed.is_some()
+    }
+
+    /// Continuations kept now (registered, not yet called or deregistered).
+    pub fn kept(&self) -> usize {
+        lock(&self.lock).waiting.len()
     }
 
     /// Blocks until the stamp is at least `target`; returns the stamp seen.

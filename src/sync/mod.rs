@@ -16,7 +16,7 @@ mod lock;
 mod pool;
 
 pub use bounded_queue::BoundedQueue;
-pub use event::Event;
+pub use event::{ContinuationKey, Event};
 pub use fork_join::{JobBoard, MAX_TASKS};
 pub use futex::FutexWord;
 pub use latch::Latch;

@@ -10,7 +10,9 @@ use onnx_prepared_kernels::{InputInfo, KernelError, Operator, ParallelFor, Tenso
 #[derive(Debug, Clone, Copy)]
 pub struct Reversed;
 
-impl ParallelFor for Reversed {
+// SAFETY: every index of `0..tasks` exactly once, on the calling thread,
+// all before `run` returns.
+unsafe impl ParallelFor for Reversed {
     fn threads(&self) -> usize {
         4
     }

@@ -81,8 +81,9 @@ pub(crate) struct OutPtr {
 }
 
 // SAFETY: an `OutPtr` is only dereferenced by tasks of one `par.run` call
-// that write pairwise disjoint regions of the buffer it came from, while the
-// `&mut [f32]` it was made from is borrowed for the whole call.
+// that write pairwise disjoint regions of the buffer it came from (one region
+// per task index, each index run once: the unsafe `ParallelFor` contract),
+// while the `&mut [f32]` it was made from is borrowed for the whole call.
 unsafe impl Send for OutPtr {}
 // SAFETY: as above: concurrent users write disjoint elements only.
 unsafe impl Sync for OutPtr {}
