@@ -1,0 +1,490 @@
+//! Lowering and replay, shared by every executor (cold path to lower, hot
+//! path to replay).
+//!
+//! Lowering takes a [`ResolvedModel`] and one set of input shapes, infers
+//! every shape, folds nodes whose inputs are all known constants, and
+//! assigns buffers by liveness (a buffer is released to later values at its
+//! value's last use). The result, [`Lowered`], is a compact action list.
+//! `build` holds the lowering itself; this file the result and its replay.
+//! Replay runs a range of actions with no map lookup and no allocation.
+
+use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use onnx_prepared_kernels::{
+    ElementType, Operator, PackedWeight, ParallelFor, Tensor, element_count,
+};
+
+use super::{Dim, GraphInput, PreparedObject};
+use crate::Error;
+use crate::error::RunError;
+use crate::model::ResolvedModel;
+
+/// Where an action operand lives at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Operand {
+    /// Omitted optional input, or consumed by the packed weight.
+    None,
+    /// `Lowered::constants[i]`.
+    Const(u32),
+    /// `Lowered::buffers[i]`.
+    Buffer(u32),
+    /// The source tensor published for requirement `i`.
+    Object(u32),
+}
+
+/// One step of the hot path.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Action {
+    node: u32,
+    inputs: (u32, u32),
+    outputs: (u32, u32),
+    /// Requirement whose packed weight the kernel consumes.
+    packed: Option<u32>,
+}
+
+/// Prepared objects by requirement index, as an executor holds them.
+pub(crate) trait Objects {
+    /// The object of requirement `r`; present for every requirement the
+    /// replayed actions use.
+    fn object(&self, r: u32) -> Option<&PreparedObject>;
+}
+
+impl Objects for [PreparedObject] {
+    fn object(&self, r: u32) -> Option<&PreparedObject> {
+        self.get(r as usize)
+    }
+}
+
+/// Checks, before lowering allocates them, that its activation buffers and
+/// folded values may hold `bytes` together; `what` names the request for
+/// the error. Called with growing totals; an `Err` stops the lowering.
+pub(crate) type AllocationGate<'a> = &'a dyn Fn(&str, usize) -> Result<(), Error>;
+
+/// The gate of an executor without a budget: `ceiling` bytes (usually
+/// [`crate::limits::default_allocation_ceiling`]).
+pub(crate) fn ceiling_gate(ceiling: usize) -> impl Fn(&str, usize) -> Result<(), Error> {
+    move |what, bytes| {
+        if bytes > ceiling {
+            return Err(crate::arena::ArenaError::AboveCeiling {
+                domain: crate::arena::Domain::Execution,
+                what: what.to_owned(),
+                requested: bytes,
+                limit: ceiling,
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
+/// Bytes a tensor of `dtype` and `shape` holds in memory; `usize::MAX` when
+/// the size overflows.
+pub(crate) fn tensor_bytes(dtype: ElementType, shape: &[usize]) -> usize {
+    element_count(shape)
+        .and_then(|n| dtype.compute().byte_len(n as u64))
+        .and_then(|b| usize::try_from(b).ok())
+        .unwrap_or(usize::MAX)
+}
+
+/// The graph lowered for one input-shape set.
+#[derive(Debug)]
+pub(crate) struct Lowered {
+    /// Input shapes this is for.
+    key_shapes: Vec<Vec<usize>>,
+    /// Values of the shape-operand inputs this is for (`None` for others).
+    key_values: Vec<Option<Tensor>>,
+    constants: Vec<Arc<Tensor>>,
+    buffers: Vec<Tensor>,
+    /// Shape of each output operand, indexed like `operands`.
+    out_shapes: Vec<Vec<usize>>,
+    operands: Vec<Operand>,
+    actions: Vec<Action>,
+    /// `node_action[n]`: index of the first action of node `n` or later
+    /// (folded nodes have none); one past the end closes the last node.
+    node_action: Vec<u32>,
+    input_buffers: Vec<u32>,
+    output_operands: Vec<Operand>,
+    /// Output tensors of the action being replayed; capacity for the most
+    /// outputs of any action, reserved at lowering.
+    scratch: Vec<Tensor>,
+    /// Input references of the action being replayed, kept empty between
+    /// actions; capacity for the most inputs of any action, reserved at
+    /// lowering (see [`recycle`]).
+    ins: Vec<Option<&'static Tensor>>,
+}
+
+/// An empty `Vec` of references with the allocation of `v`: collecting a
+/// `vec::IntoIter` into a `Vec` of an element of the same size and alignment
+/// reuses its buffer, so this allocates nothing. It lets replay keep one
+/// buffer of input references across actions whose tensors it borrows anew.
+fn recycle<'b>(mut v: Vec<Option<&Tensor>>) -> Vec<Option<&'b Tensor>> {
+    v.clear();
+    v.into_iter().map(|_| None).collect()
+}
+
+/// Lowering must restart with graph input `0` treated as a known value.
+pub(crate) struct NeedsValue(pub(crate) Vec<usize>);
+
+/// Most elements a graph input may have to become a known value of a
+/// lowering (its contents decide shapes, so each distinct value is lowered
+/// once): shape-like inputs, not activations.
+const MAX_VALUE_INPUT_ELEMENTS: usize = 1024;
+
+/// Checks `inputs` (by name) against the declared graph inputs and orders them.
+pub(crate) fn order_inputs<'t>(
+    declared: &[GraphInput],
+    inputs: &[(&str, &'t Tensor)],
+) -> Result<Vec<&'t Tensor>, Error> {
+    for (name, _) in inputs {
+        if !declared.iter().any(|i| i.name == *name) {
+            return Err(RunError::UnknownInput {
+                input: (*name).to_owned(),
+            }
+            .into());
+        }
+    }
+    let mut ordered = Vec::with_capacity(declared.len());
+    for decl in declared {
+        let mut found = inputs.iter().filter(|(n, _)| *n == decl.name);
+        let (_, t) = found.next().ok_or_else(|| RunError::MissingInput {
+            input: decl.name.clone(),
+        })?;
+        if found.next().is_some() {
+            return Err(RunError::DuplicateInput {
+                input: decl.name.clone(),
+            }
+            .into());
+        }
+        check_input(decl, t)?;
+        ordered.push(*t);
+    }
+    Ok(ordered)
+}
+
+/// Checks one input's type and shape against its declaration.
+pub(crate) fn check_input(decl: &GraphInput, t: &Tensor) -> Result<(), Error> {
+    if t.dtype() != decl.dtype {
+        return Err(RunError::InputType {
+            input: decl.name.clone(),
+            expected: decl.dtype,
+            found: t.dtype(),
+        }
+        .into());
+    }
+    if let Some(dims) = &decl.dims {
+        let ok = dims.len() == t.shape().len()
+            && dims
+                .iter()
+                .zip(t.shape())
+                .all(|(d, &s)| !matches!(d, Dim::Fixed(f) if *f != s));
+        if !ok {
+            return Err(RunError::InputShape {
+                input: decl.name.clone(),
+                expected: dims
+                    .iter()
+                    .map(|d| match d {
+                        Dim::Fixed(n) => n.to_string(),
+                        Dim::Symbolic(p) => p.clone(),
+                        Dim::Unknown => "?".into(),
+                    })
+                    .collect(),
+                found: t.shape().to_vec(),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+impl Lowered {
+    /// Whether this lowering serves `inputs` (same shapes, same values of
+    /// shape-operand inputs).
+    pub(crate) fn matches(&self, inputs: &[&Tensor], value_inputs: &HashSet<usize>) -> bool {
+        self.matches_by(inputs.len(), |i| inputs[i], value_inputs)
+    }
+
+    /// Bytes held by the activation buffers (inputs included).
+    pub(crate) fn buffer_bytes(&self) -> usize {
+        self.buffers
+            .iter()
+            .map(Tensor::byte_len)
+            .fold(0, usize::saturating_add)
+    }
+
+    /// Number of actions.
+    pub(crate) fn len(&self) -> usize {
+        self.actions.len()
+    }
+
+    /// The action range of nodes `nodes`.
+    pub(crate) fn actions_of(&self, nodes: std::ops::Range<u32>) -> std::ops::Range<usize> {
+        self.node_action[nodes.start as usize] as usize
+            ..self.node_action[nodes.end as usize] as usize
+    }
+
+    /// [`Lowered::matches`] over inputs reached by declared index.
+    pub(crate) fn matches_by<'t>(
+        &self,
+        count: usize,
+        input: impl Fn(usize) -> &'t Tensor,
+        value_inputs: &HashSet<usize>,
+    ) -> bool {
+        self.key_shapes.len() == count
+            && self.key_shapes.iter().enumerate().all(|(i, k)| {
+                let t = input(i);
+                k.as_slice() == t.shape()
+                    && (!value_inputs.contains(&i) || self.key_values[i].as_ref() == Some(t))
+            })
+    }
+
+    /// [`Lowered::load_inputs`] over inputs reached by declared index
+    /// (allocates nothing).
+    pub(crate) fn load_inputs_by<'t>(
+        &mut self,
+        input: impl Fn(usize) -> &'t Tensor,
+    ) -> Result<(), Error> {
+        for (i, &buffer) in self.input_buffers.iter().enumerate() {
+            self.buffers[buffer as usize]
+                .copy_from(input(i))
+                .map_err(|source| RunError::Kernel {
+                    node: "input copy".into(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Copies the caller's inputs into their buffers.
+    pub(crate) fn load_inputs(&mut self, inputs: &[&Tensor]) -> Result<(), Error> {
+        self.load_inputs_by(|i| inputs[i])
+    }
+
+    /// Clones the graph outputs.
+    pub(crate) fn outputs<O: Objects + ?Sized>(
+        &self,
+        resolved: &ResolvedModel,
+        objects: &O,
+    ) -> Vec<(String, Tensor)> {
+        let empty = Tensor::default();
+        resolved
+            .outputs()
+            .iter()
+            .zip(&self.output_operands)
+            .map(|((name, _), op)| {
+                (
+                    name.clone(),
+                    self.output_value(*op, objects, &empty).clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// The tensor holding graph output `operand` after a run.
+    fn output_value<'a, O: Objects + ?Sized>(
+        &'a self,
+        operand: Operand,
+        objects: &'a O,
+        empty: &'a Tensor,
+    ) -> &'a Tensor {
+        match operand {
+            Operand::Const(c) => &self.constants[c as usize],
+            Operand::Buffer(b) => &self.buffers[b as usize],
+            Operand::Object(r) => objects
+                .object(r)
+                .and_then(|o| o.as_source())
+                .unwrap_or(empty),
+            Operand::None => empty,
+        }
+    }
+
+    /// The bytes of the graph outputs `outputs_into` would write.
+    pub(crate) fn output_bytes<O: Objects + ?Sized>(&self, objects: &O) -> usize {
+        self.output_operands
+            .iter()
+            .map(|operand| {
+                let t = match *operand {
+                    Operand::Const(c) => Some(&*self.constants[c as usize]),
+                    Operand::Buffer(b) => Some(&self.buffers[b as usize]),
+                    Operand::Object(r) => objects.object(r).and_then(|o| o.as_source()),
+                    Operand::None => None,
+                };
+                t.map_or(0, Tensor::byte_len)
+            })
+            .fold(0usize, usize::saturating_add)
+    }
+
+    /// The graph outputs written into `out`, reusing its tensors: an
+    /// output computed into its own buffer trades places with the tensor in
+    /// its slot when their types and element counts match (no copy: the
+    /// buffer takes the old tensor, which the next run overwrites); other
+    /// outputs are copied into their slots, without allocating when types
+    /// and element counts match.
+    pub(crate) fn outputs_into<O: Objects + ?Sized>(
+        &mut self,
+        resolved: &ResolvedModel,
+        objects: &O,
+        out: &mut Vec<(String, Tensor)>,
+    ) {
+        let declared = resolved.outputs();
+        out.truncate(declared.len());
+        for (i, ((name, _), operand)) in declared.iter().zip(&self.output_operands).enumerate() {
+            // A buffer that is also a graph input, or that backs two
+            // outputs, is copied: its contents must stay.
+            if let Operand::Buffer(b) = *operand
+                && i < out.len()
+                && !self.input_buffers.contains(&b)
+                && self
+                    .output_operands
+                    .iter()
+                    .filter(|o| **o == Operand::Buffer(b))
+                    .count()
+                    == 1
+            {
+                let buffer = &mut self.buffers[b as usize];
+                let (slot_name, slot) = &mut out[i];
+                if slot.dtype() == buffer.dtype() && slot.len() == buffer.len() {
+                    if slot_name != name {
+                        name.clone_into(slot_name);
+                    }
+                    std::mem::swap(slot, buffer);
+                    continue;
+                }
+            }
+            let empty = Tensor::default();
+            let value = self.output_value(*operand, objects, &empty);
+            if i == out.len() {
+                out.push((name.clone(), value.clone()));
+                continue;
+            }
+            let (slot_name, slot) = &mut out[i];
+            if slot_name != name {
+                name.clone_into(slot_name);
+            }
+            if slot.copy_from(value).is_err() {
+                *slot = value.clone();
+            }
+        }
+    }
+
+    /// Replays `range` of the actions.
+    pub(crate) fn replay<O: Objects + ?Sized>(
+        &mut self,
+        resolved: &ResolvedModel,
+        objects: &O,
+        range: std::ops::Range<usize>,
+        par: &dyn ParallelFor,
+    ) -> Result<(), Error> {
+        let nodes = resolved.nodes();
+        let Self {
+            constants,
+            buffers,
+            out_shapes,
+            operands,
+            actions,
+            scratch,
+            ins: kept_ins,
+            ..
+        } = self;
+        for action in &actions[range] {
+            let node = &nodes[action.node as usize];
+            let (o0, o1) = (action.outputs.0 as usize, action.outputs.1 as usize);
+            scratch.clear();
+            for (k, op) in operands[o0..o1].iter().enumerate() {
+                let Operand::Buffer(b) = *op else {
+                    unreachable!("outputs are buffers")
+                };
+                let mut t = std::mem::take(&mut buffers[b as usize]);
+                let shape = out_shapes[o0 + k].as_slice();
+                if t.shape() != shape {
+                    // Values of equal size share a buffer; only the shape differs.
+                    t.set_shape_from(shape)
+                        .expect("same element count by construction");
+                }
+                scratch.push(t);
+            }
+            let mut ins = recycle(std::mem::take(kept_ins));
+            let (i0, i1) = (action.inputs.0 as usize, action.inputs.1 as usize);
+            let mut missing = None;
+            for op in &operands[i0..i1] {
+                ins.push(match *op {
+                    Operand::None => None,
+                    Operand::Const(c) => Some(&*constants[c as usize]),
+                    Operand::Buffer(b) => Some(&buffers[b as usize]),
+                    Operand::Object(r) => {
+                        let t = objects.object(r).and_then(PreparedObject::as_source);
+                        if t.is_none() {
+                            missing = Some(r);
+                        }
+                        t
+                    }
+                });
+            }
+            let packed = match action.packed {
+                None => None,
+                Some(r) => {
+                    let p = objects.object(r).and_then(PreparedObject::as_packed);
+                    if p.is_none() {
+                        missing = Some(r);
+                    }
+                    p
+                }
+            };
+            let result = match missing {
+                Some(r) => Err(RunError::NotResident {
+                    node: node.name.clone(),
+                    requirement: resolved.requirements()[r as usize].name.clone(),
+                }
+                .into()),
+                None => execute_caught(&*node.op, &node.name, &ins, packed, scratch, par),
+            };
+            *kept_ins = recycle(ins);
+            for (op, t) in operands[o0..o1].iter().zip(scratch.drain(..)) {
+                let Operand::Buffer(b) = *op else {
+                    unreachable!()
+                };
+                buffers[b as usize] = t;
+            }
+            result?;
+        }
+        Ok(())
+    }
+}
+
+/// Executes one operator, turning a panic into an error naming the node.
+pub(crate) fn execute_caught(
+    op: &dyn Operator,
+    node: &str,
+    inputs: &[Option<&Tensor>],
+    packed: Option<&PackedWeight>,
+    outputs: &mut [Tensor],
+    par: &dyn ParallelFor,
+) -> Result<(), Error> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| {
+        op.execute(inputs, packed, outputs, par)
+    })) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(source)) => Err(RunError::Kernel {
+            node: node.to_owned(),
+            source,
+        }
+        .into()),
+        Err(panic) => {
+            let detail = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(RunError::KernelPanic {
+                node: node.to_owned(),
+                detail,
+            }
+            .into())
+        }
+    }
+}
+
+mod build;
+
+pub(crate) use build::lower_all;
