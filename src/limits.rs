@@ -117,3 +117,7 @@ pub const MAX_CLI_THREADS: usize = 1024;
 
 /// Most repetitions `onnx-prepared run --repeat` accepts.
 pub const MAX_REPEAT: usize = 1_000_000;
+
+/// Most new tokens `onnx-prepared generate --max-new-tokens` accepts (far
+/// beyond any context window these models have; each token is one run).
+pub const MAX_NEW_TOKENS: usize = 65_536;

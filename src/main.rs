@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use onnx_prepared::decoder::{self, Lengths};
-use onnx_prepared::limits::{MAX_CLI_THREADS, MAX_REPEAT};
+use onnx_prepared::limits::{MAX_CLI_THREADS, MAX_NEW_TOKENS, MAX_REPEAT};
 use onnx_prepared::model::Model;
 use onnx_prepared::model::inspect::InspectReport;
 use onnx_prepared::model::{ResolveOptions, ResolvedModel};
@@ -105,8 +105,8 @@ enum Command {
         /// The prompt's token ids, comma-separated (e.g. `1,2,3`).
         #[arg(long, value_delimiter = ',', required = true, num_args = 1..)]
         prompt_ids: Vec<i64>,
-        /// How many tokens to generate.
-        #[arg(long, default_value_t = 16)]
+        /// How many tokens to generate (at most 65,536).
+        #[arg(long, default_value_t = 16, value_parser = parse_new_tokens)]
         max_new_tokens: usize,
         /// CPU threads for the kernels (1 to 1024).
         #[arg(long, default_value_t = 1, value_parser = parse_threads)]
@@ -213,6 +213,19 @@ fn parse_repeat(s: &str) -> Result<usize, String> {
     if n > MAX_REPEAT as u64 {
         return Err(format!(
             "{n} runs is more than the {MAX_REPEAT} `run --repeat` accepts"
+        ));
+    }
+    Ok(n as usize)
+}
+
+/// `--max-new-tokens`: 1 to [`MAX_NEW_TOKENS`].
+fn parse_new_tokens(s: &str) -> Result<usize, String> {
+    let n: u64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of tokens"))?;
+    if n == 0 || n > MAX_NEW_TOKENS as u64 {
+        return Err(format!(
+            "{n} new tokens: `generate --max-new-tokens` takes 1 to {MAX_NEW_TOKENS}"
         ));
     }
     Ok(n as usize)

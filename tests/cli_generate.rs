@@ -149,3 +149,21 @@ fn unsupported_operators_are_listed_on_the_command_line() {
         "{err}"
     );
 }
+
+#[test]
+fn absurd_token_counts_are_refused() {
+    let m = model("qwen2-optimum");
+    for n in ["0", "100000000000", "many"] {
+        let out = cli(&[
+            "generate",
+            m.to_str().unwrap(),
+            "--prompt-ids",
+            "1",
+            "--max-new-tokens",
+            n,
+        ]);
+        assert!(!out.status.success(), "--max-new-tokens {n} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("max-new-tokens"), "{err}");
+    }
+}
