@@ -242,6 +242,7 @@ fn lower(
         node_action: Vec::with_capacity(resolved.nodes().len() + 1),
         input_buffers: Vec::new(),
         output_operands: Vec::new(),
+        output_buffers: Vec::new(),
         scratch: Vec::new(),
         ins: Vec::new(),
     };
@@ -385,6 +386,26 @@ fn lower(
         };
         lowered.output_operands.push(operand);
     }
+    // A buffer that is also a graph input, or that backs two outputs, is
+    // copied out: its contents must stay.
+    lowered.output_buffers = lowered
+        .output_operands
+        .iter()
+        .map(|op| match *op {
+            Operand::Buffer(b)
+                if !lowered.input_buffers.contains(&b)
+                    && lowered
+                        .output_operands
+                        .iter()
+                        .filter(|o| **o == *op)
+                        .count()
+                        == 1 =>
+            {
+                Some(b)
+            }
+            _ => None,
+        })
+        .collect();
     Ok(Ok(lowered))
 }
 

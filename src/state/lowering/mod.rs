@@ -106,6 +106,10 @@ pub(crate) struct Lowered {
     node_action: Vec<u32>,
     input_buffers: Vec<u32>,
     output_operands: Vec<Operand>,
+    /// `output_buffers[i]`: the buffer graph output `i` may trade places
+    /// with its caller's tensor — one it alone owns (not a graph input's,
+    /// not shared with another output); decided at lowering.
+    output_buffers: Vec<Option<u32>>,
     /// Output tensors of the action being replayed; capacity for the most
     /// outputs of any action, reserved at lowering.
     scratch: Vec<Tensor>,
@@ -330,17 +334,8 @@ impl Lowered {
         let declared = resolved.outputs();
         out.truncate(declared.len());
         for (i, ((name, _), operand)) in declared.iter().zip(&self.output_operands).enumerate() {
-            // A buffer that is also a graph input, or that backs two
-            // outputs, is copied: its contents must stay.
-            if let Operand::Buffer(b) = *operand
+            if let Some(b) = self.output_buffers[i]
                 && i < out.len()
-                && !self.input_buffers.contains(&b)
-                && self
-                    .output_operands
-                    .iter()
-                    .filter(|o| **o == Operand::Buffer(b))
-                    .count()
-                    == 1
             {
                 let buffer = &mut self.buffers[b as usize];
                 let (slot_name, slot) = &mut out[i];
