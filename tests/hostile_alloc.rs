@@ -4,6 +4,7 @@
 //! large inputs, a huge folded constant), a 40-input `Concat` and `Max`
 //! through both executors.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
 
 use onnx_prepared::arena::{ArenaError, BudgetLimits, Domain};
@@ -16,8 +17,58 @@ use onnx_prepared::model::{FileSource, Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 use onnx_prepared::state::{DirectReplay, DirectReplayOptions};
+use onnx_prepared::sync::{AtomicUsize, Ordering};
 use onnx_prepared::{Error, ErrorKind};
 use onnx_prepared_kernels::Tensor;
+
+/// The largest single allocation any thread of this binary asked for.
+/// Every test here refuses its large request before making it, so no
+/// allocation anywhere in the binary comes near [`LARGE`].
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
+
+/// An allocation this size or larger is a request the checks should have
+/// refused first (the tests' legitimate tensors are a few MiB).
+const LARGE: usize = 64 << 20;
+
+struct LargestAlloc;
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the
+// maximum is a plain atomic, updated without allocating.
+unsafe impl GlobalAlloc for LargestAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's pointer and layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LARGEST.fetch_max(new_size, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: LargestAlloc = LargestAlloc;
+
+fn assert_nothing_large_was_allocated() {
+    let largest = LARGEST.load(Ordering::SeqCst);
+    assert!(
+        largest < LARGE,
+        "an allocation of {largest} bytes was made before the check refused it"
+    );
+}
 
 /// A graph value of element type `elem` (1 = f32, 7 = i64) with `dims`
 /// (`Ok(n)` fixed, `Err(name)` symbolic); no shape when `dims` is `None`.
@@ -125,6 +176,20 @@ fn run_session(s: &RuntimeSession, inputs: &[(&str, Tensor)]) -> Result<Vec<Tens
     Ok(ctx.take_outputs().into_iter().map(|(_, t)| t).collect())
 }
 
+/// `err` is the session's execution budget refusing a request.
+fn assert_execution_over_budget(err: &Error) {
+    assert!(
+        matches!(
+            err,
+            Error::Arena(ArenaError::OverBudget {
+                domain: Domain::Execution,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+}
+
 fn run_direct(path: &Path, inputs: &[(&str, Tensor)]) -> Result<Vec<Tensor>, Error> {
     let model = Model::open(path).unwrap();
     let source = FileSource::open(&model).unwrap();
@@ -187,7 +252,8 @@ fn broadcasting_two_large_inputs_is_a_budget_error() {
 }
 
 /// A session's execution budget refuses a lowering whose buffers it cannot
-/// hold: `OverBudget` from the budget, not a later failure.
+/// hold: `OverBudget` from the budget, before the buffers are allocated
+/// (no allocation of their size was ever requested).
 #[test]
 fn a_session_budget_refuses_activation_buffers_before_they_exist() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,22 +271,16 @@ fn a_session_budget_refuses_activation_buffers_before_they_exist() {
         &path,
         BudgetLimits::unlimited().with_domain(Domain::Execution, 1 << 20),
     );
-    let n = 1024;
+    // A 1 GiB output: under the default ceiling of any machine that runs
+    // the tests, so only the session's budget refuses it.
+    let n = 1 << 14;
     let inputs = [
         ("a", Tensor::from_f32(vec![n, 1], vec![1.0; n]).unwrap()),
         ("b", Tensor::from_f32(vec![1, n], vec![2.0; n]).unwrap()),
     ];
     let err = run_session(&s, &inputs).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Arena(ArenaError::OverBudget {
-                domain: Domain::Execution,
-                ..
-            })
-        ),
-        "{err:?}"
-    );
+    assert_nothing_large_was_allocated();
+    assert_execution_over_budget(&err);
     assert_eq!(s.state().budget().live(Domain::Execution), 0);
 }
 
@@ -311,4 +371,37 @@ fn nodes_with_forty_inputs_run() {
         assert_eq!(out[1].as_f32().unwrap(), &[(N - 1) as f32, 0.0]);
         assert_eq!(run_direct(&path, &inputs).unwrap(), out);
     }
+}
+
+/// Kernel temporaries are charged with the activation buffers: `Gemm` with
+/// `transA` copies `A` transposed while it runs, so a budget that holds the
+/// buffers (A, B, Y: about 4 MiB) but not the copy as well is refused
+/// before the run, and a budget that holds both runs.
+#[test]
+fn kernel_temporaries_are_charged_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_model(
+        dir.path(),
+        vec![node("Gemm", &["a", "b"], "y", vec![int_attr("transA", 1)])],
+        vec![],
+        vec![
+            value("a", 1, Some(&[Ok(1024), Ok(1024)])),
+            value("b", 1, Some(&[Ok(1024), Ok(1)])),
+        ],
+        vec![value("y", 1, None)],
+    );
+    let k = 1024;
+    let inputs = [
+        ("a", Tensor::from_f32(vec![k, k], vec![0.5; k * k]).unwrap()),
+        ("b", Tensor::from_f32(vec![k, 1], vec![2.0; k]).unwrap()),
+    ];
+    let budget = |mib: usize| BudgetLimits::unlimited().with_domain(Domain::Execution, mib << 20);
+    let tight = session(&path, budget(6));
+    let Err(err) = run_session(&tight, &inputs) else {
+        panic!("a budget without room for the transposed copy ran");
+    };
+    assert_execution_over_budget(&err);
+    let roomy = session(&path, budget(10));
+    let y = run_session(&roomy, &inputs).unwrap();
+    assert!(y[0].as_f32().unwrap().iter().all(|&v| v == 1024.0));
 }

@@ -53,6 +53,15 @@ pub enum KernelError {
         /// What was being computed.
         what: String,
     },
+    /// The system refused a kernel's temporary memory (a transposed operand,
+    /// packed panels, a reference product).
+    #[error("{op}: the system refused {bytes} bytes of temporary memory")]
+    Allocation {
+        /// Operator type.
+        op: &'static str,
+        /// Bytes requested.
+        bytes: usize,
+    },
     /// An input or output has an element type the operator does not handle.
     #[error("{op}: element type {dtype} is not supported")]
     UnsupportedType {

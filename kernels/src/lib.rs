@@ -17,6 +17,7 @@ pub mod op;
 pub mod ops;
 pub mod par;
 pub mod registry;
+mod scratch;
 pub mod tensor;
 
 pub use error::KernelError;

@@ -206,6 +206,26 @@ pub trait Operator: Send + Sync + Debug {
     /// not a constant.
     fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError>;
 
+    /// [`Operator::infer`], refusing an output shape whose element count
+    /// overflows (so every shape the next operator's `infer` sees is a valid
+    /// tensor's). The runtime calls this, never `infer` directly.
+    fn infer_checked(
+        &self,
+        inputs: &[Option<InputInfo<'_>>],
+    ) -> Result<Vec<OutputInfo>, KernelError> {
+        let outs = self.infer(inputs)?;
+        if let Some(o) = outs
+            .iter()
+            .find(|o| crate::element_count(&o.shape).is_none())
+        {
+            return Err(KernelError::Overflow {
+                op: self.name(),
+                what: format!("the element count of the output {:?}", o.shape),
+            });
+        }
+        Ok(outs)
+    }
+
     /// Outputs computed from the input types and shapes alone, for operators
     /// that never read input elements (Shape, Size). Lowering folds these
     /// into constants even when their inputs are run-time values, so the
@@ -229,6 +249,16 @@ pub trait Operator: Send + Sync + Debug {
     ) -> Option<Box<dyn Prepack>> {
         let _ = (inputs, cpu);
         None
+    }
+
+    /// Bytes of temporary memory [`Operator::execute`] allocates for these
+    /// inputs beyond its outputs (a transposed operand, a product computed
+    /// aside): the runtime charges them before the run that needs them.
+    /// Allocation failure inside `execute` is [`KernelError::Allocation`].
+    /// Default: none.
+    fn scratch_bytes(&self, inputs: &[Option<InputInfo<'_>>]) -> usize {
+        let _ = inputs;
+        0
     }
 
     /// Computes `outputs` (preallocated with the inferred types and shapes)

@@ -206,3 +206,190 @@ fn concat_whose_axis_sum_overflows_is_refused() {
         &[dynamic(&a), dynamic(&a)],
     );
 }
+
+/// A valid empty tensor (`[0, 2^40, 2^40]` and the like): its element count
+/// is 0, but runs of its other dims overflow when multiplied.
+fn empty(shape: &[usize]) -> Tensor {
+    Tensor::zeros(ElementType::F32, shape.to_vec()).expect("an empty tensor")
+}
+
+/// Infers and executes `node` on empty inputs with huge dims: whatever the
+/// operator answers, it must not panic (overflow checks are on in tests).
+fn runs_on_empty(node: &Node, inputs: Vec<basic_util::In>) {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| node.run(&inputs)));
+    match r {
+        Ok(Ok(outs)) => assert!(
+            outs.iter().all(Tensor::is_empty),
+            "{}: non-empty outputs from empty inputs",
+            node.op_type
+        ),
+        Ok(Err(_)) => {}
+        Err(_) => panic!(
+            "{}: panicked on an empty input with huge dims",
+            node.op_type
+        ),
+    }
+}
+
+#[test]
+fn empty_tensors_with_huge_dims_run_without_wrapping() {
+    use basic_util::{In, var};
+    let z = || var(empty(&[0, HUGE, HUGE]));
+    runs_on_empty(&Node::new("Softmax", 13).int("axis", 1), vec![z()]);
+    runs_on_empty(&Node::new("Softmax", 11).int("axis", 1), vec![z()]);
+    runs_on_empty(&Node::new("Concat", 13).int("axis", 1), vec![z(), z()]);
+    runs_on_empty(
+        &Node::new("Split", 18)
+            .int("axis", 1)
+            .int("num_outputs", 2)
+            .outputs(2),
+        vec![z()],
+    );
+    runs_on_empty(
+        &Node::new("Transpose", 13).ints("perm", &[1, 2, 0]),
+        vec![z()],
+    );
+    runs_on_empty(
+        &Node::new("MatMul", 13),
+        vec![
+            var(empty(&[0, HUGE, HUGE, 3])),
+            var(Tensor::zeros(ElementType::F32, vec![3, 2]).unwrap()),
+        ],
+    );
+    runs_on_empty(
+        &Node::new("CumSum", 14),
+        vec![z(), In::Const(i64t(&[], &[1]))],
+    );
+    runs_on_empty(
+        &Node::new("Gather", 13).int("axis", 1),
+        vec![z(), In::Const(i64t(&[1], &[0]))],
+    );
+    runs_on_empty(
+        &Node::new("LayerNormalization", 17).int("axis", 1),
+        vec![var(empty(&[HUGE, 0, HUGE])), var(empty(&[0, HUGE]))],
+    );
+    let scalar = |v: f32| var(Tensor::from_f32(vec![], vec![v]).unwrap());
+    runs_on_empty(
+        &Node::new("DequantizeLinear", 21).int("axis", 0),
+        vec![
+            var(Tensor::zeros(ElementType::I8, vec![0, HUGE, HUGE]).unwrap()),
+            var(empty(&[0])),
+        ],
+    );
+    runs_on_empty(
+        &Node::new("DequantizeLinear", 21),
+        vec![
+            var(Tensor::zeros(ElementType::I8, vec![0, HUGE, HUGE]).unwrap()),
+            scalar(0.5),
+        ],
+    );
+}
+
+#[test]
+fn attention_heads_that_overflow_with_an_empty_hidden_size_are_refused() {
+    // Q's hidden size is 0, so q_num_heads divides it: nothing bounds the
+    // head count but the output's hidden size, q_num_heads x v head size.
+    let node = Node::new("Attention", 23)
+        .int("q_num_heads", (1 << 62) + 1)
+        .int("kv_num_heads", 1);
+    let (q, k, v) = ([1, 1, 0], [1, 1, 0], [1, 1, 4]);
+    let op = node.build(3).unwrap();
+    let r = op.infer(&[dynamic(&q), dynamic(&k), dynamic(&v)]);
+    assert!(r.is_err(), "inferred {r:?}");
+    let r = op.infer_checked(&[dynamic(&q), dynamic(&k), dynamic(&v)]);
+    assert!(r.is_err(), "inferred {r:?}");
+}
+
+#[test]
+fn rotary_caches_with_huge_empty_dims_are_refused_or_empty() {
+    use basic_util::var;
+    // com.microsoft, 3-D input, no num_heads: the head size comes from the
+    // caches' last dim, here 2^63 (an empty cache tensor).
+    let node = Node::new("RotaryEmbedding", 1).domain("com.microsoft");
+    for half in [1usize << 63, usize::MAX / 2 + 1, HUGE] {
+        let cache = || var(empty(&[0, half]));
+        runs_on_empty(
+            &node,
+            vec![
+                var(empty(&[1, 0, 4])),
+                var(i64t(&[1], &[0])),
+                cache(),
+                cache(),
+            ],
+        );
+    }
+    // ONNX, 3-D input with a huge num_heads and an empty hidden size.
+    let node = Node::new("RotaryEmbedding", 23).int("num_heads", 1 << 62);
+    runs_on_empty(
+        &node,
+        vec![
+            var(empty(&[4, 4, 0])),
+            var(empty(&[4, 0])),
+            var(empty(&[4, 0])),
+            var(i64t(&[4, 4], &[0; 16])),
+        ],
+    );
+}
+
+#[test]
+fn an_inferred_output_whose_size_overflows_is_refused_by_infer_checked() {
+    // Expand's inference refuses it itself; infer_checked is the runtime's
+    // guard for every operator (any output of any operator must be a
+    // tensor that can exist).
+    let node = Node::new("Expand", 13);
+    let op = node.build(2).unwrap();
+    let shape = i64t(&[3], &[1 << 40, 1 << 40, 1 << 40]);
+    let infos = [
+        dynamic(&[1]),
+        Some(InputInfo {
+            dtype: ElementType::I64,
+            shape: shape.shape(),
+            value: Some(&shape),
+            constant: true,
+        }),
+    ];
+    let e = op.infer_checked(&infos).unwrap_err();
+    assert!(matches!(e, KernelError::Overflow { .. }), "{e:?}");
+}
+
+#[test]
+fn kernels_declare_the_temporaries_they_allocate() {
+    // Gemm with transA copies A transposed: M x K floats.
+    let gemm = Node::new("Gemm", 13).int("transA", 1).build(2).unwrap();
+    let (a, b) = ([300, 200], [300, 100]);
+    assert_eq!(
+        gemm.scratch_bytes(&[dynamic(&a), dynamic(&b)]),
+        200 * 300 * 4
+    );
+    let plain = Node::new("Gemm", 13).build(2).unwrap();
+    assert_eq!(plain.scratch_bytes(&[dynamic(&[200, 300]), dynamic(&b)]), 0);
+    // MatMul on f64 runs the reference loops, which compute the product
+    // aside: the output's bytes.
+    let mm = Node::new("MatMul", 13).build(2).unwrap();
+    let f64in = |s: &'static [usize]| Some(InputInfo::dynamic(ElementType::F64, s));
+    assert_eq!(
+        mm.scratch_bytes(&[f64in(&[5, 7, 3]), f64in(&[3, 11])]),
+        5 * 7 * 11 * 8
+    );
+    assert_eq!(
+        mm.scratch_bytes(&[dynamic(&[5, 7, 3]), dynamic(&[3, 11])]),
+        0
+    );
+    // MatMulNBits packs a run-time B at every run.
+    let nbits = Node::new("MatMulNBits", 1)
+        .domain("com.microsoft")
+        .int("K", 64)
+        .int("N", 32)
+        .int("bits", 4)
+        .int("block_size", 32)
+        .build(3)
+        .unwrap();
+    let (bq, sc) = ([32, 2, 16], [64]);
+    let runtime_b = [
+        dynamic(&[1, 64]),
+        Some(InputInfo::dynamic(ElementType::U8, &bq)),
+        dynamic(&sc),
+    ];
+    let packed = nbits.scratch_bytes(&runtime_b);
+    assert!(packed >= 32 * 64 / 2 + 32 * 2 * 4, "{packed}");
+}

@@ -387,7 +387,7 @@ impl ResolvedModel {
                 .iter()
                 .flatten()
                 .all(|k| !matches!(k, Known::Value(id, ..) if unprobed.contains(id)));
-            let outs = match probed.then(|| op.infer(&infos)) {
+            let outs = match probed.then(|| op.infer_checked(&infos)) {
                 Some(Ok(outs)) => Some(outs),
                 Some(Err(source)) if foldable => {
                     return Err(ResolveError::Kernel { node: name, source }.into());

@@ -64,6 +64,9 @@ fn lower(
     // Pass 1: infer, fold.
     let mut dynamic_nodes = Vec::new();
     let mut folded_bytes = 0usize;
+    // The largest temporary one kernel allocates while it runs (nodes run
+    // one at a time; see `Operator::scratch_bytes`).
+    let mut most_scratch = 0usize;
     for (n, node) in resolved.nodes().iter().enumerate() {
         let infos: Vec<Option<InputInfo<'_>>> = node
             .inputs
@@ -119,8 +122,11 @@ fn lower(
             }
             continue;
         }
-        let outs = match node.op.infer(&infos) {
-            Ok(o) => o,
+        let outs = match node.op.infer_checked(&infos) {
+            Ok(o) => {
+                most_scratch = most_scratch.max(node.op.scratch_bytes(&infos));
+                o
+            }
             Err(KernelError::NeedsConstant { input, .. }) => {
                 // The value comes from graph inputs through nodes lowering
                 // could evaluate: lower again with those inputs known (small
@@ -243,6 +249,7 @@ fn lower(
         input_buffers: Vec::new(),
         output_operands: Vec::new(),
         output_buffers: Vec::new(),
+        scratch_bytes: 0,
         scratch: Vec::new(),
         ins: Vec::new(),
     };
@@ -357,7 +364,12 @@ fn lower(
         .fold(folded_bytes, |n, (dtype, len, _)| {
             n.saturating_add(tensor_bytes(*dtype, &[*len]))
         });
-    if let Err(e) = gate("the activation buffers", buffer_bytes) {
+    let buffer_bytes = buffer_bytes.saturating_add(most_scratch);
+    lowered.scratch_bytes = most_scratch;
+    if let Err(e) = gate(
+        "the activation buffers and kernel temporaries",
+        buffer_bytes,
+    ) {
         return Ok(Err(e));
     }
     for (b, (dtype, _, shape)) in buffer_specs.into_iter().enumerate() {

@@ -110,6 +110,9 @@ pub(crate) struct Lowered {
     /// with its caller's tensor — one it alone owns (not a graph input's,
     /// not shared with another output); decided at lowering.
     output_buffers: Vec<Option<u32>>,
+    /// The largest temporary any kernel allocates while it runs
+    /// ([`kernels::Operator::scratch_bytes`]), charged with the buffers.
+    scratch_bytes: usize,
     /// Output tensors of the action being replayed; capacity for the most
     /// outputs of any action, reserved at lowering.
     scratch: Vec<Tensor>,
@@ -209,12 +212,13 @@ impl Lowered {
         self.matches_by(inputs.len(), |i| inputs[i], value_inputs)
     }
 
-    /// Bytes held by the activation buffers (inputs included).
+    /// Bytes held by the activation buffers (inputs included), plus room
+    /// for the largest kernel temporary of a run.
     pub(crate) fn buffer_bytes(&self) -> usize {
         self.buffers
             .iter()
             .map(Tensor::byte_len)
-            .fold(0, usize::saturating_add)
+            .fold(self.scratch_bytes, usize::saturating_add)
     }
 
     /// Number of actions.
@@ -448,6 +452,8 @@ impl Lowered {
 }
 
 /// Executes one operator, turning a panic into an error naming the node.
+/// A node whose outputs are all empty has nothing to compute and is not
+/// executed (its inputs may be valid empty tensors with huge other dims).
 pub(crate) fn execute_caught(
     op: &dyn Operator,
     node: &str,
@@ -456,6 +462,9 @@ pub(crate) fn execute_caught(
     outputs: &mut [Tensor],
     par: &dyn ParallelFor,
 ) -> Result<(), Error> {
+    if !outputs.is_empty() && outputs.iter().all(Tensor::is_empty) {
+        return Ok(());
+    }
     match std::panic::catch_unwind(AssertUnwindSafe(|| {
         op.execute(inputs, packed, outputs, par)
     })) {

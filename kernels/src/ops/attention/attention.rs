@@ -12,7 +12,7 @@ use super::core::{
     Float, Mask, MaskData, Problem, QkMode, Rows, Strides, attend, attend_with_scores, fill_rows,
 };
 use crate::ops::basic::common::{
-    Attrs, Ints, check_inputs, check_len, input, optional, required, typed, typed_mut,
+    Attrs, Ints, check_inputs, check_len, input, numel, optional, required, typed, typed_mut,
 };
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
@@ -354,18 +354,23 @@ impl Attention {
             width: dims.dv,
         };
         let q = typed::<T>(OP, q_t)?;
-        check_len(OP, "Q", q.len(), dims.batch * dims.hq * dims.sq * dims.d)?;
+        check_len(
+            OP,
+            "Q",
+            q.len(),
+            numel(&[dims.batch, dims.hq, dims.sq, dims.d]),
+        )?;
         check_len(
             OP,
             "K",
             k.new.len(),
-            dims.batch * dims.hkv * dims.skv * dims.d,
+            numel(&[dims.batch, dims.hkv, dims.skv, dims.d]),
         )?;
         check_len(
             OP,
             "V",
             v.new.len(),
-            dims.batch * dims.hkv * dims.skv * dims.dv,
+            numel(&[dims.batch, dims.hkv, dims.skv, dims.dv]),
         )?;
         let mask = match mask_t {
             None => None,
@@ -444,14 +449,19 @@ impl Attention {
             .split_first_mut()
             .ok_or_else(|| shape_err("no output given"))?;
         let y = typed_mut::<T>(OP, y)?;
-        check_len(OP, "Y", y.len(), dims.batch * dims.hq * dims.sq * dims.dv)?;
+        check_len(
+            OP,
+            "Y",
+            y.len(),
+            numel(&[dims.batch, dims.hq, dims.sq, dims.dv]),
+        )?;
         for (slot, rows) in rest.iter_mut().take(2).zip([k, v]) {
             let dst = typed_mut::<T>(OP, slot)?;
             check_len(
                 OP,
                 "present",
                 dst.len(),
-                dims.batch * dims.hkv * total * rows.width,
+                numel(&[dims.batch, dims.hkv, total, rows.width]),
             )?;
             fill_rows(dst, dims.hkv, total, rows.width, par, &|b, g, j, row| {
                 row.copy_from_slice(rows.row(b, g, j))
@@ -463,7 +473,7 @@ impl Attention {
                 OP,
                 "qk_matmul_output",
                 scores.len(),
-                dims.batch * dims.hq * dims.sq * total,
+                numel(&[dims.batch, dims.hq, dims.sq, total]),
             )?;
             attend_with_scores(&problem, y, scores, total, self.mode);
         } else {
@@ -542,7 +552,16 @@ impl Operator for Attention {
         }
         let total = dims.total();
         let y = if dims.bsnh {
-            vec![dims.batch, dims.sq, dims.hq * dims.dv]
+            vec![
+                dims.batch,
+                dims.sq,
+                dims.hq
+                    .checked_mul(dims.dv)
+                    .ok_or_else(|| KernelError::Overflow {
+                        op: OP,
+                        what: format!("q_num_heads {} x head size {}", dims.hq, dims.dv),
+                    })?,
+            ]
         } else {
             vec![dims.batch, dims.hq, dims.sq, dims.dv]
         };

@@ -96,12 +96,15 @@ pub(crate) struct Strides {
     pub h: usize,
 }
 
+/// Strides saturate: a tensor with elements bounds every stride used to
+/// reach them, and an empty one (whose other dims may be huge) is never
+/// indexed.
 impl Strides {
     /// `[B, S, H, D]` (the 3-D `[B, S, H*D]` layout).
     pub(crate) fn bsnh(s: usize, h: usize, d: usize) -> Self {
         Self {
-            b: s * h * d,
-            s: h * d,
+            b: s.saturating_mul(h).saturating_mul(d),
+            s: h.saturating_mul(d),
             h: d,
         }
     }
@@ -109,9 +112,9 @@ impl Strides {
     /// `[B, H, S, D]`.
     pub(crate) fn bnsh(s: usize, h: usize, d: usize) -> Self {
         Self {
-            b: h * s * d,
+            b: h.saturating_mul(s).saturating_mul(d),
             s: d,
-            h: s * d,
+            h: s.saturating_mul(d),
         }
     }
 
@@ -549,8 +552,12 @@ pub(crate) fn fill_rows<T: Float>(
     par: &dyn ParallelFor,
     f: &RowFill<'_, T>,
 ) {
-    let per_head = len * width;
-    if per_head == 0 || heads == 0 {
+    if dst.is_empty() || heads == 0 {
+        return;
+    }
+    // Bounded by `dst`'s length, which holds at least one head.
+    let per_head = len.saturating_mul(width);
+    if per_head == 0 {
         return;
     }
     let par: &dyn ParallelFor = if dst.len() < PARALLEL_MIN_WORK {

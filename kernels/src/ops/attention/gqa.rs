@@ -200,7 +200,7 @@ impl GroupQueryAttention {
                 "seqlens_k must be [{batch}], got {seqlens:?}"
             )));
         }
-        if total.iter().product::<usize>() != 1 {
+        if crate::element_count(total) != Some(1) {
             return Err(shape_err(format!(
                 "total_sequence_length must hold one value, got shape {total:?}"
             )));

@@ -202,7 +202,7 @@ impl RotaryEmbedding {
                             "a 3-D input needs num_heads when rotary_embedding_dim is set",
                         ));
                     }
-                    hidden / (2 * half)
+                    hidden / half / 2
                 };
                 if heads == 0 || hidden % heads != 0 {
                     return Err(shape_err(format!(
@@ -245,7 +245,7 @@ impl RotaryEmbedding {
                 }
                 if p == [batch, seq] {
                     Positions::PerToken
-                } else if self.kind == RotaryKind::Microsoft && p.iter().product::<usize>() == 1 {
+                } else if self.kind == RotaryKind::Microsoft && crate::element_count(p) == Some(1) {
                     Positions::Offset
                 } else {
                     return Err(shape_err(format!(
@@ -292,7 +292,7 @@ impl RotaryEmbedding {
         };
         let pos = pos_t.map(|p| Ints::of(OP, p)).transpose()?;
         // Every cache row used must exist.
-        let limit = rot.positions() as i64;
+        let limit = i64::try_from(rot.positions()).unwrap_or(i64::MAX);
         let bad = |p: i64| KernelError::Invalid {
             op: OP,
             detail: format!("position id {p} is outside the caches' {limit} rows"),
@@ -301,7 +301,10 @@ impl RotaryEmbedding {
             for k in 0..pos.len() {
                 let p = pos.get(k);
                 let last = if l.positions == Positions::Offset {
-                    p.checked_add(l.seq as i64 - 1).ok_or_else(|| bad(p))?
+                    i64::try_from(l.seq)
+                        .ok()
+                        .and_then(|s| p.checked_add(s.saturating_sub(1)))
+                        .ok_or_else(|| bad(p))?
                 } else {
                     p
                 };
@@ -312,10 +315,11 @@ impl RotaryEmbedding {
         }
         let o = typed_mut::<T>(OP, out)?;
         check_len(OP, "output", o.len(), x.len())?;
-        let rows = l.batch * l.seq * l.heads;
-        if rows == 0 || l.head == 0 {
+        if o.is_empty() || l.head == 0 {
             return Ok(());
         }
+        // Bounded by the output's length (not empty).
+        let rows = crate::ops::basic::common::numel(&[l.batch, l.seq, l.heads]);
         let chunk = rows_chunk(par, rows, l.head);
         for_each_chunk_mut(par, o, chunk, &|offset, dst: &mut [T]| {
             for (n, d) in dst.chunks_exact_mut(l.head).enumerate() {

@@ -258,10 +258,18 @@ pub(crate) fn checked_count(op: &'static str, dims: &[usize]) -> Result<usize, K
     product(dims).ok_or_else(|| overflow(op, format!("the element count of {dims:?}")))
 }
 
-/// Product of dimensions for shapes already known to be valid tensors.
+/// Product of dimensions of (part of) a valid tensor's shape: 0 when any is
+/// 0, saturating at `usize::MAX` otherwise. A valid empty tensor may have a
+/// run of dims whose product overflows (`[0, 2^40, 2^40]`); such a run is
+/// never multiplied into an index, because the tensor has no elements.
 #[inline]
 pub(crate) fn numel(dims: &[usize]) -> usize {
-    dims.iter().product()
+    if dims.contains(&0) {
+        return 0;
+    }
+    dims.iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .unwrap_or(usize::MAX)
 }
 
 /// Integer values read from a constant tensor at execute time without

@@ -47,6 +47,10 @@ fn concat<T: Elem>(
         &spilled
     };
     let dst = typed_mut::<T>("Concat", out)?;
+    if dst.is_empty() {
+        // Nothing to copy (the other dims of an empty output may be huge).
+        return Ok(());
+    }
     let bad = |detail: String| KernelError::Invalid {
         op: "Concat",
         detail,
@@ -58,7 +62,7 @@ fn concat<T: Elem>(
     }
     let outer = numel(&out_shape[..axis]);
     let inner = numel(&out_shape[axis + 1..]);
-    let row = out_shape[axis] * inner;
+    let row = numel(&[out_shape[axis], inner]);
     // Check every input against the output before copying.
     let mut total = 0;
     for (i, t) in inputs.iter().enumerate() {
@@ -281,13 +285,17 @@ impl Split {
 fn split<T: Elem>(axis: usize, x: &Tensor, outputs: &mut [Tensor]) -> Result<(), KernelError> {
     let shape = x.shape();
     let src = typed::<T>("Split", x)?;
+    if src.is_empty() {
+        // Nothing to copy (the other dims of an empty input may be huge).
+        return Ok(());
+    }
     let bad = |detail: String| KernelError::Invalid {
         op: "Split",
         detail,
     };
     let outer = numel(&shape[..axis]);
     let inner = numel(&shape[axis + 1..]);
-    let row = shape[axis] * inner;
+    let row = numel(&[shape[axis], inner]);
     let mut total = 0;
     for (k, t) in outputs.iter().enumerate() {
         let s = t.shape();

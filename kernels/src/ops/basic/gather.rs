@@ -51,7 +51,7 @@ fn gather<T: Elem>(
     let src = typed::<T>("Gather", data)?;
     let dst = typed_mut::<T>("Gather", out)?;
     let count = indices.len();
-    check_len("Gather", "output", dst.len(), outer * count * inner)?;
+    check_len("Gather", "output", dst.len(), numel(&[outer, count, inner]))?;
     if dst.is_empty() {
         // Still reject bad indices when nothing is copied.
         for k in 0..count {

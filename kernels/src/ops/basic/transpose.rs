@@ -117,7 +117,9 @@ fn collapse(shape: &[usize], perm: &[usize]) -> Collapsed {
     for j in 0..g {
         let pos = (0..g).filter(|&o| g_start[o] < g_start[j]).count();
         out.perm[j] = pos;
-        out.dims[pos] = kept[g_start[j]..g_start[j] + g_len[j]].iter().product();
+        out.dims[pos] = kept[g_start[j]..g_start[j] + g_len[j]]
+            .iter()
+            .fold(1usize, |n, &d| n.saturating_mul(d));
     }
     out
 }

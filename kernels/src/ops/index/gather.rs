@@ -80,9 +80,19 @@ fn gather_nd<T: Elem>(
     let slice = numel(&ds[b + k..]);
     let src = typed::<T>("GatherND", data)?;
     let dst = typed_mut::<T>("GatherND", out)?;
-    check_len("GatherND", "output", dst.len(), batches * tuples * slice)?;
-    check_len("GatherND", "indices", indices.len(), batches * tuples * k)?;
-    for t in 0..batches * tuples {
+    check_len(
+        "GatherND",
+        "output",
+        dst.len(),
+        numel(&[batches, tuples, slice]),
+    )?;
+    check_len(
+        "GatherND",
+        "indices",
+        indices.len(),
+        numel(&[batches, tuples, k]),
+    )?;
+    for t in 0..numel(&[batches, tuples]) {
         let mut off = (t / tuples.max(1)) * batch_len;
         for j in 0..k {
             let i = wrap_index("GatherND", "index", indices.get(t * k + j), ds[b + j])?;

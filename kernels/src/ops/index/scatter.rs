@@ -159,7 +159,7 @@ fn scatter_nd<T: Elem>(
     let upd = typed::<T>("ScatterND", updates)?;
     let dst = typed_mut::<T>("ScatterND", out)?;
     dst.copy_from_slice(typed::<T>("ScatterND", data)?);
-    check_len("ScatterND", "updates", upd.len(), tuples * slice)?;
+    check_len("ScatterND", "updates", upd.len(), numel(&[tuples, slice]))?;
     for t in 0..tuples {
         let mut off = 0usize;
         for j in 0..k {

@@ -167,7 +167,7 @@ fn cumsum<T: Num>(
     let s = x.shape();
     let dim = s[axis];
     let inner = numel(&s[axis + 1..]);
-    let block = dim * inner;
+    let block = numel(&[dim, inner]);
     let src = typed::<T>("CumSum", x)?;
     let dst = typed_mut::<T>("CumSum", out)?;
     check_len("CumSum", "output", dst.len(), src.len())?;

@@ -104,6 +104,24 @@ impl Operator for Gemm {
         })
     }
 
+    fn scratch_bytes(&self, inputs: &[Option<InputInfo<'_>>]) -> usize {
+        let (Some(Some(a)), Some(Some(b))) = (inputs.first(), inputs.get(1)) else {
+            return 0;
+        };
+        let Ok((m, k, n)) = gemm_dims(a.shape, b.shape, None, &self.p) else {
+            return 0;
+        };
+        if a.dtype != ElementType::F32 {
+            // The reference loops compute the product aside.
+            return super::scratch_of(a.dtype, &[m, n]);
+        }
+        if self.p.trans_a {
+            super::scratch_of(ElementType::F32, &[m, k])
+        } else {
+            0
+        }
+    }
+
     fn execute(
         &self,
         inputs: &[Option<&Tensor>],
@@ -172,7 +190,7 @@ impl Operator for Gemm {
         // transA: a transposed copy (rare; allocates).
         let transposed;
         let a_rows: &[f32] = if self.p.trans_a {
-            let mut t = vec![0f32; m * k];
+            let mut t = crate::scratch::filled(OP, m * k, 0f32)?;
             for q in 0..k {
                 for i in 0..m {
                     t[i * k + q] = av[q * m + i];

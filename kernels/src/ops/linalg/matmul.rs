@@ -78,6 +78,17 @@ impl Operator for MatMul {
         })
     }
 
+    fn scratch_bytes(&self, inputs: &[Option<InputInfo<'_>>]) -> usize {
+        let Ok((a, b)) = operands(inputs) else {
+            return 0;
+        };
+        match (a.dtype, matmul_output_shape(a.shape, b.shape)) {
+            // The reference loops compute the product aside.
+            (dtype, Ok(shape)) if dtype != ElementType::F32 => super::scratch_of(dtype, &shape),
+            _ => 0,
+        }
+    }
+
     fn execute(
         &self,
         inputs: &[Option<&Tensor>],
@@ -163,7 +174,11 @@ fn execute_f32(
     let d = matmul_dims(a.shape(), b.shape())?;
     let (m, k, n) = (d.m, d.k, d.n);
     let (av, bv) = (f32_input(a, OP)?, f32_input(b, OP)?);
-    let y = output_f32(outputs, OP, d.batch.count * m * n)?;
+    let y = output_f32(
+        outputs,
+        OP,
+        crate::ops::basic::common::numel(&[d.batch.count, m, n]),
+    )?;
     let batch = d.batch;
     let offsets = move |i: usize| {
         let (ia, ib) = batch.offsets(i);

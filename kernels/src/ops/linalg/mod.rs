@@ -130,6 +130,15 @@ fn output_f32<'a>(
 }
 
 /// Copies a reference result into the preallocated output.
+/// Bytes of a temporary of `dtype` and `shape` (saturating: a size that
+/// overflows is refused by whoever charges it).
+fn scratch_of(dtype: ElementType, shape: &[usize]) -> usize {
+    crate::element_count(shape)
+        .and_then(|n| dtype.compute().byte_len(n as u64))
+        .and_then(|b| usize::try_from(b).ok())
+        .unwrap_or(usize::MAX)
+}
+
 fn store_result(
     outputs: &mut [Tensor],
     op: &'static str,
@@ -198,7 +207,7 @@ impl Prepack for F32PanelPrepack {
         };
         let (k, n) = if self.trans_b { (c, r) } else { (r, c) };
         let nr = self.isa.f32_nr();
-        let panels = sgemm::pack_b(data, k, n, self.trans_b, nr);
+        let panels = sgemm::pack_b(data, k, n, self.trans_b, nr)?;
         let header = vec![
             F32_MAGIC,
             self.isa.code(),

@@ -134,14 +134,14 @@ impl Prepack for NBitsPrepack {
         check_nbits_sources(&self.p, b, scales, zp)?;
         let bytes = b.as_u8().expect("checked u8");
         let scales = scales_f32(scales)?;
-        Ok(q4::pack(
+        q4::pack(
             &self.p,
             self.isa,
             self.layout.clone(),
             bytes,
             &scales,
             zp.map(|z| z.data()),
-        ))
+        )
     }
 }
 
@@ -248,6 +248,19 @@ impl Operator for MatMulNBits {
         }))
     }
 
+    fn scratch_bytes(&self, inputs: &[Option<InputInfo<'_>>]) -> usize {
+        let get = |i: usize| inputs.get(i).copied().flatten();
+        let (Some(b), Some(scales), zp) = (get(B), get(SCALES), get(ZERO_POINTS)) else {
+            return 0;
+        };
+        if b.constant && scales.constant && zp.is_none_or(|z| z.constant) {
+            return 0; // prepacked once, outside the run
+        }
+        // Packed at every run, from f32 scales.
+        let scales_f32 = self.p.n.saturating_mul(self.p.blocks()).saturating_mul(4);
+        q4::packed_bytes(&self.p, self.isa, zp.is_some()).saturating_add(scales_f32)
+    }
+
     fn execute(
         &self,
         inputs: &[Option<&Tensor>],
@@ -300,7 +313,7 @@ impl Operator for MatMulNBits {
                 let layout = q4::layout(self.p.block_size, zp.map(|z| z.dtype()), self.isa);
                 let bytes = b.as_u8().expect("checked u8");
                 let sc = scales_f32(scales)?;
-                let packed = q4::pack(&self.p, self.isa, layout, bytes, &sc, zp.map(|z| z.data()));
+                let packed = q4::pack(&self.p, self.isa, layout, bytes, &sc, zp.map(|z| z.data()))?;
                 let (isa, view) = q4::view(&packed, &self.p)?;
                 q4::matmul(isa, &view, av, rows, y, accumulate, par);
             }

@@ -68,7 +68,10 @@ fn matmul_typed<T: Elem>(
 ) -> Result<Vec<T>, KernelError> {
     let d = matmul_dims(a_shape, b_shape)?;
     let (m, k, n) = (d.m, d.k, d.n);
-    let mut out = Vec::with_capacity(d.batch.count * m * n);
+    let mut out = crate::scratch::with_capacity(
+        "MatMul",
+        crate::ops::basic::common::numel(&[d.batch.count, m, n]),
+    )?;
     for batch in 0..d.batch.count {
         let (ia, ib) = d.batch.offsets(batch);
         let a = &a[ia * m * k..][..m * k];
@@ -214,8 +217,8 @@ fn gemm_typed<T: Elem + Into<f64>>(
     (m, k, n): (usize, usize, usize),
     p: &GemmParams,
     from: impl Fn(f64) -> T,
-) -> Vec<T> {
-    let mut out = Vec::with_capacity(m * n);
+) -> Result<Vec<T>, KernelError> {
+    let mut out = crate::scratch::with_capacity("Gemm", m * n)?;
     for i in 0..m {
         for j in 0..n {
             let mut acc = T::zero();
@@ -241,7 +244,7 @@ fn gemm_typed<T: Elem + Into<f64>>(
             out.push(from(v));
         }
     }
-    out
+    Ok(out)
 }
 
 /// `Y = alpha * A' * B' + beta * C` for f32, f64, f16 and bf16.
@@ -263,7 +266,7 @@ pub fn gemm(
                 Some(_) => return Err(KernelError::Shape("Gemm: operand types differ".into())),
                 None => None,
             };
-            TensorData::$variant(gemm_typed($av, bv, c, dims, p, $from))
+            TensorData::$variant(gemm_typed($av, bv, c, dims, p, $from)?)
         }};
     }
     let data = match a.data() {

@@ -170,13 +170,13 @@ pub(crate) fn matmul_dims(a: &[usize], b: &[usize]) -> Result<MatMulDims, Kernel
                 )));
             }
         };
-        map.count *= d;
+        map.count = map.count.saturating_mul(d);
         if d == 1 {
             continue;
         }
         let pattern = (da == d, db == d);
         if last == Some(pattern) {
-            runs[len - 1].0 *= d;
+            runs[len - 1].0 = runs[len - 1].0.saturating_mul(d);
         } else {
             if len == MAX_BATCH_RANK {
                 return Err(KernelError::Shape(format!(
@@ -189,10 +189,10 @@ pub(crate) fn matmul_dims(a: &[usize], b: &[usize]) -> Result<MatMulDims, Kernel
             last = Some(pattern);
         }
         if pattern.0 {
-            a_stride *= d;
+            a_stride = a_stride.saturating_mul(d);
         }
         if pattern.1 {
-            b_stride *= d;
+            b_stride = b_stride.saturating_mul(d);
         }
     }
     map.rank = len;

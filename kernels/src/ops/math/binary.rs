@@ -447,7 +447,7 @@ impl Operator for Clip {
                         b.dtype, x.dtype
                     )));
                 }
-                if b.shape.iter().product::<usize>() != 1 {
+                if crate::element_count(b.shape) != Some(1) {
                     return Err(KernelError::Shape(format!(
                         "Clip: bound {i} must be a scalar, got shape {:?}",
                         b.shape

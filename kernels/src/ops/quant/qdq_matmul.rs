@@ -244,7 +244,7 @@ impl QdqMatMul {
                 }
             })
         };
-        let mut b = vec![0u8; n * qblocks * kb / 2];
+        let mut b = crate::scratch::filled(OP, n * qblocks * kb / 2, 0u8)?;
         for kk in 0..k {
             let (blk, within) = (kk / kb, kk % kb);
             let shift = 4 * (within % 2);
@@ -253,10 +253,10 @@ impl QdqMatMul {
                 b[(col * qblocks + blk) * kb / 2 + within / 2] |= q << shift;
             }
         }
-        let mut scales = vec![0f32; n * qblocks];
+        let mut scales = crate::scratch::filled(OP, n * qblocks, 0f32)?;
         let mut zps = match (zp, self.signed) {
             (None, true) => None,
-            _ => Some(vec![0f32; n * qblocks]),
+            _ => Some(crate::scratch::filled(OP, n * qblocks, 0f32)?),
         };
         for blk in 0..qblocks {
             let src = blk * kb / bs;
@@ -291,14 +291,7 @@ impl QdqMatMul {
     ) -> Result<PackedWeight, KernelError> {
         let (b, scales, zps) = self.nbits_sources(kb, w, scale, zp)?;
         let layout = self.layout(kb, zp.is_some(), isa);
-        Ok(q4::pack(
-            &self.params(kb),
-            isa,
-            layout,
-            &b,
-            &scales,
-            zps.as_ref(),
-        ))
+        q4::pack(&self.params(kb), isa, layout, &b, &scales, zps.as_ref())
     }
 }
 

@@ -38,6 +38,8 @@ use super::sgemm::{self, BSrc, OutPtr, Problem};
 use crate::par::chunk;
 use crate::{KernelError, PackedWeight, ParallelFor, TensorData};
 
+const OP: &str = "MatMulNBits";
+
 /// First header word of a 4-bit packed weight.
 const MAGIC: u64 = 0x7134_6e62_6974_7301;
 /// Rows up to which products run row by row on the packed bytes.
@@ -87,16 +89,19 @@ pub(crate) fn pack(
     b: &[u8],
     scales: &[f32],
     zero_points: Option<&TensorData>,
-) -> PackedWeight {
+) -> Result<PackedWeight, KernelError> {
     let (k, n, bs) = (p.k, p.n, p.block_size);
     let t = isa.q4_tile();
     let blocks = p.blocks();
     let tiles = n.div_ceil(t);
     let groups = bs / 8;
     let blob = bs / 2;
-    let mut weights = vec![0u8; tiles * blocks * groups * t * 4];
-    let mut sc = vec![0f32; tiles * blocks * t];
-    let mut nzs = zero_points.map(|_| vec![0f32; tiles * blocks * t]);
+    let mut weights = crate::scratch::filled(OP, tiles * blocks * groups * t * 4, 0u8)?;
+    let mut sc = crate::scratch::filled(OP, tiles * blocks * t, 0f32)?;
+    let mut nzs = match zero_points {
+        Some(_) => Some(crate::scratch::filled(OP, tiles * blocks * t, 0f32)?),
+        None => None,
+    };
     for col in 0..n {
         let (tile, lane) = (col / t, col % t);
         for blk in 0..blocks {
@@ -138,7 +143,15 @@ pub(crate) fn pack(
     if let Some(z) = nzs {
         parts.push(TensorData::F32(z));
     }
-    PackedWeight { layout, parts }
+    Ok(PackedWeight { layout, parts })
+}
+
+/// Bytes [`pack`] allocates for `p` on `isa` (with zero points or not).
+pub(crate) fn packed_bytes(p: &NBitsParams, isa: Isa, zero_points: bool) -> usize {
+    let t = isa.q4_tile();
+    let cols = p.n.div_ceil(t).saturating_mul(t);
+    let per_block = (p.block_size / 2).saturating_add(4 * (1 + zero_points as usize));
+    cols.saturating_mul(p.blocks()).saturating_mul(per_block)
 }
 
 /// Reads a packed weight for `p`, checking it was made for these

@@ -15,8 +15,8 @@ pub(crate) mod portable;
 
 use super::isa::Isa;
 use super::q4::Q4View;
-use crate::ParallelFor;
 use crate::par::chunk;
+use crate::{KernelError, ParallelFor};
 
 /// `K` block length: a multiple of every 4-bit block size (16..=128) and
 /// of 8; `KC x 32` floats fill 32 KiB of the 48 KiB L1.
@@ -153,9 +153,15 @@ pub(crate) trait Arch {
 
 /// Packs `B` (`[K, N]`, or `[N, K]` when `trans_b`) into zero-padded panels
 /// `[ceil(N / nr)][K][nr]`.
-pub(crate) fn pack_b(b: &[f32], k: usize, n: usize, trans_b: bool, nr: usize) -> Vec<f32> {
+pub(crate) fn pack_b(
+    b: &[f32],
+    k: usize,
+    n: usize,
+    trans_b: bool,
+    nr: usize,
+) -> Result<Vec<f32>, KernelError> {
     let panels = n.div_ceil(nr);
-    let mut out = vec![0f32; panels * k * nr];
+    let mut out = crate::scratch::filled("MatMul", panels * k * nr, 0f32)?;
     for p in 0..panels {
         let dst = &mut out[p * k * nr..][..k * nr];
         let cols = nr.min(n - p * nr);
@@ -170,7 +176,7 @@ pub(crate) fn pack_b(b: &[f32], k: usize, n: usize, trans_b: bool, nr: usize) ->
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// Stack scratch for one `KC x NR` panel of `B`.
