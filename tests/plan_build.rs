@@ -8,7 +8,8 @@ use std::collections::HashMap;
 
 use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::{
-    PreparedExecutionPlan, PreparedKey, Recipe, RequirementId, TaskId, TaskKind, TaskScope,
+    PackedEntries, PreparedExecutionPlan, PreparedKey, Recipe, RequirementId, TaskId, TaskKind,
+    TaskScope,
 };
 
 fn fixture(name: &str) -> std::path::PathBuf {
@@ -183,8 +184,15 @@ fn a_cached_packed_entry_replaces_read_and_prepack() {
         .iter()
         .find(|r| r.prepack.is_some())
         .unwrap();
-    let mut cache: HashMap<PreparedKey, Vec<u8>> = HashMap::new();
-    cache.insert(packed.key.clone(), vec![0; 1000]);
+    /// An in-memory cache: key → packed bytes.
+    struct Cache(HashMap<PreparedKey, Vec<u8>>);
+    impl PackedEntries for Cache {
+        fn packed_bytes(&self, key: &PreparedKey) -> Option<u64> {
+            self.0.get(key).map(|b| b.len() as u64)
+        }
+    }
+    let mut cache = Cache(HashMap::new());
+    cache.0.insert(packed.key.clone(), vec![0; 1000]);
     let key = packed.key.clone();
     let p = PreparedExecutionPlan::build_with(resolved, &cache).unwrap();
     let r = p.requirements().key.iter().position(|k| *k == key).unwrap();

@@ -50,13 +50,6 @@ impl PackedEntries for () {
     }
 }
 
-/// An in-memory cache: key → packed bytes.
-impl PackedEntries for HashMap<PreparedKey, Vec<u8>> {
-    fn packed_bytes(&self, key: &PreparedKey) -> Option<u64> {
-        self.get(key).map(|b| b.len() as u64)
-    }
-}
-
 /// Columns being filled.
 #[derive(Default)]
 struct Builder {

@@ -52,7 +52,8 @@ pub enum TaskKind {
     Prepack,
     /// Read already-packed bytes from the prepared cache and publish them.
     ReadPacked,
-    /// Write a packed object to the prepared cache (background).
+    /// Write a packed object to the prepared cache (background). Not
+    /// planned yet: the prepared cache's writer (issue 14) schedules it.
     Persist,
     /// Execute a range of nodes.
     Execute,
@@ -121,6 +122,8 @@ pub enum Recipe {
     /// Dormant: read the sources and run the node's portable kernel on them
     /// unpacked. Listed last for packed requirements so a packed layout that
     /// cannot run (an entry for another CPU) still leaves a way to compute.
+    /// Never executed yet: kept for the prepared cache's incompatible
+    /// entries (issue 14) and the cold-start path (issue 15).
     PortableFallback,
 }
 

@@ -55,7 +55,8 @@ pub struct LookAheadOptions {
     pub max_distance: u32,
     /// Most estimated bytes of released, unfinished gated tasks.
     pub max_bytes_in_flight: usize,
-    /// Residency watched for shrinking: (budget, domain).
+    /// Residency watched for shrinking: (budget, domain). Sessions do not
+    /// set it yet: the window sized by residency is issue 16's.
     pub residency: Option<(MemoryBudget, Domain)>,
     /// Shrink when the watched domain's live bytes reach this percent of
     /// its limit.
