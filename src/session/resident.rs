@@ -13,8 +13,9 @@
 //!    evicted as fast as they are produced end in a typed error instead of
 //!    a loop.
 
+use super::preparation::Holder;
 use super::status::{Naming, prepare_error, status_of};
-use super::{ExecutionError, Holder, SessionInner, Status};
+use super::{ExecutionError, SessionInner, Status};
 use crate::error::RunError;
 use crate::plan::RequirementId;
 use crate::store::Residency;
