@@ -7,7 +7,8 @@
 //!
 //! **Preparation** (session tasks: every read and prepack of the plan):
 //! 1. The session keeps at most one live preparation submission
-//!    ([`TaskGraph::session_graph`], run by [`SessionTasks`]). A streaming
+//!    ([`TaskGraph::session_graph`], run by
+//!    [`SessionTasks`](crate::state::SessionTasks)). A streaming
 //!    one (started by the first `run_async`) holds its tasks behind the
 //!    look-ahead window; an eager one ([`RuntimeSession::prepare_async`])
 //!    releases everything. Asking for eager preparation while a streaming
@@ -72,6 +73,7 @@ mod status;
 mod trace;
 
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 
 pub use context::RuntimeContext;
@@ -86,7 +88,7 @@ use run::RunContinuation;
 use crate::Error;
 use crate::arena::MemoryBudget;
 use crate::error::RunError;
-use crate::model::{FileSource, PayloadSource};
+use crate::model::{FileSource, Model, PayloadSource, ResolvedModel};
 use crate::plan::{Csr, PreparedExecutionPlan, Priority, ResourceClass, TaskId};
 use crate::scheduler::{Submission, TaskGraph, WorkerPool};
 use crate::state::PreparedExecutionState;
@@ -153,6 +155,49 @@ impl fmt::Debug for RuntimeSession {
 }
 
 impl RuntimeSession {
+    /// Opens the model at `path` for inference in one call: [`Model::open`]
+    /// (metadata only: no weight bytes are read), [`ResolvedModel::resolve`]
+    /// with [`SessionOptions::resolve`], [`PreparedExecutionPlan::build`]
+    /// and [`RuntimeSession::new`]. Weights are read when a run or
+    /// [`prepare`](RuntimeSession::prepare) needs them.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use onnx_prepared::model::ResolveOptions;
+    /// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+    /// use onnx_prepared_kernels::{CpuFeatures, Tensor};
+    ///
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir)?;
+    /// let path = dir.join("gemm-chain.onnx");
+    /// let session = RuntimeSession::open(&path, SessionOptions::default())?;
+    /// let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256])?;
+    /// let ctx = session.run(RuntimeContext::new(&session).with_input("A", a.clone())?)?;
+    /// assert_eq!(ctx.output("Y").expect("graph output").shape(), &[1, 256]);
+    ///
+    /// // The portable layouts and scalar kernels instead of the CPU's SIMD ones.
+    /// let portable = SessionOptions {
+    ///     resolve: ResolveOptions { cpu: CpuFeatures::portable(), ..ResolveOptions::default() },
+    ///     ..SessionOptions::default()
+    /// };
+    /// let session = RuntimeSession::open(&path, portable)?;
+    /// assert_eq!(session.state().plan().resolved().cpu(), CpuFeatures::portable());
+    /// let ctx = session.run(RuntimeContext::new(&session).with_input("A", a)?)?;
+    /// assert_eq!(ctx.output("Y").expect("graph output").shape(), &[1, 256]);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The model cannot be read, resolved or planned, its external data
+    /// files cannot be opened, or the session's worker threads cannot be
+    /// started.
+    pub fn open(path: impl AsRef<Path>, options: SessionOptions) -> Result<Self, Error> {
+        let model = Model::open(path)?;
+        let resolved = ResolvedModel::resolve(model, &options.resolve)?;
+        let plan = PreparedExecutionPlan::build(resolved)?;
+        Self::new(plan, options)
+    }
+
     /// A session over `plan`, reading payloads from the model's files.
     ///
     /// # Errors

@@ -1,11 +1,12 @@
-//! [`SessionOptions`]: how a session runs, and the worker pool it makes
-//! when it is not given one.
+//! [`SessionOptions`]: how a session runs (and how
+//! [`RuntimeSession::open`](super::RuntimeSession::open) resolves its
+//! model), and the worker pool it makes when it is not given one.
 
 use std::sync::Arc;
 
 use crate::Error;
 use crate::arena::BudgetLimits;
-use crate::model::ChecksumPolicy;
+use crate::model::{ChecksumPolicy, ResolveOptions};
 use crate::scheduler::{LookAheadOptions, PoolConfig, WorkerPool};
 
 /// How a session runs: its workers, memory limits and look-ahead.
@@ -61,6 +62,12 @@ pub struct SessionOptions {
     /// its first use (default [`ChecksumPolicy::Strict`]: a mismatch fails
     /// the run with an error naming the tensor).
     pub checksums: ChecksumPolicy,
+    /// How [`RuntimeSession::open`](super::RuntimeSession::open) resolves
+    /// the model: kernels and layouts for which CPU features, sizes of
+    /// symbolic dims while probing. A session made from a plan
+    /// ([`RuntimeSession::new`](super::RuntimeSession::new)) ignores it: the
+    /// plan was resolved already.
+    pub resolve: ResolveOptions,
 }
 
 impl Default for SessionOptions {
@@ -75,6 +82,7 @@ impl Default for SessionOptions {
             trace: false,
             intra_op_threads: None,
             checksums: ChecksumPolicy::Strict,
+            resolve: ResolveOptions::default(),
         }
     }
 }
