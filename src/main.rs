@@ -289,28 +289,23 @@ fn write_trace(path: &Path, trace: &Trace) -> Result<(), Box<dyn std::error::Err
 /// path), through a session.
 fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
-    let model = Model::open(&args.model)?;
     let cpu = if args.portable {
         CpuFeatures::portable()
     } else {
         CpuFeatures::detect()
     };
-    let resolved = ResolvedModel::resolve(
-        model,
-        &ResolveOptions {
-            cpu,
-            ..ResolveOptions::default()
-        },
-    )?;
-    let plan = PreparedExecutionPlan::build(resolved)?;
-    let session = RuntimeSession::new(
-        plan,
+    let session = RuntimeSession::open(
+        &args.model,
         SessionOptions {
             // `--threads N`: this thread runs the inference (`run` is
             // synchronous) with N - 1 CPU workers helping its kernels.
             cpu_threads: args.threads.saturating_sub(1).max(1),
             intra_op_threads: Some(args.threads),
             trace: args.trace.is_some(),
+            resolve: ResolveOptions {
+                cpu,
+                ..ResolveOptions::default()
+            },
             ..SessionOptions::default()
         },
     )?;
@@ -376,10 +371,8 @@ fn generate(
     threads: usize,
     json: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let model = Model::open(path)?;
-    let resolved = ResolvedModel::resolve(model, &ResolveOptions::default())?;
-    let session = RuntimeSession::new(
-        PreparedExecutionPlan::build(resolved)?,
+    let session = RuntimeSession::open(
+        path,
         SessionOptions {
             cpu_threads: threads.saturating_sub(1).max(1),
             intra_op_threads: Some(threads),

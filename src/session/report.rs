@@ -31,7 +31,6 @@ use crate::arena::Domain;
 use crate::error::RunError;
 use crate::model::{FileSource, Model, PayloadSource, ResolveOptions, ResolvedModel};
 use crate::plan::{PreparedExecutionPlan, TaskKind, TaskScope};
-use crate::scheduler::{PoolConfig, WorkerPool};
 
 /// How long a measurement waits for a streaming preparation's last tasks
 /// after its run returned (they finish moments later; the wait ends early
@@ -370,15 +369,7 @@ pub fn run_modes(
     options: &SessionOptions,
     inputs: &[(String, Tensor)],
 ) -> Result<BenchRun, Error> {
-    let pool = match options.pool.clone() {
-        Some(pool) => pool,
-        None => Arc::new(WorkerPool::try_new(PoolConfig {
-            cpu_workers: options.cpu_threads.max(1),
-            io_workers: options.io_workers.max(1),
-            devices: 0,
-            pin_cpu_workers: options.pin_threads,
-        })?),
-    };
+    let pool = options.worker_pool()?;
     let options = SessionOptions {
         pool: Some(pool),
         trace: true,

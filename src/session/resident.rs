@@ -13,7 +13,9 @@
 //!    evicted as fast as they are produced end in a typed error instead of
 //!    a loop.
 
-use super::{ExecutionError, Holder, Kind, SessionInner, Status, status_of};
+use super::preparation::Holder;
+use super::status::{Naming, prepare_error, status_of};
+use super::{ExecutionError, SessionInner, Status};
 use crate::error::RunError;
 use crate::plan::RequirementId;
 use crate::store::Residency;
@@ -37,7 +39,7 @@ impl SessionInner {
             let p = self.preparation(false, Some(missing), Holder::Eager);
             let outcome = p.submission.wait();
             self.release(&p, true, false);
-            match status_of(self, &Kind::Prepare(p), &outcome) {
+            match status_of(self, Naming::SessionTasks, &outcome) {
                 Status::Succeeded | Status::Running => {}
                 status => return Err(prepare_error(status)),
             }
@@ -82,30 +84,5 @@ impl SessionInner {
             diagnostics: Box::default(),
             context: None,
         }
-    }
-}
-
-/// The error of a preparation that was cancelled or failed.
-pub(super) fn prepare_error(status: Status) -> ExecutionError {
-    match status {
-        Status::Failed(diagnostics) => ExecutionError {
-            error: RunError::Unsupported {
-                what: format!(
-                    "preparation failed: {}",
-                    diagnostics
-                        .failed_task
-                        .as_ref()
-                        .map_or("", |(_, why)| why.as_str())
-                ),
-            }
-            .into(),
-            diagnostics: Box::new(diagnostics),
-            context: None,
-        },
-        _ => ExecutionError {
-            error: RunError::Cancelled.into(),
-            diagnostics: Box::default(),
-            context: None,
-        },
     }
 }

@@ -1,0 +1,106 @@
+//! [`SessionOptions`]: how a session runs (and how
+//! [`RuntimeSession::open`](super::RuntimeSession::open) resolves its
+//! model), and the worker pool it makes when it is not given one.
+
+use std::sync::Arc;
+
+use crate::Error;
+use crate::arena::BudgetLimits;
+use crate::model::{ChecksumPolicy, ResolveOptions};
+use crate::scheduler::{LookAheadOptions, PoolConfig, WorkerPool};
+
+/// How a session runs: its workers, memory limits and look-ahead.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+/// # use onnx_prepared::plan::PreparedExecutionPlan;
+/// # let dir = onnx_prepared_fixtures::default_dir();
+/// # onnx_prepared_fixtures::ensure_all(&dir)?;
+/// # let plan = |name: &str| -> Result<PreparedExecutionPlan, Box<dyn std::error::Error>> {
+/// #     let model = Model::open(dir.join(format!("{name}.onnx")))?;
+/// #     Ok(PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?)
+/// # };
+/// use onnx_prepared::arena::{BudgetLimits, Domain};
+/// use onnx_prepared::session::{RuntimeSession, SessionOptions};
+///
+/// let options = SessionOptions {
+///     cpu_threads: 1,
+///     io_workers: 1,
+///     // At most 1 MiB of sources being read at a time: reads wait for room.
+///     budget: BudgetLimits::unlimited().with_domain(Domain::Preparation, 1 << 20),
+///     ..SessionOptions::default()
+/// };
+/// let session = RuntimeSession::new(plan("gemm-chain")?, options)?;
+/// session.prepare()?;
+/// assert!(session.is_hot());
+/// assert!(session.state().budget().peak(Domain::Preparation) <= 1 << 20);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// CPU workers of the session's own pool (kernels and prepacks).
+    pub cpu_threads: usize,
+    /// I/O workers of the session's own pool (reads).
+    pub io_workers: usize,
+    /// Pin CPU workers to cores.
+    pub pin_threads: bool,
+    /// Per-arena and global memory limits.
+    pub budget: BudgetLimits,
+    /// The streaming preparation's look-ahead window.
+    pub look_ahead: LookAheadOptions,
+    /// Run on this pool (shared with other sessions) instead of one of the
+    /// session's own.
+    pub pool: Option<Arc<WorkerPool>>,
+    /// Record reads, prepacks and steps in a [`Trace`](super::Trace).
+    pub trace: bool,
+    /// Most threads one kernel's parallel region uses, the thread running
+    /// the inference included (`None`: that thread plus every CPU worker).
+    /// `Some(1)` runs kernels sequentially.
+    pub intra_op_threads: Option<usize>,
+    /// Whether each weight's declared `sha256:` digest is verified before
+    /// its first use (default [`ChecksumPolicy::Strict`]: a mismatch fails
+    /// the run with an error naming the tensor).
+    pub checksums: ChecksumPolicy,
+    /// How [`RuntimeSession::open`](super::RuntimeSession::open) resolves
+    /// the model: kernels and layouts for which CPU features, sizes of
+    /// symbolic dims while probing. A session made from a plan
+    /// ([`RuntimeSession::new`](super::RuntimeSession::new)) ignores it: the
+    /// plan was resolved already.
+    pub resolve: ResolveOptions,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self {
+            cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            io_workers: 2,
+            pin_threads: false,
+            budget: BudgetLimits::unlimited(),
+            look_ahead: LookAheadOptions::default(),
+            pool: None,
+            trace: false,
+            intra_op_threads: None,
+            checksums: ChecksumPolicy::Strict,
+            resolve: ResolveOptions::default(),
+        }
+    }
+}
+impl SessionOptions {
+    /// The pool to run on: [`SessionOptions::pool`], or a new one with the
+    /// options' CPU and I/O workers (at least one of each).
+    ///
+    /// # Errors
+    /// The pool's threads cannot be started.
+    pub(super) fn worker_pool(&self) -> Result<Arc<WorkerPool>, Error> {
+        Ok(match &self.pool {
+            Some(pool) => pool.clone(),
+            None => Arc::new(WorkerPool::try_new(PoolConfig {
+                cpu_workers: self.cpu_threads.max(1),
+                io_workers: self.io_workers.max(1),
+                devices: 0,
+                pin_cpu_workers: self.pin_threads,
+            })?),
+        })
+    }
+}
