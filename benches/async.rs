@@ -119,7 +119,6 @@ fn latencies(c: &mut Criterion) {
                 // The packed chain1 weight: record when it is published (the
                 // continuation runs on the publishing thread, at once).
                 let r = session
-                    .state()
                     .plan()
                     .resolved()
                     .requirements()

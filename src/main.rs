@@ -315,7 +315,7 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     let load = start.elapsed();
     let inputs = match &args.inputs {
         Some(path) => npz::read_npz(path)?,
-        None => generated_inputs(session.state().plan().resolved(), &args.dims, RUN_DIMS)?,
+        None => generated_inputs(session.plan().resolved(), &args.dims, RUN_DIMS)?,
     };
     let mut ctx = RuntimeContext::new(&session);
     for (name, value) in inputs {

@@ -281,7 +281,7 @@ fn a_session_budget_refuses_activation_buffers_before_they_exist() {
     let err = run_session(&s, &inputs).unwrap_err();
     assert_nothing_large_was_allocated();
     assert_execution_over_budget(&err);
-    assert_eq!(s.state().budget().live(Domain::Execution), 0);
+    assert_eq!(s.memory().domain(Domain::Execution).live, 0);
 }
 
 /// `ConstantOfShape` of a constant shape `[2^20, 2^20]` folds at resolution:

@@ -93,7 +93,7 @@ fn qdq_int4_matmuls_are_fused() {
 /// The logits' argmax of the last position after running `ids` as one
 /// prefill with an empty cache.
 fn prefill_argmax(session: &RuntimeSession, ids: &[i64]) -> i64 {
-    let resolved = session.state().plan().resolved().clone();
+    let resolved = session.plan().resolved().clone();
     let len = Lengths {
         batch: 1,
         tokens: ids.len(),

@@ -107,8 +107,8 @@ fn both_ways(
     // The outputs are the context's, charged to each session's I/O domain.
     assert!(sync.output_bytes() > 0);
     assert_eq!(sync.output_bytes(), async_.output_bytes());
-    assert_eq!(a.state().budget().live(Domain::Io), sync.output_bytes());
-    assert_eq!(b.state().budget().live(Domain::Io), async_.output_bytes());
+    assert_eq!(a.memory().domain(Domain::Io).live, sync.output_bytes());
+    assert_eq!(b.memory().domain(Domain::Io).live, async_.output_bytes());
     // A bad input fails both ways alike.
     let mut bad = context(&a, inputs);
     let (name, _) = &inputs[0];
@@ -126,7 +126,7 @@ fn both_ways(
     assert_eq!(e1.error.kind(), e2.error.kind());
     let outputs = sync.take_outputs();
     assert_eq!(sync.output_bytes(), 0);
-    assert_eq!(a.state().budget().live(Domain::Io), 0);
+    assert_eq!(a.memory().domain(Domain::Io).live, 0);
     outputs
 }
 
@@ -142,7 +142,7 @@ fn tight_budget(name: &str, inputs: &[(String, Tensor)]) -> (BudgetLimits, usize
     budget.reset_peaks();
     session.run(context(&session, inputs)).unwrap();
     let run = budget.peak(Domain::Execution) + budget.peak(Domain::Io);
-    let model = session.state().plan().resolved().model();
+    let model = session.plan().resolved().model();
     let sources: Vec<usize> = model
         .weights()
         .iter()
@@ -535,7 +535,7 @@ fn idles_within(session: &Arc<RuntimeSession>, limit: std::time::Duration) -> bo
 
 /// Weights whose read has started.
 fn reads_started(source: &FaultInjectingSource<FileSource>, session: &RuntimeSession) -> usize {
-    let weights = session.state().plan().resolved().model().weights().len();
+    let weights = session.plan().resolved().model().weights().len();
     (0..weights)
         .filter(|&w| source.reads_started(WeightId(w as u32)) > 0)
         .count()
@@ -571,7 +571,7 @@ fn cancelling_the_only_run_cancels_its_preparation() {
     );
     let started = reads_started(&source, &session);
     assert!(started <= 2, "{started} reads started after the cancel");
-    assert!(!session.state().all_resident());
+    assert!(!session.residency().all_resident());
     let ctx = session.run(*err.context.unwrap()).unwrap();
     assert_eq!(ctx.outputs(), direct("tiny-llm", &inputs).as_slice());
 }
@@ -590,7 +590,7 @@ fn cancelling_a_run_keeps_a_live_eager_preparation() {
     assert_eq!(run.wait().unwrap_err().error.kind(), ErrorKind::Cancelled);
     gate.open();
     prepare.wait().unwrap();
-    assert!(session.state().all_resident());
+    assert!(session.residency().all_resident());
     assert!(session.is_hot());
 }
 
@@ -609,9 +609,9 @@ fn cancelling_the_only_prepare_handle_cancels_it() {
     assert_eq!(err.error.kind(), ErrorKind::Cancelled, "{err}");
     let started = reads_started(&source, &session);
     assert!(started <= 2, "{started} reads started after the cancel");
-    assert!(!session.state().all_resident());
+    assert!(!session.residency().all_resident());
     session.prepare().unwrap();
-    assert!(session.state().all_resident());
+    assert!(session.residency().all_resident());
 }
 
 /// Eviction invalidates the readiness epoch: the next run takes the cold

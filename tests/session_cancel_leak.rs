@@ -58,7 +58,7 @@ fn a_cancelled_suspended_run_frees_its_context_before_the_read_completes() {
     // Evict what chain1's weight became; its next read blocks.
     let chain1: Vec<usize> = (0..store.len())
         .filter(|&r| {
-            session.state().plan().resolved().requirements()[r]
+            session.plan().resolved().requirements()[r]
                 .name
                 .starts_with("chain1")
         })

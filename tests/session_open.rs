@@ -50,13 +50,13 @@ fn outputs(session: &RuntimeSession, inputs: &[(String, Tensor)]) -> Vec<(String
 }
 
 fn plan_json(session: &RuntimeSession) -> String {
-    serde_json::to_string(&PlanDump::new(session.state().plan())).unwrap()
+    serde_json::to_string(&PlanDump::new(session.plan())).unwrap()
 }
 
 fn assert_same(path: &Path, cpu: CpuFeatures, inputs: &[(String, Tensor)]) {
     let opened = RuntimeSession::open(path, options(cpu)).unwrap();
     let reference = four_calls(path, options(cpu));
-    assert_eq!(opened.state().plan().resolved().cpu(), cpu);
+    assert_eq!(opened.plan().resolved().cpu(), cpu);
     assert_eq!(plan_json(&opened), plan_json(&reference));
     let got = outputs(&opened, inputs);
     let want = outputs(&reference, inputs);
@@ -93,15 +93,9 @@ fn open_matches_the_four_calls_on_tiny_llm() {
 fn open_uses_the_session_options_resolve() {
     let path = fixtures().join("gemm-chain.onnx");
     let default = RuntimeSession::open(&path, SessionOptions::default()).unwrap();
-    assert_eq!(
-        default.state().plan().resolved().cpu(),
-        CpuFeatures::detect()
-    );
+    assert_eq!(default.plan().resolved().cpu(), CpuFeatures::detect());
     let portable = RuntimeSession::open(&path, options(CpuFeatures::portable())).unwrap();
-    assert_eq!(
-        portable.state().plan().resolved().cpu(),
-        CpuFeatures::portable()
-    );
+    assert_eq!(portable.plan().resolved().cpu(), CpuFeatures::portable());
 }
 
 #[test]

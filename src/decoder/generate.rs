@@ -106,7 +106,7 @@ pub fn generate_with(
             prompt.len()
         )));
     }
-    let resolved = session.state().plan().resolved().clone();
+    let resolved = session.plan().resolved().clone();
     let inputs = resolved.inputs();
     if !inputs
         .iter()

@@ -276,10 +276,10 @@ impl RuntimeContext {
     /// let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256])?;
     /// let mut ctx = session.run(RuntimeContext::new(&session).with_input("A", a)?)?;
     /// assert_eq!(ctx.output_bytes(), 256 * 4); // charged to the I/O domain
-    /// assert_eq!(session.state().budget().live(Domain::Io), 256 * 4);
+    /// assert_eq!(session.memory().domain(Domain::Io).live, 256 * 4);
     /// let outputs = ctx.take_outputs(); // now the caller's
     /// assert_eq!(outputs[0].0, "Y");
-    /// assert_eq!(session.state().budget().live(Domain::Io), 0);
+    /// assert_eq!(session.memory().domain(Domain::Io).live, 0);
     /// # Ok(()) }
     /// ```
     pub fn take_outputs(&mut self) -> Vec<(String, Tensor)> {

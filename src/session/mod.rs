@@ -79,14 +79,14 @@ use std::sync::Arc;
 pub use context::RuntimeContext;
 pub use handle::ExecutionHandle;
 pub use options::SessionOptions;
-pub use status::{Diagnostics, ExecutionError, Status};
+pub use status::{Diagnostics, ExecutionError, ResidencyReport, Status};
 pub use trace::{Trace, TraceEvent, TraceLane};
 
 use preparation::{Holder, Preparation};
 use run::RunContinuation;
 
 use crate::Error;
-use crate::arena::MemoryBudget;
+use crate::arena::{BudgetReport, MemoryBudget};
 use crate::error::RunError;
 use crate::model::{FileSource, Model, PayloadSource, ResolvedModel};
 use crate::plan::{Csr, PreparedExecutionPlan, Priority, ResourceClass, TaskId};
@@ -181,7 +181,7 @@ impl RuntimeSession {
     ///     ..SessionOptions::default()
     /// };
     /// let session = RuntimeSession::open(&path, portable)?;
-    /// assert_eq!(session.state().plan().resolved().cpu(), CpuFeatures::portable());
+    /// assert_eq!(session.plan().resolved().cpu(), CpuFeatures::portable());
     /// let ctx = session.run(RuntimeContext::new(&session).with_input("A", a)?)?;
     /// assert_eq!(ctx.output("Y").expect("graph output").shape(), &[1, 256]);
     /// # Ok(()) }
@@ -257,6 +257,59 @@ impl RuntimeSession {
     /// The session's state: plan, prepared-object store, budget.
     pub fn state(&self) -> &Arc<PreparedExecutionState> {
         &self.inner.state
+    }
+
+    /// The plan this session runs (and, through it, the resolved model).
+    pub fn plan(&self) -> &PreparedExecutionPlan {
+        self.inner.state.plan()
+    }
+
+    /// Live, retained and peak bytes per memory domain with their limits,
+    /// as of now (a copy; `Display` renders a table).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir)?;
+    /// use onnx_prepared::arena::Domain;
+    /// use onnx_prepared::session::{RuntimeSession, SessionOptions};
+    ///
+    /// let session = RuntimeSession::open(dir.join("gemm-chain.onnx"), SessionOptions::default())?;
+    /// assert_eq!(session.memory().domain(Domain::Prepared).live, 0);
+    /// session.prepare()?;
+    /// let memory = session.memory();
+    /// assert!(memory.domain(Domain::Prepared).live > 0);
+    /// assert!(memory.domain(Domain::Preparation).peak > 0);
+    /// assert_eq!(memory.domain(Domain::Preparation).live, 0); // sources freed
+    /// # Ok(()) }
+    /// ```
+    pub fn memory(&self) -> BudgetReport {
+        self.inner.state.budget().report()
+    }
+
+    /// How many of the plan's prepared objects are resident now, and their
+    /// bytes.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir)?;
+    /// use onnx_prepared::session::{RuntimeSession, SessionOptions};
+    ///
+    /// let session = RuntimeSession::open(dir.join("gemm-chain.onnx"), SessionOptions::default())?;
+    /// assert_eq!(session.residency().resident, 0);
+    /// session.prepare()?;
+    /// let r = session.residency();
+    /// assert!(r.all_resident() && r.total > 0 && r.resident_bytes > 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn residency(&self) -> ResidencyReport {
+        let store = self.inner.state.store();
+        ResidencyReport {
+            resident: store.resident_count(),
+            total: store.len(),
+            resident_bytes: store.resident_bytes(),
+        }
     }
 
     /// Blocks until the session's latest preparation reached its terminal

@@ -34,7 +34,7 @@ use crate::scheduler::{LookAheadOptions, PoolConfig, WorkerPool};
 /// let session = RuntimeSession::new(plan("gemm-chain")?, options)?;
 /// session.prepare()?;
 /// assert!(session.is_hot());
-/// assert!(session.state().budget().peak(Domain::Preparation) <= 1 << 20);
+/// assert!(session.memory().domain(Domain::Preparation).peak <= 1 << 20);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]

@@ -98,3 +98,23 @@ pub(super) fn prepare_error(status: Status) -> ExecutionError {
         },
     }
 }
+
+/// A count of a session's resident prepared objects
+/// ([`super::RuntimeSession::residency`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResidencyReport {
+    /// Prepared objects resident now.
+    pub resident: usize,
+    /// Prepared objects the plan has.
+    pub total: usize,
+    /// Bytes of the resident objects.
+    pub resident_bytes: usize,
+}
+
+impl ResidencyReport {
+    /// Whether every prepared object is resident.
+    pub fn all_resident(&self) -> bool {
+        self.resident == self.total
+    }
+}
