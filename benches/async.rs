@@ -128,7 +128,7 @@ fn latencies(c: &mut Criterion) {
                 let published = Arc::new(Lock::new(None));
                 let at = published.clone();
                 session
-                    .state()
+                    .internals()
                     .store()
                     .waiter(r, Generation(1))
                     .on_complete(move |_| at.with(|t| *t = Some(Instant::now())));

@@ -1,41 +1,82 @@
-//! onnx-prepared: an ONNX runtime whose first inference starts before the model
-//! has finished loading.
+//! onnx-prepared: an ONNX runtime whose first inference starts before the
+//! model has finished loading, whose fully loaded model runs with no
+//! scheduling overhead, and whose prepared weights a later process can reuse.
 //!
-//! Modules and their dependency directions (data flows top to bottom):
-//!
-//! * [`sync`] — the only place that names atomics, cells, locks and threads
-//!   (`std` normally, `loom` under `cfg(loom)`); depends on nothing.
-//! * [`model`] — ONNX protobuf, metadata-only loading, external-data
-//!   validation and payload reading; depends on `sync` and `error`.
-//! * [`error`], [`limits`] — the public error type and every capacity.
-//!
-//! Later modules (`plan`, `state`, `scheduler`, `store`, `arena`, `cache`,
-//! `session`) follow ARCHITECTURE.md: the scheduler knows tasks only as ids and
-//! never ONNX; `session` depends on everything.
-//!
-//! ```no_run
-//! use onnx_prepared::model::{FileSource, Model, PayloadSource};
-//!
-//! let model = Model::open("target/fixtures/tiny-llm.onnx")?; // reads no weight bytes
-//! let source = FileSource::open(&model)?;
-//! let weight = model.weight_by_name("layer0.qkv.weight").expect("present");
-//! let mut buf = vec![0u8; weight.byte_len() as usize];
-//! source.read(weight.id(), &mut buf)?;
-//! weight.verify_checksum(&buf)?;
-//! # Ok::<(), onnx_prepared::Error>(())
 //! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = onnx_prepared_fixtures::default_dir();
+//! # onnx_prepared_fixtures::ensure_all(&dir)?; // writes the fixture models if missing
+//! use onnx_prepared::{RuntimeContext, RuntimeSession, SessionOptions, Tensor};
+//!
+//! // Reads the model's metadata only: weights are read, verified and packed
+//! // by the runs that need them (or by `prepare`).
+//! let session = RuntimeSession::open(dir.join("gemm-chain.onnx"), SessionOptions::default())?;
+//! let ctx = RuntimeContext::new(&session)
+//!     .with_input("A", Tensor::from_f32(vec![1, 256], vec![0.5; 256])?)?;
+//!
+//! // The first run streams: each step starts once its own weights are in.
+//! let run = session.run_async(ctx);
+//! let ctx = run.wait()?;
+//! let y = ctx.output("Y").expect("a graph output");
+//! assert_eq!(y.shape(), &[1, 256]);
+//! assert!(session.residency().all_resident()); // later runs take the hot path
+//! # Ok(()) }
+//! ```
+//!
+//! # Modules
+//!
+//! Data flows from top to bottom; each module uses only those above it.
+//!
+//! * [`error`], [`limits`]: the error type and every capacity.
+//! * [`model`]: ONNX protobuf, metadata-only loading, external-data
+//!   validation, payload reading, and resolution of nodes to kernels
+//!   ([`ResolvedModel`]).
+//! * [`plan`]: the scoped plan (tasks, requirements, steps) built once per
+//!   resolved model.
+//! * [`session`]: the asynchronous session ([`RuntimeSession`],
+//!   [`RuntimeContext`], [`ExecutionHandle`]).
+//! * [`decoder`]: decoder conventions (KV caches, generated inputs,
+//!   `generate`); [`npz`]: `.npy`/`.npz` input and output files.
+//!
+//! The engine underneath (the scheduler, the prepared-object store, the
+//! memory arenas, the executors and `sync`, the seam where loom replaces
+//! atomics and threads) is internal. The `internals` cargo feature makes it
+//! public, unstable and undocumented, for this crate's tests, benchmarks and
+//! loom models; nothing else should enable it.
 
-pub mod arena;
+#![warn(missing_docs)]
+
+/// Declares the engine's modules: `pub` (hidden) with the `internals`
+/// feature, crate-private without it.
+macro_rules! internal {
+    ($($m:ident),* $(,)?) => {$(
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        #[allow(missing_docs)]
+        pub mod $m;
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code, unused_imports, unreachable_pub)]
+        pub(crate) mod $m;
+    )*};
+}
+
+internal!(arena, scheduler, state, store, sync);
+
 pub mod decoder;
 pub mod error;
 pub mod limits;
 pub mod model;
 pub mod npz;
 pub mod plan;
-pub mod scheduler;
 pub mod session;
-pub mod state;
-pub mod store;
-pub mod sync;
 
+pub use arena::{ArenaError, BudgetLimits, BudgetReport, Domain, DomainReport, UNLIMITED};
 pub use error::{Error, ErrorKind};
+pub use model::{ChecksumPolicy, Model, ResolveOptions, ResolvedModel};
+pub use onnx_prepared_kernels::{CpuFeatures, ElementType, Tensor};
+pub use plan::PreparedExecutionPlan;
+pub use scheduler::{LookAheadOptions, PoolConfig, SpawnError, WorkerPool};
+pub use session::{
+    Diagnostics, ExecutionError, ExecutionHandle, ResidencyReport, RuntimeContext, RuntimeSession,
+    SessionOptions, Status, Trace,
+};

@@ -18,7 +18,7 @@ pub const EXTERNAL_DATA_ALIGNMENT: u64 = 64;
 /// external weights.
 pub const MAX_INLINE_CONSTANT_BYTES: u64 = 64 * 1024;
 
-/// Most tasks one scheduler [`crate::scheduler::TaskGraph`] may hold: the
+/// Most tasks one scheduler `TaskGraph` may hold: the
 /// task state word keeps the remaining-dependency count in 28 bits, and each
 /// ready queue is sized to the graph (every task fires at most once).
 pub const MAX_SCHEDULER_TASKS: usize = 1 << 24;
@@ -67,7 +67,7 @@ pub const SCHEDULER_CRITICAL_RESERVE_PERCENT: usize = 25;
 pub const FALLBACK_PHYSICAL_MEMORY_BYTES: u64 = 8 << 30;
 
 /// The default ceiling on the bytes one allocation request sized by a model,
-/// an input or a flag may ask for when no lower [`crate::arena::MemoryBudget`]
+/// an input or a flag may ask for when no lower `MemoryBudget`
 /// limit applies: half the machine's physical memory (`MemTotal` in
 /// `/proc/meminfo`, else [`FALLBACK_PHYSICAL_MEMORY_BYTES`]). A lowering's
 /// activation buffers and folded values together, one generated or decoded

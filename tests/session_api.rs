@@ -137,7 +137,7 @@ fn both_ways(
 fn tight_budget(name: &str, inputs: &[(String, Tensor)]) -> (BudgetLimits, usize) {
     let session = RuntimeSession::new(plan(name), options(2)).unwrap();
     session.prepare().unwrap();
-    let budget = session.state().budget();
+    let budget = session.internals().budget();
     let prepared = budget.live(Domain::Prepared);
     budget.reset_peaks();
     session.run(context(&session, inputs)).unwrap();
@@ -636,7 +636,7 @@ fn an_evicted_object_sends_the_next_run_down_the_cold_path() {
     let read_before = source.counters().total();
 
     // Evict one resident object: the last requirement.
-    let store = session.state().store();
+    let store = session.internals().store();
     let last = store.len() - 1;
     assert!(matches!(store.try_evict(last), Evict::Evicted { .. }));
     assert!(!session.is_hot(), "eviction moves the readiness epoch");
@@ -750,7 +750,7 @@ fn wait_idle_returns_after_a_failed_streaming_run() {
         "the failed run's preparation completes in the background"
     );
     // Everything but the object the failed read makes is resident.
-    let store = session.state().store();
+    let store = session.internals().store();
     let missing = (0..store.len())
         .filter(|&r| !store.snapshot(r).is_resident())
         .count();

@@ -47,8 +47,8 @@ fn a_cancelled_suspended_run_frees_its_context_before_the_read_completes() {
         ..SessionOptions::default()
     };
     let session = RuntimeSession::with_source(plan, source.clone(), options).unwrap();
-    let budget = session.state().budget();
-    let store = session.state().store();
+    let budget = session.internals().budget();
+    let store = session.internals().store();
 
     // A finished run: its context holds outputs (I/O domain) and its
     // activation buffers (execution domain).

@@ -39,9 +39,9 @@ struct Seen {
 /// submission finishes and `prepare` checks.
 fn interfere(session: &RuntimeSession, r: usize, fail_next: bool) -> Arc<Mutex<Seen>> {
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let (state, record) = (session.state().clone(), seen.clone());
+    let (state, record) = (session.internals().clone(), seen.clone());
     let registration = session
-        .state()
+        .internals()
         .store()
         .waiter(r, Generation(1))
         .on_complete(move |_| {
@@ -64,7 +64,7 @@ fn interfere(session: &RuntimeSession, r: usize, fail_next: bool) -> Arc<Mutex<S
 
 fn check(fail_next: bool) {
     let session = new_session();
-    let store = session.state().store();
+    let store = session.internals().store();
     for r in 0..store.len() {
         let session = new_session();
         let seen = interfere(&session, r, fail_next);
@@ -76,7 +76,7 @@ fn check(fail_next: bool) {
         if fail_next {
             assert_eq!(seen.failed_next, Some(true), "requirement {r}: {seen:?}");
         }
-        let store = session.state().store();
+        let store = session.internals().store();
         let residency: Vec<Residency> = (0..store.len())
             .map(|i| store.snapshot(i).residency())
             .collect();

@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use onnx_prepared::model::proto::Message;
 use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
-use onnx_prepared::scheduler::{PoolConfig, WorkerPool};
+use onnx_prepared::{PoolConfig, WorkerPool};
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 use onnx_prepared_fuzz::graph::GraphCase;
 

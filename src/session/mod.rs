@@ -7,8 +7,8 @@
 //!
 //! **Preparation** (session tasks: every read and prepack of the plan):
 //! 1. The session keeps at most one live preparation submission
-//!    ([`TaskGraph::session_graph`], run by
-//!    [`SessionTasks`](crate::state::SessionTasks)). A streaming
+//!    (`TaskGraph::session_graph`, run by
+//!    `SessionTasks`). A streaming
 //!    one (started by the first `run_async`) holds its tasks behind the
 //!    look-ahead window; an eager one ([`RuntimeSession::prepare_async`])
 //!    releases everything. Asking for eager preparation while a streaming
@@ -255,7 +255,15 @@ impl RuntimeSession {
     }
 
     /// The session's state: plan, prepared-object store, budget.
-    pub fn state(&self) -> &Arc<PreparedExecutionState> {
+    pub(crate) fn state(&self) -> &Arc<PreparedExecutionState> {
+        &self.inner.state
+    }
+
+    /// The executor state underneath, with its store and budget
+    /// transitions (unstable; for this crate's tests and benchmarks).
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn internals(&self) -> &Arc<PreparedExecutionState> {
         &self.inner.state
     }
 
