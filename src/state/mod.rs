@@ -11,8 +11,8 @@ mod parallel;
 mod prepared;
 mod session;
 
-pub(crate) use direct::graph_input;
-pub use direct::{Dim, DirectReplay, DirectReplayOptions, GraphInput};
+pub use crate::model::{Dim, GraphInput};
+pub use direct::{DirectReplay, DirectReplayOptions};
 pub(crate) use lowering::{execute_caught, tensor_bytes};
 pub use object::PreparedObject;
 pub use parallel::ThreadPool;
