@@ -14,13 +14,14 @@ use std::sync::Arc;
 
 use onnx_prepared_kernels::{CpuFeatures, ParallelFor, Sequential, Tensor};
 
+use super::PreparedObject;
 use super::lowering::{Lowered, ceiling_gate, lower_all, order_inputs};
 use super::object::materialize;
-use super::{PreparedObject, ThreadPool};
 use crate::Error;
 use crate::model::{
     ChecksumPolicy, GraphInput, Model, PayloadSource, ResolveOptions, ResolvedModel,
 };
+use crate::scheduler::{PoolConfig, WorkerPool};
 
 /// Options of [`DirectReplay`].
 #[derive(Debug, Clone)]
@@ -52,7 +53,9 @@ pub struct DirectReplay {
     /// Graph inputs whose values decide shapes (discovered at lowering).
     value_inputs: HashSet<usize>,
     lowered: Option<Lowered>,
-    pool: Option<ThreadPool>,
+    /// `threads - 1` CPU workers (not pinned, no I/O workers) that help
+    /// the caller's thread in kernels' parallel regions, leased per run.
+    pool: Option<WorkerPool>,
 }
 
 impl DirectReplay {
@@ -97,7 +100,14 @@ impl DirectReplay {
             value_inputs: HashSet::new(),
             lowered: None,
             pool: (threads > 1)
-                .then(|| ThreadPool::try_new(threads - 1))
+                .then(|| {
+                    WorkerPool::try_new(PoolConfig {
+                        cpu_workers: threads - 1,
+                        io_workers: 0,
+                        pin_cpu_workers: false,
+                        ..PoolConfig::default()
+                    })
+                })
                 .transpose()?,
         })
     }
@@ -162,8 +172,12 @@ impl DirectReplay {
         } = self;
         let lowered = lowered.as_mut().expect("lowered above");
         lowered.load_inputs(&ordered)?;
+        let lease;
         let par: &dyn ParallelFor = match pool {
-            Some(p) => p,
+            Some(p) => {
+                lease = p.lease();
+                &lease
+            }
             None => &Sequential,
         };
         let all = 0..lowered.len();

@@ -7,7 +7,6 @@
 mod direct;
 mod lowering;
 mod object;
-mod parallel;
 mod prepared;
 mod session;
 
@@ -15,6 +14,5 @@ pub use crate::model::{Dim, GraphInput};
 pub use direct::{DirectReplay, DirectReplayOptions};
 pub(crate) use lowering::{execute_caught, tensor_bytes};
 pub use object::PreparedObject;
-pub use parallel::ThreadPool;
 pub use prepared::{InvocationState, PreparedExecutionState, Progress, ResidentObject};
 pub use session::SessionTasks;
