@@ -5,14 +5,17 @@
 //! shared lowering and replay of `lowering`.
 
 mod direct;
+mod gate;
 mod lowering;
 mod object;
+mod preparation;
 mod prepared;
-mod session;
+mod tasks;
 
 pub use crate::model::{Dim, GraphInput};
 pub use direct::{DirectReplay, DirectReplayOptions};
 pub(crate) use lowering::{execute_caught, tensor_bytes};
 pub use object::PreparedObject;
-pub use prepared::{InvocationState, PreparedExecutionState, Progress, ResidentObject};
-pub use session::SessionTasks;
+pub use preparation::ResidentObject;
+pub use prepared::{InvocationState, PreparedExecutionState, Progress};
+pub use tasks::SessionTasks;

@@ -4,7 +4,7 @@
 //! one thread.
 //!
 //! A read task hands its decoded source to the prepacks that consume it
-//! through per-task *inboxes*: one share (`Arc<HeldSource>`) per consuming
+//! through per-task *inboxes*: one share (`Arc<Source>`) per consuming
 //! prepack. The source's preparation-domain bytes return to the budget when
 //! the last share is dropped, i.e. once every consuming prepack has run (or
 //! when the `SessionTasks` is dropped, for a prepack that never ran because
@@ -65,17 +65,16 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::PreparedExecutionState;
-use super::prepared::{Claim, HeldSource};
+use super::gate::{BudgetGate, Running};
+use super::preparation::{Retry, Role, Source};
+use super::prepared::PreparedExecutionState;
 use crate::Error;
-use crate::arena::MemoryBudget;
 use crate::arena::{Domain, UNLIMITED};
 use crate::error::RunError;
-use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind, TaskScope};
-use crate::scheduler::ResumeHandle;
+use crate::plan::{RequirementId, TaskId, TaskKind, TaskScope};
 use crate::scheduler::{TaskContext, TaskFailure, TaskRunner};
 use crate::store::ClaimLoad;
-use crate::sync::{AtomicBool, Lock, Ordering, Pool};
+use crate::sync::{AtomicBool, Ordering, Pool};
 
 /// Runs the plan's session tasks one at a time by id; `Sync`, so a worker
 /// pool may call [`execute`](Self::execute) from any thread (see module
@@ -97,27 +96,8 @@ pub struct SessionTasks<'a> {
     gate: Option<Arc<BudgetGate>>,
 }
 
-/// Protocol 3's state, one per [`PreparedExecutionState`].
-pub(super) struct BudgetGate {
-    /// Estimated prepared bytes of each requirement (its publisher's
-    /// estimated output).
-    permanent: Box<[u64]>,
-    /// Session tasks running now, and reads suspended until bytes free up.
-    inner: Lock<GateInner>,
-}
-
-#[derive(Default)]
-struct GateInner {
-    running: usize,
-    /// Source shares waiting in the inboxes of every runner.
-    held: usize,
-    /// `2s` of each running read: bytes it may still allocate.
-    admitted: u64,
-    suspended: Vec<ResumeHandle>,
-}
-
 /// One consumer's share of a read task's source, tagged with the read.
-type Share = (TaskId, Arc<HeldSource>);
+type Share = (TaskId, Arc<Source>);
 
 /// The state a [`SessionTasks`] acts on: borrowed, or shared (so the runner
 /// can be handed to a scheduler as a `'static` [`TaskRunner`]).
@@ -152,22 +132,6 @@ impl TaskRunner for SessionTasks<'static> {
         let _running = Running(gate, need);
         self.execute(task)
             .map_err(|e| TaskFailure::new(e.to_string()))
-    }
-}
-
-/// A session task counted as running by the gate; dropped when it ended
-/// (returned or panicked), after its bytes were released (or kept, for a
-/// source held by prepacks): the suspended reads check again.
-struct Running<'g>(&'g BudgetGate, u64);
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        let resumed = self.0.inner.with(|g| {
-            g.running -= 1;
-            g.admitted -= self.1;
-            std::mem::take(&mut g.suspended)
-        });
-        drop(resumed);
     }
 }
 
@@ -287,56 +251,6 @@ impl fmt::Debug for SessionTasks<'_> {
     }
 }
 
-impl fmt::Debug for BudgetGate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (running, held, suspended) =
-            self.inner.with(|g| (g.running, g.held, g.suspended.len()));
-        f.debug_struct("BudgetGate")
-            .field("running", &running)
-            .field("held", &held)
-            .field("suspended", &suspended)
-            .finish_non_exhaustive()
-    }
-}
-
-impl BudgetGate {
-    /// The gate of a state over `plan` and `budget`, when the budget
-    /// limits preparation.
-    pub(super) fn new(plan: &PreparedExecutionPlan, budget: &MemoryBudget) -> Option<Self> {
-        if budget.global_limit() == UNLIMITED && budget.limit(Domain::Preparation) == UNLIMITED {
-            return None;
-        }
-        Some(Self::over(plan))
-    }
-
-    fn over(plan: &PreparedExecutionPlan) -> Self {
-        let mut permanent = vec![0; plan.requirements().len()];
-        for (t, publishes) in plan.tasks().publishes.iter().enumerate() {
-            if let Some(r) = publishes {
-                permanent[r.0 as usize] = plan.tasks().estimated_output_bytes[t];
-            }
-        }
-        BudgetGate {
-            permanent: permanent.into_boxed_slice(),
-            inner: Lock::new(GateInner::default()),
-        }
-    }
-
-    /// `shares` more (or, negative, fewer) source shares wait in inboxes;
-    /// fewer resumes the suspended reads.
-    fn held(&self, shares: isize) {
-        let resumed = self.inner.with(|g| {
-            g.held = g.held.saturating_add_signed(shares);
-            if shares < 0 {
-                std::mem::take(&mut g.suspended)
-            } else {
-                Vec::new()
-            }
-        });
-        drop(resumed);
-    }
-}
-
 fn inboxes(state: &PreparedExecutionState) -> Box<[Pool<Share>]> {
     let tasks = state.plan().tasks();
     (0..tasks.len())
@@ -351,6 +265,18 @@ fn inboxes(state: &PreparedExecutionState) -> Box<[Pool<Share>]> {
 }
 
 impl PreparedExecutionState {
+    /// Runs every session task of the plan on the calling thread, in task-id
+    /// order (a topological order), through
+    /// [`SessionTasks::execute`]; stops at the
+    /// first error. The sequential baseline of a pooled preparation.
+    pub fn prepare_sequential(&self) -> Result<(), Error> {
+        let tasks = self.session_tasks();
+        for t in self.plan().session_tasks() {
+            tasks.execute(t)?;
+        }
+        Ok(())
+    }
+
     /// A runner of this state's session tasks by id.
     pub fn session_tasks(&self) -> SessionTasks<'_> {
         SessionTasks {
@@ -420,6 +346,7 @@ impl<'a> SessionTasks<'a> {
             // The claim was dropped already (a waiter may read this a
             // moment late and report an unknown cause).
             self.state
+                .producer
                 .record_failure(q, &format!("task `{}` failed: {e}", tasks.name[t]));
         }
         result
@@ -431,9 +358,9 @@ impl<'a> SessionTasks<'a> {
         let tasks = state.plan().tasks();
         let t = task.0 as usize;
         let claim = match tasks.publishes[t] {
-            Some(r) => match state.claim(r, &mut false)? {
-                Claim::Produce(claim) => Some((r, claim)),
-                Claim::InFlight(_) | Claim::Resident => None,
+            Some(r) => match state.producer.claim(r, &mut Retry::Once)? {
+                Role::Produce(claim) => Some((r, claim)),
+                Role::InFlight(_) | Role::Resident => None,
             },
             None => None,
         };
@@ -448,7 +375,7 @@ impl<'a> SessionTasks<'a> {
         if claim.is_none() && consumers.clone().next().is_none() {
             return Ok(());
         }
-        let held = match state.read_source(task) {
+        let held = match state.producer.read(task) {
             Ok(held) => Arc::new(held),
             Err(e) => {
                 // Protocol 1(g): every consumer's generation fails with the
@@ -461,7 +388,7 @@ impl<'a> SessionTasks<'a> {
                     self.dead[d.0 as usize].store(true, Ordering::SeqCst);
                     self.drop_shares(d.0 as usize);
                     if let Some(q) = tasks.publishes[d.0 as usize] {
-                        state.record_failure(q, &cause);
+                        state.producer.record_failure(q, &cause);
                         let store = state.store();
                         match store.try_claim_load(q.0 as usize) {
                             ClaimLoad::Claimed(claim) => drop(claim),
@@ -479,7 +406,9 @@ impl<'a> SessionTasks<'a> {
             }
         };
         if let Some((r, claim)) = claim {
-            state.publish(claim, r, std::slice::from_ref(&held.tensor))?;
+            state
+                .producer
+                .publish(claim, r, std::slice::from_ref(&held.tensor))?;
         }
         for d in consumers {
             let d = d.0 as usize;
@@ -511,9 +440,9 @@ impl<'a> SessionTasks<'a> {
             gate.held(-(shares.len() as isize));
         }
         let q = tasks.publishes[p].expect("prepacks publish a requirement");
-        let claim = match state.claim(q, &mut false)? {
-            Claim::Produce(claim) => claim,
-            Claim::InFlight(_) | Claim::Resident => return Ok(()),
+        let claim = match state.producer.claim(q, &mut Retry::Once)? {
+            Role::Produce(claim) => claim,
+            Role::InFlight(_) | Role::Resident => return Ok(()),
         };
         let reads = tasks.deps.row(p);
         let mut inputs = Vec::with_capacity(reads.len());
@@ -523,12 +452,12 @@ impl<'a> SessionTasks<'a> {
             match shares.iter().find(|(from, _)| *from == t) {
                 Some((_, held)) => inputs.push(held.tensor.clone()),
                 None => {
-                    let held = state.read_source(t)?;
+                    let held = state.producer.read(t)?;
                     inputs.push(held.tensor.clone());
                     fresh.push(held);
                 }
             }
         }
-        state.publish(claim, q, &inputs)
+        state.producer.publish(claim, q, &inputs)
     }
 }
