@@ -5,12 +5,16 @@
 //!
 //! Two callers share it: on-demand sequential production
 //! ([`PreparedExecutionState`](super::PreparedExecutionState)'s `prepare`,
-//! `prepare_each` and `run`, through `ensure` in `prepared.rs`) and session
-//! tasks run one at a time by id (`tasks.rs`). They differ only in where
-//! decoded sources wait for their prepacks (a per-call map, per-task
-//! inboxes) and in what a producer does when another holds the claim (wait,
-//! or leave it to that producer).
+//! `prepare_each` and `run`, through [`Producer::ensure`] with a per-call
+//! [`Held`] map) and session tasks run one at a time by id (`tasks.rs`,
+//! through [`Producer::produce`] with the shares delivered to a prepack's
+//! inbox). They differ only in where decoded sources come from and wait
+//! for their prepacks ([`Inputs`]) and in what a producer does when another
+//! holds the claim (wait, or leave it to that producer). Either way the
+//! failure cause of a requirement is recorded before its claim is dropped,
+//! so a waiter woken by the failure finds it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use onnx_prepared_kernels::Tensor;
@@ -24,7 +28,7 @@ use crate::arena::{
 use crate::error::RunError;
 use crate::model::{ChecksumPolicy, PayloadSource, read_verified};
 use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
-use crate::store::{ClaimLoad, LoadClaim, PreparedObjectStore, Waiter};
+use crate::store::{ClaimLoad, LoadClaim, Outcome, PreparedObjectStore, Waiter};
 use crate::sync::Lock;
 
 /// A resident prepared object and the prepared-arena bytes it holds.
@@ -42,6 +46,54 @@ pub(super) struct Source {
     /// The decoded tensor (shared with a published `Source` object).
     pub(super) tensor: Arc<Tensor>,
     _charge: Reservation,
+}
+
+/// Where a production's inputs come from: the one thing on-demand
+/// production and session tasks differ in.
+pub(super) trait Inputs {
+    /// The decoded source of read task `t`: held, delivered, or read now
+    /// through [`Producer::read`].
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error>;
+
+    /// `r` was published from the sources of `reads`: release what only it
+    /// needed.
+    fn settled(&mut self, _p: &Producer, _r: RequirementId, _reads: &[TaskId]) {}
+}
+
+/// Decoded sources of read tasks still needed by a pending prepack, for one
+/// on-demand call (`run`, `prepare`, `prepare_each`).
+#[derive(Default)]
+pub(super) struct Held {
+    held: HashMap<TaskId, Source>,
+}
+
+impl Inputs for Held {
+    /// Held, or read now and held.
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error> {
+        if let Some(held) = self.held.get(&t) {
+            return Ok(held.tensor.clone());
+        }
+        let held = p.read(t)?;
+        let tensor = held.tensor.clone();
+        self.held.insert(t, held);
+        Ok(tensor)
+    }
+
+    /// Releases the sources in `reads` that no prepack of an unpublished
+    /// requirement other than `r` needs.
+    fn settled(&mut self, p: &Producer, r: RequirementId, reads: &[TaskId]) {
+        let tasks = p.plan().tasks();
+        for &t in reads {
+            let pending = tasks.dependents.row(t.0 as usize).iter().any(|d| {
+                tasks.kind[d.0 as usize] == TaskKind::Prepack
+                    && tasks.publishes[d.0 as usize]
+                        .is_some_and(|q| q != r && !p.store().snapshot(q.0 as usize).is_resident())
+            });
+            if !pending {
+                self.held.remove(&t);
+            }
+        }
+    }
 }
 
 /// How a producer of a requirement proceeds: the claim policy shared by the
@@ -199,30 +251,92 @@ impl Producer {
         })
     }
 
-    /// Builds `r`'s object from its sources (in [`reads_of`] order),
-    /// admits it in the prepared arena and publishes it through `claim`. On
-    /// error the claim is dropped, failing its generation.
+    /// Produces `r` under `claim` (store protocol 1): collects its sources
+    /// from `inputs` (in [`reads_of`] order), builds the object, admits it
+    /// in the prepared arena and publishes it through the claim; then tells
+    /// `inputs` that `r` settled. On error the cause is recorded first, then
+    /// the claim is dropped: the generation fails and its waiters wake
+    /// with the cause already readable.
     ///
     /// [`reads_of`]: Self::reads_of
-    pub(super) fn publish(
+    pub(super) fn produce(
         &self,
         claim: LoadClaim<'_, ResidentObject>,
         r: RequirementId,
-        inputs: &[Arc<Tensor>],
+        inputs: &mut impl Inputs,
     ) -> Result<(), Error> {
+        match self.build(&claim, r, inputs) {
+            Ok((object, allocation, bytes)) => {
+                claim.publish(
+                    ResidentObject {
+                        object,
+                        _allocation: allocation,
+                    },
+                    bytes,
+                );
+                if let Ok(reads) = self.reads_of(r) {
+                    inputs.settled(self, r, reads);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let publisher = self.publisher[r.0 as usize].0 as usize;
+                let name = &self.plan.tasks().name[publisher];
+                self.record_failure(r, &format!("task `{name}` failed: {e}"));
+                drop(claim);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`produce`](Self::produce) up to the publication: the object, its
+    /// prepared-arena allocation and its bytes.
+    fn build(
+        &self,
+        claim: &LoadClaim<'_, ResidentObject>,
+        r: RequirementId,
+        inputs: &mut impl Inputs,
+    ) -> Result<(PreparedObject, PreparedAllocation, usize), Error> {
+        let reads = self.reads_of(r)?;
+        let mut sources = Vec::with_capacity(reads.len());
+        for &t in reads {
+            sources.push(inputs.source(self, t)?);
+        }
         claim.set_preparing();
         let requirement = &self.plan.resolved().requirements()[r.0 as usize];
-        let object = prepare(requirement, inputs)?;
+        let object = prepare(requirement, &sources)?;
         let bytes = object.byte_len();
         let allocation = self.prepared.admit(bytes)?;
-        claim.publish(
-            ResidentObject {
-                object,
-                _allocation: allocation,
-            },
-            bytes,
-        );
-        Ok(())
+        Ok((object, allocation, bytes))
+    }
+
+    /// Makes requirement `r` resident on the calling thread (on-demand
+    /// production): already resident, produced by someone else (wait for
+    /// its event; its failure is an error), or produced here from `inputs`.
+    pub(super) fn ensure(&self, r: RequirementId, inputs: &mut impl Inputs) -> Result<(), Error> {
+        let mut retry = Retry::Once;
+        loop {
+            match self.claim(r, &mut retry)? {
+                Role::Resident => return Ok(()),
+                Role::InFlight(waiter) => {
+                    if let Outcome::Failed(_) = waiter.wait() {
+                        return Err(self.not_resident(r));
+                    }
+                }
+                Role::Produce(claim) => return self.produce(claim, r, inputs),
+            }
+        }
+    }
+
+    /// An input of `r`'s producer could not be produced (`cause`): records
+    /// the cause, then fails `r`'s next generation (claimed, with one retry
+    /// of a failed one, and dropped) so its waiters wake. Nothing happens
+    /// to a generation another producer holds or that is resident.
+    pub(super) fn fail(&self, r: RequirementId, cause: &str) {
+        self.record_failure(r, cause);
+        if let Ok(Role::Produce(claim)) = self.claim(r, &mut Retry::Once) {
+            drop(claim);
+        }
     }
 
     /// Records why requirement `r`'s latest generation failed (before the

@@ -13,14 +13,13 @@
 //!
 //! They also run one at a time by id, from any thread, as session tasks
 //! (`tasks.rs`). Both paths produce through the state's `Producer`
-//! (`preparation.rs`): the claim policy (`claim`), the read (`read`) and the
-//! build-admit-publish step (`publish`); they differ only in where decoded
-//! sources wait for their prepacks (a per-call map here, per-task inboxes
-//! there).
+//! (`preparation.rs`: claim, read, build, admit, publish, failure cause);
+//! they differ only in where decoded sources wait for their prepacks (a
+//! per-call map here, per-task inboxes there).
 //!
 //! [`LoadClaim`]: crate::store::LoadClaim
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
@@ -28,13 +27,13 @@ use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 use super::PreparedObject;
 use super::gate::BudgetGate;
 use super::lowering::{Lowered, Objects, ceiling_gate, check_input, lower_all, order_inputs};
-use super::preparation::{Producer, ResidentObject, Retry, Role, Source};
+use super::preparation::{Held, Producer, ResidentObject};
 use crate::Error;
 use crate::arena::{Domain, MemoryBudget, Reservation};
 use crate::error::RunError;
 use crate::model::{ChecksumPolicy, PayloadSource};
-use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
-use crate::store::{Outcome, Pin, PreparedObjectStore, ReadGuard};
+use crate::plan::{PreparedExecutionPlan, RequirementId};
+use crate::store::{Pin, PreparedObjectStore, ReadGuard};
 
 /// The session state: the producer of its prepared objects (plan, store,
 /// arenas, payload source) and the budget gate of its session tasks.
@@ -55,52 +54,6 @@ pub struct InvocationState {
     execution: Option<Reservation>,
     /// The next step a suspendable run replays.
     next_step: usize,
-}
-
-/// Decoded sources of read tasks still needed by a pending prepack, for one
-/// on-demand call (`run`, `prepare`, `prepare_each`).
-#[derive(Default)]
-struct Sources {
-    held: HashMap<TaskId, Source>,
-}
-
-impl Sources {
-    /// The source of read task `t`: held, or read now and held.
-    fn get_or_read(
-        &mut self,
-        state: &PreparedExecutionState,
-        t: TaskId,
-    ) -> Result<Arc<Tensor>, Error> {
-        if let Some(held) = self.held.get(&t) {
-            return Ok(held.tensor.clone());
-        }
-        let held = state.producer.read(t)?;
-        let tensor = held.tensor.clone();
-        self.held.insert(t, held);
-        Ok(tensor)
-    }
-
-    /// Releases the sources in `reads` (just used for `r`) that no prepack
-    /// of an unpublished requirement other than `r` needs.
-    fn release_after(
-        &mut self,
-        state: &PreparedExecutionState,
-        r: RequirementId,
-        reads: &[TaskId],
-    ) {
-        let tasks = state.plan().tasks();
-        for &t in reads {
-            let pending = tasks.dependents.row(t.0 as usize).iter().any(|d| {
-                tasks.kind[d.0 as usize] == TaskKind::Prepack
-                    && tasks.publishes[d.0 as usize].is_some_and(|q| {
-                        q != r && !state.store().snapshot(q.0 as usize).is_resident()
-                    })
-            });
-            if !pending {
-                self.held.remove(&t);
-            }
-        }
-    }
 }
 
 /// Where a suspendable run stands after [`PreparedExecutionState::resume_run`].
@@ -181,9 +134,9 @@ impl PreparedExecutionState {
     /// Makes every requirement resident (eager preparation), requirement by
     /// requirement, producing each one's chain on demand.
     pub fn prepare(&self) -> Result<(), Error> {
-        let mut sources = Sources::default();
+        let mut held = Held::default();
         for r in 0..self.plan().requirements().len() {
-            self.ensure(RequirementId(r as u32), &mut sources)?;
+            self.producer.ensure(RequirementId(r as u32), &mut held)?;
         }
         Ok(())
     }
@@ -192,42 +145,13 @@ impl PreparedExecutionState {
     /// `after` with each requirement once it is resident (while sources
     /// shared with later requirements are still held).
     pub fn prepare_each(&self, mut after: impl FnMut(RequirementId)) -> Result<(), Error> {
-        let mut sources = Sources::default();
+        let mut held = Held::default();
         for r in 0..self.plan().requirements().len() {
             let r = RequirementId(r as u32);
-            self.ensure(r, &mut sources)?;
+            self.producer.ensure(r, &mut held)?;
             after(r);
         }
         Ok(())
-    }
-
-    /// Makes requirement `r` resident: already resident, produced by
-    /// someone else (wait for its event), or produced here.
-    fn ensure(&self, r: RequirementId, sources: &mut Sources) -> Result<(), Error> {
-        let mut retry = Retry::Once;
-        loop {
-            match self.producer.claim(r, &mut retry)? {
-                Role::Resident => return Ok(()),
-                Role::InFlight(waiter) => {
-                    if let Outcome::Failed(_) = waiter.wait() {
-                        return Err(self.producer.not_resident(r));
-                    }
-                }
-                Role::Produce(claim) => {
-                    // An error drops the claim: the generation fails and its
-                    // waiters wake.
-                    let reads = self.producer.reads_of(r)?;
-                    let mut inputs = Vec::with_capacity(reads.len());
-                    for &t in reads {
-                        inputs.push(sources.get_or_read(self, t)?);
-                    }
-                    self.producer.publish(claim, r, &inputs)?;
-                    drop(inputs);
-                    sources.release_after(self, r, reads);
-                    return Ok(());
-                }
-            }
-        }
     }
 
     /// Lowers for the inputs `input(0..count)` (declared order) unless the
@@ -435,7 +359,7 @@ impl PreparedExecutionState {
                 .map(|_| None)
                 .collect(),
         };
-        let mut sources = Sources::default();
+        let mut held = Held::default();
         for step in self.plan().steps() {
             for bit in step.needs.iter_ones() {
                 if pins.pins[bit].is_some() {
@@ -444,7 +368,7 @@ impl PreparedExecutionState {
                 let r = RequirementId(bit as u32);
                 // Resident between `ensure` and `pin` unless evicted meanwhile: retry.
                 loop {
-                    self.ensure(r, &mut sources)?;
+                    self.producer.ensure(r, &mut held)?;
                     if let Some(pin) = self.store().pin(bit) {
                         pins.pins[bit] = Some(pin);
                         break;

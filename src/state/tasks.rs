@@ -20,8 +20,9 @@
 //!    neither resident nor in flight now;
 //!    (c) with no claim and no consumer, return: nothing is read;
 //!    (d) read and decode `w` through the preparation arena;
-//!    (e) with a claim, publish `r` (an error drops the claim: `r`'s
-//!    generation fails and its waiters wake);
+//!    (e) with a claim, the read is `r`'s production: publish `r` (an error
+//!    records `r`'s cause, then drops the claim: `r`'s generation fails and
+//!    its waiters wake);
 //!    (f) put one share of the source into each consumer's inbox;
 //!    (g) if the read fails, claim and drop each consumer's requirement (a
 //!    failed generation): waiters of those objects wake with the failure.
@@ -65,15 +66,16 @@
 use std::fmt;
 use std::sync::Arc;
 
+use onnx_prepared_kernels::Tensor;
+
 use super::gate::{BudgetGate, Running};
-use super::preparation::{Retry, Role, Source};
+use super::preparation::{Inputs, Producer, Retry, Role, Source};
 use super::prepared::PreparedExecutionState;
 use crate::Error;
 use crate::arena::{Domain, UNLIMITED};
 use crate::error::RunError;
 use crate::plan::{RequirementId, TaskId, TaskKind, TaskScope};
 use crate::scheduler::{TaskContext, TaskFailure, TaskRunner};
-use crate::store::ClaimLoad;
 use crate::sync::{AtomicBool, Ordering, Pool};
 
 /// Runs the plan's session tasks one at a time by id; `Sync`, so a worker
@@ -251,19 +253,6 @@ impl fmt::Debug for SessionTasks<'_> {
     }
 }
 
-fn inboxes(state: &PreparedExecutionState) -> Box<[Pool<Share>]> {
-    let tasks = state.plan().tasks();
-    (0..tasks.len())
-        .map(|t| {
-            let capacity = match tasks.kind[t] {
-                TaskKind::Prepack => tasks.deps.row(t).len(),
-                _ => 0,
-            };
-            Pool::new(capacity)
-        })
-        .collect()
-}
-
 impl PreparedExecutionState {
     /// Runs every session task of the plan on the calling thread, in task-id
     /// order (a topological order), through
@@ -279,31 +268,37 @@ impl PreparedExecutionState {
 
     /// A runner of this state's session tasks by id.
     pub fn session_tasks(&self) -> SessionTasks<'_> {
-        SessionTasks {
-            dead: (0..self.plan().tasks().len())
-                .map(|_| AtomicBool::new(false))
-                .collect(),
-            inbox: inboxes(self),
-            gate: self.gate.clone(),
-            state: StateRef::Borrowed(self),
-        }
+        SessionTasks::over(StateRef::Borrowed(self))
     }
 
     /// A runner of the session tasks of a shared state: `'static`, so it
     /// is a [`TaskRunner`] a [`crate::scheduler::WorkerPool`] can run.
     pub fn shared_session_tasks(self: &Arc<Self>) -> SessionTasks<'static> {
-        SessionTasks {
-            dead: (0..self.plan().tasks().len())
-                .map(|_| AtomicBool::new(false))
-                .collect(),
-            inbox: inboxes(self),
-            gate: self.gate.clone(),
-            state: StateRef::Shared(self.clone()),
-        }
+        SessionTasks::over(StateRef::Shared(self.clone()))
     }
 }
 
 impl<'a> SessionTasks<'a> {
+    /// A runner over `state`, with empty inboxes, sharing the state's gate.
+    fn over(state: StateRef<'a>) -> Self {
+        let tasks = state.plan().tasks();
+        let inbox = (0..tasks.len())
+            .map(|t| {
+                let capacity = match tasks.kind[t] {
+                    TaskKind::Prepack => tasks.deps.row(t).len(),
+                    _ => 0,
+                };
+                Pool::new(capacity)
+            })
+            .collect();
+        SessionTasks {
+            dead: (0..tasks.len()).map(|_| AtomicBool::new(false)).collect(),
+            inbox,
+            gate: state.gate.clone(),
+            state,
+        }
+    }
+
     /// The state the tasks act on.
     pub fn state(&self) -> &PreparedExecutionState {
         &self.state
@@ -343,8 +338,9 @@ impl<'a> SessionTasks<'a> {
             .into()),
         };
         if let (Err(e), Some(q)) = (&result, tasks.publishes[t]) {
-            // The claim was dropped already (a waiter may read this a
-            // moment late and report an unknown cause).
+            // A failed production recorded this cause already, before its
+            // claim dropped; this also covers errors outside production (a
+            // refused claim, an unsupported task).
             self.state
                 .producer
                 .record_failure(q, &format!("task `{}` failed: {e}", tasks.name[t]));
@@ -355,10 +351,11 @@ impl<'a> SessionTasks<'a> {
     /// Protocol 1.
     fn read(&self, task: TaskId) -> Result<(), Error> {
         let state = &*self.state;
+        let producer = &state.producer;
         let tasks = state.plan().tasks();
         let t = task.0 as usize;
         let claim = match tasks.publishes[t] {
-            Some(r) => match state.producer.claim(r, &mut Retry::Once)? {
+            Some(r) => match producer.claim(r, &mut Retry::Once)? {
                 Role::Produce(claim) => Some((r, claim)),
                 Role::InFlight(_) | Role::Resident => None,
             },
@@ -375,9 +372,16 @@ impl<'a> SessionTasks<'a> {
         if claim.is_none() && consumers.clone().next().is_none() {
             return Ok(());
         }
-        let held = match state.producer.read(task) {
-            Ok(held) => Arc::new(held),
-            Err(e) => {
+        // With a claim, the read is the production of `r` (an error is
+        // recorded as `r`'s cause before its claim drops).
+        let mut read = ReadHere(None);
+        let produced = match claim {
+            Some((r, claim)) => producer.produce(claim, r, &mut read),
+            None => read.source(producer, task).map(drop),
+        };
+        let held = match (produced, read.0) {
+            (Ok(()), Some(held)) => held,
+            (Err(e), None) => {
                 // Protocol 1(g): every consumer's generation fails with the
                 // read, so whoever waits for those objects wakes and sees
                 // the failure (its cause recorded first) instead of waiting
@@ -388,28 +392,17 @@ impl<'a> SessionTasks<'a> {
                     self.dead[d.0 as usize].store(true, Ordering::SeqCst);
                     self.drop_shares(d.0 as usize);
                     if let Some(q) = tasks.publishes[d.0 as usize] {
-                        state.producer.record_failure(q, &cause);
-                        let store = state.store();
-                        match store.try_claim_load(q.0 as usize) {
-                            ClaimLoad::Claimed(claim) => drop(claim),
-                            ClaimLoad::Failed(g) => {
-                                if let ClaimLoad::Claimed(claim) = store.retry_load(q.0 as usize, g)
-                                {
-                                    drop(claim);
-                                }
-                            }
-                            _ => {}
-                        }
+                        producer.fail(q, &cause);
                     }
                 }
                 return Err(e);
             }
+            // The read succeeded and building `r` failed: the consumers
+            // fall back to reading themselves (protocol 2(c)).
+            (Err(e), Some(_)) => return Err(e),
+            // Not reached: a read that returned `Ok` holds its source.
+            (Ok(()), None) => return Ok(()),
         };
-        if let Some((r, claim)) = claim {
-            state
-                .producer
-                .publish(claim, r, std::slice::from_ref(&held.tensor))?;
-        }
         for d in consumers {
             let d = d.0 as usize;
             // Full only when this read ran twice: the prepack has its share.
@@ -444,20 +437,46 @@ impl<'a> SessionTasks<'a> {
             Role::Produce(claim) => claim,
             Role::InFlight(_) | Role::Resident => return Ok(()),
         };
-        let reads = tasks.deps.row(p);
-        let mut inputs = Vec::with_capacity(reads.len());
-        // Sources read here stay charged until the object is published.
-        let mut fresh = Vec::new();
-        for &t in reads {
-            match shares.iter().find(|(from, _)| *from == t) {
-                Some((_, held)) => inputs.push(held.tensor.clone()),
-                None => {
-                    let held = state.producer.read(t)?;
-                    inputs.push(held.tensor.clone());
-                    fresh.push(held);
-                }
-            }
+        state.producer.produce(
+            claim,
+            q,
+            &mut Delivered {
+                shares,
+                fresh: Vec::new(),
+            },
+        )
+    }
+}
+
+/// A read task's own read (protocol 1(d)): the source it reads, kept to be
+/// shared with its consumers.
+struct ReadHere(Option<Arc<Source>>);
+
+impl Inputs for ReadHere {
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error> {
+        let held = Arc::new(p.read(t)?);
+        let tensor = held.tensor.clone();
+        self.0 = Some(held);
+        Ok(tensor)
+    }
+}
+
+/// A prepack's inputs (protocol 2(c)): the shares its reads delivered, or
+/// a source read now where a share is missing; sources read here stay
+/// charged until the object is published.
+struct Delivered {
+    shares: Vec<Share>,
+    fresh: Vec<Source>,
+}
+
+impl Inputs for Delivered {
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error> {
+        if let Some((_, held)) = self.shares.iter().find(|(from, _)| *from == t) {
+            return Ok(held.tensor.clone());
         }
-        state.producer.publish(claim, q, &inputs)
+        let held = p.read(t)?;
+        let tensor = held.tensor.clone();
+        self.fresh.push(held);
+        Ok(tensor)
     }
 }
