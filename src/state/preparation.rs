@@ -4,7 +4,7 @@
 //! admit in the prepared arena → publish under the claim.
 //!
 //! Two callers share it: on-demand sequential production
-//! ([`PreparedExecutionState`](super::PreparedExecutionState)'s `prepare`,
+//! (`PreparedExecutionState`'s `prepare`,
 //! `prepare_each` and `run`, through [`Producer::ensure`] with a per-call
 //! [`Held`] map) and session tasks run one at a time by id (`tasks.rs`,
 //! through [`Producer::produce`] with the shares delivered to a prepack's
