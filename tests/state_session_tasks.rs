@@ -270,6 +270,38 @@ fn fail_one_read(path: &Path, failing: TaskId, expected: Residency) {
     drop(tasks);
 }
 
+/// On-demand production records why a requirement failed, like a session
+/// task does: the cause is readable once `prepare` returns (and before the
+/// failed generation's waiters wake).
+#[test]
+fn an_on_demand_failure_records_its_cause() {
+    let path = tiny_llm();
+    let plan = plan(&path);
+    let table = plan.tasks();
+    let failing = plan
+        .session_tasks()
+        .find(|t| table.kind[t.0 as usize] == TaskKind::ReadSource)
+        .expect("tiny-llm reads weights");
+    let weight = table.reads[failing.0 as usize].unwrap();
+    let model = Model::open(&path).unwrap();
+    let faulty =
+        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
+            .with_fault(weight, ReadFault::Fail);
+    let s = PreparedExecutionState::new(plan.clone(), Arc::new(faulty), MemoryBudget::unlimited());
+    let err = s.prepare().unwrap_err();
+    assert!(err.to_string().contains("injected"), "{err}");
+    let lost = published_from(&plan, failing);
+    // `prepare` stops at the first requirement it could not produce.
+    let first = *lost.iter().min().expect("the read feeds a requirement");
+    assert_eq!(
+        s.store().snapshot(first.0 as usize).residency(),
+        Residency::Failed
+    );
+    let cause = s.failure_cause(first).expect("cause recorded");
+    assert!(cause.contains("injected"), "{cause}");
+    assert_eq!(s.budget().live(Domain::Preparation), 0);
+}
+
 #[test]
 fn a_failed_read_fails_only_what_it_feeds() {
     let path = tiny_llm();

@@ -61,6 +61,7 @@
 //!   refusal as "retry when bytes are returned".
 
 mod budget;
+mod domain;
 mod element;
 mod error;
 mod execution;
@@ -69,9 +70,9 @@ mod preparation;
 mod prepared;
 
 pub use budget::{
-    BudgetLimits, BudgetReport, Domain, DomainReport, MemoryBudget, ReleaseWatcher, Reservation,
-    UNLIMITED,
+    BudgetLimits, BudgetReport, DomainReport, MemoryBudget, ReleaseWatcher, Reservation, UNLIMITED,
 };
+pub use domain::Domain;
 pub use element::Element;
 pub use error::ArenaError;
 pub use execution::{ExecutionArena, PADDING_SLACK};

@@ -24,8 +24,8 @@ use onnx_prepared_kernels::{Tensor, TensorData};
 pub use generate::{Generation, KvCache, genai_kv_cache, generate, generate_with};
 
 use crate::error::RunError;
+use crate::model::{Dim, GraphInput};
 use crate::model::{Operand, ResolvedModel};
-use crate::state::{Dim, GraphInput};
 use crate::{Error, model};
 
 /// What a graph input carries in a decoder model.

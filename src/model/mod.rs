@@ -10,6 +10,7 @@ mod attrs;
 mod dtype;
 mod error;
 mod external;
+mod inputs;
 pub mod inspect;
 mod payload;
 mod qdq;
@@ -29,6 +30,8 @@ use onnx_prepared_proto::{GraphProto, Message, ModelProto, TensorProto};
 pub use attrs::NodeAttributes;
 pub use dtype::{ElementType, element_type_from_onnx, element_type_to_onnx, onnx_type_name};
 pub use error::{ExternalDataError, ModelError, PayloadError};
+pub(crate) use inputs::graph_input;
+pub use inputs::{Dim, GraphInput};
 pub(crate) use payload::read_verified;
 pub use payload::{
     ChecksumPolicy, FaultInjectingSource, FileSource, MmapSource, PayloadSource, ReadCounters,

@@ -12,18 +12,16 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use onnx_prepared_kernels::{CpuFeatures, ElementType, ParallelFor, Sequential, Tensor};
-use onnx_prepared_proto::tensor_shape_proto::dimension::Value as DimValue;
-use onnx_prepared_proto::type_proto::Value as TypeValue;
+use onnx_prepared_kernels::{CpuFeatures, ParallelFor, Sequential, Tensor};
 
+use super::PreparedObject;
 use super::lowering::{Lowered, ceiling_gate, lower_all, order_inputs};
 use super::object::materialize;
-use super::{PreparedObject, ThreadPool};
 use crate::Error;
-use crate::error::ResolveError;
 use crate::model::{
-    ChecksumPolicy, Model, PayloadSource, ResolveOptions, ResolvedModel, element_type_from_onnx,
+    ChecksumPolicy, GraphInput, Model, PayloadSource, ResolveOptions, ResolvedModel,
 };
+use crate::scheduler::{PoolConfig, WorkerPool};
 
 /// Options of [`DirectReplay`].
 #[derive(Debug, Clone)]
@@ -46,60 +44,6 @@ impl Default for DirectReplayOptions {
     }
 }
 
-/// One declared dimension of a graph input.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Dim {
-    /// A fixed size.
-    Fixed(usize),
-    /// A named symbolic size (`T`, `batch`).
-    Symbolic(String),
-    /// Neither.
-    Unknown,
-}
-
-/// A graph input: its name, element type and declared dims.
-#[derive(Debug, Clone)]
-pub struct GraphInput {
-    /// The input's name.
-    pub name: String,
-    /// Declared element type.
-    pub dtype: ElementType,
-    /// Declared dims; `None` when the model declares no shape.
-    pub dims: Option<Vec<Dim>>,
-}
-
-fn tensor_type(v: &onnx_prepared_proto::ValueInfoProto) -> Option<(i32, Option<Vec<Dim>>)> {
-    match v.r#type.as_ref()?.value.as_ref()? {
-        TypeValue::TensorType(t) => Some((
-            t.elem_type.unwrap_or_default(),
-            t.shape.as_ref().map(|s| {
-                s.dim
-                    .iter()
-                    .map(|d| match &d.value {
-                        Some(DimValue::DimValue(n)) if *n >= 0 => Dim::Fixed(*n as usize),
-                        Some(DimValue::DimParam(p)) if !p.is_empty() => Dim::Symbolic(p.clone()),
-                        _ => Dim::Unknown,
-                    })
-                    .collect()
-            }),
-        )),
-        _ => None,
-    }
-}
-
-/// A graph input's declared name, type and dims.
-pub(crate) fn graph_input(v: &onnx_prepared_proto::ValueInfoProto) -> Result<GraphInput, Error> {
-    let name = v.name.clone().unwrap_or_default();
-    let (elem, dims) = tensor_type(v).ok_or_else(|| ResolveError::InputNotTensor {
-        input: name.clone(),
-    })?;
-    let dtype = element_type_from_onnx(elem).ok_or_else(|| ResolveError::InputType {
-        input: name.clone(),
-        dtype: crate::model::onnx_type_name(elem),
-    })?;
-    Ok(GraphInput { name, dtype, dims })
-}
-
 /// The eager executor: everything loaded and prepacked up front, then a
 /// straight replay per run.
 #[derive(Debug)]
@@ -109,7 +53,9 @@ pub struct DirectReplay {
     /// Graph inputs whose values decide shapes (discovered at lowering).
     value_inputs: HashSet<usize>,
     lowered: Option<Lowered>,
-    pool: Option<ThreadPool>,
+    /// `threads - 1` CPU workers (not pinned, no I/O workers) that help
+    /// the caller's thread in kernels' parallel regions, leased per run.
+    pool: Option<WorkerPool>,
 }
 
 impl DirectReplay {
@@ -154,7 +100,14 @@ impl DirectReplay {
             value_inputs: HashSet::new(),
             lowered: None,
             pool: (threads > 1)
-                .then(|| ThreadPool::try_new(threads - 1))
+                .then(|| {
+                    WorkerPool::try_new(PoolConfig {
+                        cpu_workers: threads - 1,
+                        io_workers: 0,
+                        pin_cpu_workers: false,
+                        ..PoolConfig::default()
+                    })
+                })
                 .transpose()?,
         })
     }
@@ -219,8 +172,12 @@ impl DirectReplay {
         } = self;
         let lowered = lowered.as_mut().expect("lowered above");
         lowered.load_inputs(&ordered)?;
+        let lease;
         let par: &dyn ParallelFor = match pool {
-            Some(p) => p,
+            Some(p) => {
+                lease = p.lease();
+                &lease
+            }
             None => &Sequential,
         };
         let all = 0..lowered.len();

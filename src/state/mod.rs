@@ -5,16 +5,17 @@
 //! shared lowering and replay of `lowering`.
 
 mod direct;
+mod gate;
 mod lowering;
 mod object;
-mod parallel;
+mod preparation;
 mod prepared;
-mod session;
+mod tasks;
 
-pub(crate) use direct::graph_input;
-pub use direct::{Dim, DirectReplay, DirectReplayOptions, GraphInput};
+pub use crate::model::{Dim, GraphInput};
+pub use direct::{DirectReplay, DirectReplayOptions};
 pub(crate) use lowering::{execute_caught, tensor_bytes};
 pub use object::PreparedObject;
-pub use parallel::ThreadPool;
-pub use prepared::{InvocationState, PreparedExecutionState, Progress, ResidentObject};
-pub use session::SessionTasks;
+pub use preparation::ResidentObject;
+pub use prepared::{InvocationState, PreparedExecutionState, Progress};
+pub use tasks::SessionTasks;

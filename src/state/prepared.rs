@@ -11,59 +11,38 @@
 //! parallel scheduler replaces "produce here" with submitting the producer
 //! chain at critical priority; the step protocol stays the same.
 //!
-//! They also run one at a time by id, from any thread, through
-//! [`SessionTasks`](super::SessionTasks) (`session.rs`). Both paths share the
-//! pieces defined here: the claim policy (`claim`), the read
-//! (`read_source`) and the build-admit-publish step (`publish`);
+//! They also run one at a time by id, from any thread, as session tasks
+//! (`tasks.rs`). Both paths produce through the state's `Producer`
+//! (`preparation.rs`: claim, read, build, admit, publish, failure cause);
 //! they differ only in where decoded sources wait for their prepacks (a
 //! per-call map here, per-task inboxes there).
 //!
 //! [`LoadClaim`]: crate::store::LoadClaim
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 
 use super::PreparedObject;
+use super::gate::BudgetGate;
 use super::lowering::{Lowered, Objects, ceiling_gate, check_input, lower_all, order_inputs};
-use super::object::{prepare, source_tensor};
+use super::preparation::{Held, Producer, ResidentObject};
 use crate::Error;
-use crate::arena::{
-    Domain, MemoryBudget, PreparationArena, PreparedAllocation, PreparedArena, Reservation,
-};
+use crate::arena::{Domain, MemoryBudget, Reservation};
 use crate::error::RunError;
-use crate::model::{ChecksumPolicy, PayloadSource, read_verified};
-use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
-use crate::store::{ClaimLoad, LoadClaim, Outcome, Pin, PreparedObjectStore, ReadGuard, Waiter};
-use crate::sync::Lock;
+use crate::model::{ChecksumPolicy, PayloadSource};
+use crate::plan::{PreparedExecutionPlan, RequirementId};
+use crate::store::{Pin, PreparedObjectStore, ReadGuard};
 
-/// A resident prepared object and the prepared-arena bytes it holds.
-#[derive(Debug)]
-pub struct ResidentObject {
-    /// The object.
-    pub object: PreparedObject,
-    _allocation: PreparedAllocation,
-}
-
-/// The session state: plan, store, arenas, payload source.
+/// The session state: the producer of its prepared objects (plan, store,
+/// arenas, payload source) and the budget gate of its session tasks.
 #[derive(Debug)]
 pub struct PreparedExecutionState {
-    plan: Arc<PreparedExecutionPlan>,
-    store: PreparedObjectStore<ResidentObject>,
-    /// The task publishing each requirement, indexed by `RequirementId`.
-    publisher: Box<[TaskId]>,
-    budget: MemoryBudget,
-    preparation: PreparationArena,
-    prepared: PreparedArena,
-    source: Arc<dyn PayloadSource>,
-    /// Whether reads verify declared digests.
-    checksums: ChecksumPolicy,
-    /// Per requirement, why its latest failed generation failed (cold).
-    failures: Box<[Lock<Option<String>>]>,
+    pub(super) producer: Producer,
     /// The budget gate every runner of this state's session tasks shares
     /// (`None` under an unlimited budget).
-    pub(super) gate: Option<Arc<super::session::BudgetGate>>,
+    pub(super) gate: Option<Arc<BudgetGate>>,
 }
 
 /// One caller's invocation state: its lowering, shape-operand inputs, and
@@ -75,74 +54,6 @@ pub struct InvocationState {
     execution: Option<Reservation>,
     /// The next step a suspendable run replays.
     next_step: usize,
-}
-
-/// A read task's decoded source and the preparation-domain bytes it holds;
-/// dropping it returns them to the budget.
-#[derive(Debug)]
-pub(super) struct HeldSource {
-    /// The decoded tensor (shared with a published `Source` object).
-    pub(super) tensor: Arc<Tensor>,
-    _reservation: Reservation,
-}
-
-/// How a producer of a requirement proceeds: the claim policy shared by the
-/// on-demand path (`ensure`) and the per-task path
-/// ([`SessionTasks`](super::SessionTasks)).
-pub(super) enum Claim<'a> {
-    /// Produce the object and publish it through the claim (dropping the
-    /// claim instead fails the generation and wakes its waiters).
-    Produce(LoadClaim<'a, ResidentObject>),
-    /// Another producer's generation is in flight.
-    InFlight(Waiter<'a>),
-    /// Already resident.
-    Resident,
-}
-
-/// Decoded sources of read tasks still needed by a pending prepack, for one
-/// on-demand call (`run`, `prepare`, `prepare_each`).
-#[derive(Default)]
-struct Sources {
-    held: HashMap<TaskId, HeldSource>,
-}
-
-impl Sources {
-    /// The source of read task `t`: held, or read now and held.
-    fn get_or_read(
-        &mut self,
-        state: &PreparedExecutionState,
-        t: TaskId,
-    ) -> Result<Arc<Tensor>, Error> {
-        if let Some(held) = self.held.get(&t) {
-            return Ok(held.tensor.clone());
-        }
-        let held = state.read_source(t)?;
-        let tensor = held.tensor.clone();
-        self.held.insert(t, held);
-        Ok(tensor)
-    }
-
-    /// Releases the sources in `reads` (just used for `r`) that no prepack
-    /// of an unpublished requirement other than `r` needs.
-    fn release_after(
-        &mut self,
-        state: &PreparedExecutionState,
-        r: RequirementId,
-        reads: &[TaskId],
-    ) {
-        let tasks = state.plan.tasks();
-        for &t in reads {
-            let pending = tasks.dependents.row(t.0 as usize).iter().any(|d| {
-                tasks.kind[d.0 as usize] == TaskKind::Prepack
-                    && tasks.publishes[d.0 as usize].is_some_and(|q| {
-                        q != r && !state.store.snapshot(q.0 as usize).is_resident()
-                    })
-            });
-            if !pending {
-                self.held.remove(&t);
-            }
-        }
-    }
 }
 
 /// Where a suspendable run stands after [`PreparedExecutionState::resume_run`].
@@ -187,57 +98,45 @@ impl PreparedExecutionState {
         source: Arc<dyn PayloadSource>,
         budget: MemoryBudget,
     ) -> Self {
-        let tasks = plan.tasks();
-        let mut publisher = vec![TaskId(u32::MAX); plan.requirements().len()];
-        for (t, publishes) in tasks.publishes.iter().enumerate() {
-            if let Some(r) = publishes {
-                publisher[r.0 as usize] = TaskId(t as u32);
-            }
-        }
         Self {
-            store: PreparedObjectStore::new(plan.requirements().len()),
-            failures: (0..plan.requirements().len())
-                .map(|_| Lock::new(None))
-                .collect(),
-            publisher: publisher.into_boxed_slice(),
-            preparation: PreparationArena::new(&budget),
-            prepared: PreparedArena::new(&budget),
-            gate: super::session::BudgetGate::new(&plan, &budget).map(Arc::new),
-            budget,
-            plan,
-            source,
-            checksums: ChecksumPolicy::Strict,
+            gate: BudgetGate::new(&plan, &budget).map(Arc::new),
+            producer: Producer::new(plan, source, budget, ChecksumPolicy::Strict),
         }
     }
 
     /// Sets whether reads verify declared weight digests (default
     /// [`ChecksumPolicy::Strict`]).
     pub fn with_checksums(mut self, checksums: ChecksumPolicy) -> Self {
-        self.checksums = checksums;
+        self.producer.set_checksums(checksums);
         self
     }
 
     /// The plan.
     pub fn plan(&self) -> &Arc<PreparedExecutionPlan> {
-        &self.plan
+        self.producer.plan()
     }
 
     /// The prepared-object store.
     pub fn store(&self) -> &PreparedObjectStore<ResidentObject> {
-        &self.store
+        self.producer.store()
     }
 
     /// The memory budget.
     pub fn budget(&self) -> &MemoryBudget {
-        &self.budget
+        self.producer.budget()
+    }
+
+    /// Why requirement `r`'s latest failed generation failed, if recorded.
+    pub fn failure_cause(&self, r: RequirementId) -> Option<String> {
+        self.producer.failure_cause(r)
     }
 
     /// Makes every requirement resident (eager preparation), requirement by
     /// requirement, producing each one's chain on demand.
     pub fn prepare(&self) -> Result<(), Error> {
-        let mut sources = Sources::default();
-        for r in 0..self.plan.requirements().len() {
-            self.ensure(RequirementId(r as u32), &mut sources)?;
+        let mut held = Held::default();
+        for r in 0..self.plan().requirements().len() {
+            self.producer.ensure(RequirementId(r as u32), &mut held)?;
         }
         Ok(())
     }
@@ -246,143 +145,12 @@ impl PreparedExecutionState {
     /// `after` with each requirement once it is resident (while sources
     /// shared with later requirements are still held).
     pub fn prepare_each(&self, mut after: impl FnMut(RequirementId)) -> Result<(), Error> {
-        let mut sources = Sources::default();
-        for r in 0..self.plan.requirements().len() {
+        let mut held = Held::default();
+        for r in 0..self.plan().requirements().len() {
             let r = RequirementId(r as u32);
-            self.ensure(r, &mut sources)?;
+            self.producer.ensure(r, &mut held)?;
             after(r);
         }
-        Ok(())
-    }
-
-    /// Runs every session task of the plan on the calling thread, in task-id
-    /// order (a topological order), through
-    /// [`SessionTasks::execute`](super::SessionTasks::execute); stops at the
-    /// first error. The sequential baseline of a pooled preparation.
-    pub fn prepare_sequential(&self) -> Result<(), Error> {
-        let tasks = self.session_tasks();
-        for t in self.plan.session_tasks() {
-            tasks.execute(t)?;
-        }
-        Ok(())
-    }
-
-    /// Makes requirement `r` resident: already resident, produced by
-    /// someone else (wait for its event), or produced here.
-    fn ensure(&self, r: RequirementId, sources: &mut Sources) -> Result<(), Error> {
-        let mut retried = false;
-        loop {
-            match self.claim(r, &mut retried)? {
-                Claim::Resident => return Ok(()),
-                Claim::InFlight(waiter) => {
-                    if let Outcome::Failed(_) = waiter.wait() {
-                        return Err(self.not_resident(r));
-                    }
-                }
-                Claim::Produce(claim) => {
-                    // An error drops the claim: the generation fails and its
-                    // waiters wake.
-                    let reads = self.source_tasks(r)?;
-                    let mut inputs = Vec::with_capacity(reads.len());
-                    for &t in reads {
-                        inputs.push(sources.get_or_read(self, t)?);
-                    }
-                    self.publish(claim, r, &inputs)?;
-                    drop(inputs);
-                    sources.release_after(self, r, reads);
-                    return Ok(());
-                }
-            }
-        }
-    }
-
-    /// Claims the production of `r` (store protocol 1). A failed generation
-    /// is retried once per `retried` flag; a second failure is an error.
-    pub(super) fn claim(&self, r: RequirementId, retried: &mut bool) -> Result<Claim<'_>, Error> {
-        let index = r.0 as usize;
-        let found = match self.store.try_claim_load(index) {
-            ClaimLoad::Failed(generation) if !*retried => {
-                *retried = true;
-                self.store.retry_load(index, generation)
-            }
-            found => found,
-        };
-        match found {
-            ClaimLoad::Claimed(claim) => Ok(Claim::Produce(claim)),
-            ClaimLoad::InFlight(waiter) => Ok(Claim::InFlight(waiter)),
-            ClaimLoad::Resident(_) => Ok(Claim::Resident),
-            ClaimLoad::Failed(_) => Err(self.not_resident(r)),
-        }
-    }
-
-    fn not_resident(&self, r: RequirementId) -> Error {
-        RunError::NotResident {
-            node: "session".into(),
-            requirement: self.plan.resolved().requirements()[r.0 as usize]
-                .name
-                .clone(),
-        }
-        .into()
-    }
-
-    /// The read tasks whose sources `r`'s object is built from, in source
-    /// order: the publisher itself for a source used as is, the prepack's
-    /// dependencies otherwise.
-    pub(super) fn source_tasks(&self, r: RequirementId) -> Result<&[TaskId], Error> {
-        let tasks = self.plan.tasks();
-        let publisher = &self.publisher[r.0 as usize];
-        match tasks.kind[publisher.0 as usize] {
-            TaskKind::ReadSource => Ok(std::slice::from_ref(publisher)),
-            TaskKind::Prepack => Ok(tasks.deps.row(publisher.0 as usize)),
-            other => Err(RunError::Unsupported {
-                what: format!("executing a {} task without a prepared cache", other.name()),
-            }
-            .into()),
-        }
-    }
-
-    /// Reads (verified under the state's checksum policy) and decodes read
-    /// task `t`'s weight through the preparation arena; the result holds the
-    /// decoded bytes in the preparation domain.
-    pub(super) fn read_source(&self, t: TaskId) -> Result<HeldSource, Error> {
-        let w = self.plan.tasks().reads[t.0 as usize].expect("read tasks name their weight");
-        let weight = &self.plan.resolved().model().weights()[w.index()];
-        let len = weight.byte_len() as usize;
-        let mut buffer = self.preparation.alloc_zeroed(len)?;
-        read_verified(&*self.source, weight, &mut buffer, self.checksums)?;
-        let tensor = Arc::new(source_tensor(self.plan.resolved(), w, &buffer)?);
-        // The decoded tensor replaces the read buffer in the preparation domain.
-        let reservation = self.budget.reserve(Domain::Preparation, len)?;
-        drop(buffer);
-        Ok(HeldSource {
-            tensor,
-            _reservation: reservation,
-        })
-    }
-
-    /// Builds `r`'s object from its sources (in [`source_tasks`] order),
-    /// admits it in the prepared arena and publishes it through `claim`. On
-    /// error the claim is dropped, failing its generation.
-    ///
-    /// [`source_tasks`]: Self::source_tasks
-    pub(super) fn publish(
-        &self,
-        claim: LoadClaim<'_, ResidentObject>,
-        r: RequirementId,
-        inputs: &[Arc<Tensor>],
-    ) -> Result<(), Error> {
-        claim.set_preparing();
-        let requirement = &self.plan.resolved().requirements()[r.0 as usize];
-        let object = prepare(requirement, inputs)?;
-        let bytes = object.byte_len();
-        let allocation = self.prepared.admit(bytes)?;
-        claim.publish(
-            ResidentObject {
-                object,
-                _allocation: allocation,
-            },
-            bytes,
-        );
         Ok(())
     }
 
@@ -409,11 +177,11 @@ impl PreparedExecutionState {
         let ceiling = ceiling_gate(crate::limits::default_allocation_ceiling());
         let gate = |what: &str, bytes: usize| -> Result<(), Error> {
             ceiling(what, bytes)?;
-            drop(self.budget.reserve(Domain::Execution, bytes)?);
+            drop(self.budget().reserve(Domain::Execution, bytes)?);
             Ok(())
         };
         let lowered = lower_all(
-            self.plan.resolved(),
+            self.plan().resolved(),
             &ordered,
             &mut invocation.value_inputs,
             &gate,
@@ -421,7 +189,7 @@ impl PreparedExecutionState {
         // Activation buffers live in the execution domain for as long as
         // this lowering is kept; over the limit, the run is refused.
         invocation.execution = Some(
-            self.budget
+            self.budget()
                 .reserve(Domain::Execution, lowered.buffer_bytes())?,
         );
         invocation.lowered = Some(lowered);
@@ -439,7 +207,7 @@ impl PreparedExecutionState {
         inputs: &[(String, Tensor)],
         order: &[u32],
     ) -> Result<(), Error> {
-        let resolved = self.plan.resolved();
+        let resolved = self.plan().resolved();
         let declared = resolved.inputs();
         debug_assert_eq!(order.len(), declared.len());
         let input = |i: usize| &inputs[order[i] as usize].1;
@@ -465,19 +233,21 @@ impl PreparedExecutionState {
         par: &dyn ParallelFor,
         on_step: Option<&dyn Fn(usize, std::time::Instant, std::time::Instant)>,
     ) -> Result<Progress, Error> {
-        let resolved = self.plan.resolved();
+        let resolved = self.plan().resolved();
         let lowered = invocation
             .lowered
             .as_mut()
             .expect("begin_run_ordered comes first");
-        let steps = self.plan.steps();
+        let steps = self.plan().steps();
         let mut pins = RunPins {
-            pins: (0..self.plan.requirements().len()).map(|_| None).collect(),
+            pins: (0..self.plan().requirements().len())
+                .map(|_| None)
+                .collect(),
         };
         while invocation.next_step < steps.len() {
             let step = &steps[invocation.next_step];
             for bit in step.needs.iter_ones() {
-                match self.store.pin(bit) {
+                match self.store().pin(bit) {
                     Some(pin) => pins.pins[bit] = Some(pin),
                     None => {
                         return Ok(Progress::Waiting {
@@ -511,16 +281,16 @@ impl PreparedExecutionState {
         invocation: &mut InvocationState,
         par: &dyn ParallelFor,
     ) -> Result<bool, Error> {
-        let resolved = self.plan.resolved();
+        let resolved = self.plan().resolved();
         let lowered = invocation
             .lowered
             .as_mut()
             .expect("begin_run_ordered comes first");
-        let guard = GuardObjects(self.store.read_guard());
+        let guard = GuardObjects(self.store().read_guard());
         let all = 0..lowered.len();
         match lowered.replay(resolved, &guard, all, par) {
             Ok(()) => {
-                invocation.next_step = self.plan.steps().len();
+                invocation.next_step = self.plan().steps().len();
                 Ok(true)
             }
             Err(Error::Run(RunError::NotResident { .. })) => Ok(false),
@@ -536,7 +306,10 @@ impl PreparedExecutionState {
             .lowered
             .as_ref()
             .expect("begin_run_ordered comes first");
-        lowered.outputs(self.plan.resolved(), &GuardObjects(self.store.read_guard()))
+        lowered.outputs(
+            self.plan().resolved(),
+            &GuardObjects(self.store().read_guard()),
+        )
     }
 
     /// The bytes of the invocation's last run's graph outputs.
@@ -545,7 +318,7 @@ impl PreparedExecutionState {
             .lowered
             .as_ref()
             .expect("begin_run_ordered comes first");
-        lowered.output_bytes(&GuardObjects(self.store.read_guard()))
+        lowered.output_bytes(&GuardObjects(self.store().read_guard()))
     }
 
     /// The graph outputs of the invocation's last run written into `out`,
@@ -558,26 +331,15 @@ impl PreparedExecutionState {
             .as_mut()
             .expect("begin_run_ordered comes first");
         lowered.outputs_into(
-            self.plan.resolved(),
-            &GuardObjects(self.store.read_guard()),
+            self.plan().resolved(),
+            &GuardObjects(self.store().read_guard()),
             out,
         );
     }
 
-    /// Records why requirement `r`'s latest generation failed (before the
-    /// claim is dropped, so a woken waiter finds it).
-    pub(super) fn record_failure(&self, r: RequirementId, cause: &str) {
-        self.failures[r.0 as usize].with(|f| *f = Some(cause.to_owned()));
-    }
-
-    /// Why requirement `r`'s latest failed generation failed, if recorded.
-    pub fn failure_cause(&self, r: RequirementId) -> Option<String> {
-        self.failures[r.0 as usize].with(|f| f.clone())
-    }
-
     /// Whether every requirement is resident now.
     pub fn all_resident(&self) -> bool {
-        (0..self.store.len()).all(|i| self.store.snapshot(i).is_resident())
+        (0..self.store().len()).all(|i| self.store().snapshot(i).is_resident())
     }
 
     /// Runs one inference sequentially: each step waits for exactly the
@@ -587,16 +349,18 @@ impl PreparedExecutionState {
         invocation: &mut InvocationState,
         inputs: &[(&str, &Tensor)],
     ) -> Result<Vec<(String, Tensor)>, Error> {
-        let resolved = self.plan.resolved();
+        let resolved = self.plan().resolved();
         let ordered = order_inputs(resolved.inputs(), inputs)?;
         self.ensure_lowered(invocation, ordered.len(), |i| ordered[i])?;
         let lowered = invocation.lowered.as_mut().expect("lowered above");
         lowered.load_inputs(&ordered)?;
         let mut pins = RunPins {
-            pins: (0..self.plan.requirements().len()).map(|_| None).collect(),
+            pins: (0..self.plan().requirements().len())
+                .map(|_| None)
+                .collect(),
         };
-        let mut sources = Sources::default();
-        for step in self.plan.steps() {
+        let mut held = Held::default();
+        for step in self.plan().steps() {
             for bit in step.needs.iter_ones() {
                 if pins.pins[bit].is_some() {
                     continue;
@@ -604,8 +368,8 @@ impl PreparedExecutionState {
                 let r = RequirementId(bit as u32);
                 // Resident between `ensure` and `pin` unless evicted meanwhile: retry.
                 loop {
-                    self.ensure(r, &mut sources)?;
-                    if let Some(pin) = self.store.pin(bit) {
+                    self.producer.ensure(r, &mut held)?;
+                    if let Some(pin) = self.store().pin(bit) {
                         pins.pins[bit] = Some(pin);
                         break;
                     }

@@ -13,10 +13,9 @@ use onnx_prepared_kernels::{
 };
 use sha2::{Digest, Sha256};
 
-use super::{Model, NodeAttributes, WeightId, WeightSource};
+use super::{Dim, GraphInput, Model, NodeAttributes, WeightId, WeightSource};
 use crate::Error;
 use crate::error::{ResolveError, UnsupportedOperator};
-use crate::state::{Dim, GraphInput};
 
 mod probe;
 
@@ -241,7 +240,7 @@ impl ResolvedModel {
             if model.weight_by_name(&name).is_some() {
                 continue;
             }
-            let input = crate::state::graph_input(v)?;
+            let input = super::graph_input(v)?;
             let shape: Vec<usize> = input
                 .dims
                 .iter()

@@ -16,10 +16,10 @@ use onnx_prepared_kernels::{
     ElementType, Operator, PackedWeight, ParallelFor, Tensor, element_count,
 };
 
-use super::{Dim, GraphInput, PreparedObject};
+use super::PreparedObject;
 use crate::Error;
 use crate::error::RunError;
-use crate::model::ResolvedModel;
+use crate::model::{Dim, GraphInput, ResolvedModel};
 
 /// Where an action operand lives at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! one thread.
 //!
 //! A read task hands its decoded source to the prepacks that consume it
-//! through per-task *inboxes*: one share (`Arc<HeldSource>`) per consuming
+//! through per-task *inboxes*: one share (`Arc<Source>`) per consuming
 //! prepack. The source's preparation-domain bytes return to the budget when
 //! the last share is dropped, i.e. once every consuming prepack has run (or
 //! when the `SessionTasks` is dropped, for a prepack that never ran because
@@ -20,8 +20,9 @@
 //!    neither resident nor in flight now;
 //!    (c) with no claim and no consumer, return: nothing is read;
 //!    (d) read and decode `w` through the preparation arena;
-//!    (e) with a claim, publish `r` (an error drops the claim: `r`'s
-//!    generation fails and its waiters wake);
+//!    (e) with a claim, the read is `r`'s production: publish `r` (an error
+//!    records `r`'s cause, then drops the claim: `r`'s generation fails and
+//!    its waiters wake);
 //!    (f) put one share of the source into each consumer's inbox;
 //!    (g) if the read fails, claim and drop each consumer's requirement (a
 //!    failed generation): waiters of those objects wake with the failure.
@@ -65,17 +66,17 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::PreparedExecutionState;
-use super::prepared::{Claim, HeldSource};
+use onnx_prepared_kernels::Tensor;
+
+use super::gate::{BudgetGate, Running};
+use super::preparation::{Inputs, Producer, Retry, Role, Source};
+use super::prepared::PreparedExecutionState;
 use crate::Error;
-use crate::arena::MemoryBudget;
 use crate::arena::{Domain, UNLIMITED};
 use crate::error::RunError;
-use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind, TaskScope};
-use crate::scheduler::ResumeHandle;
+use crate::plan::{RequirementId, TaskId, TaskKind, TaskScope};
 use crate::scheduler::{TaskContext, TaskFailure, TaskRunner};
-use crate::store::ClaimLoad;
-use crate::sync::{AtomicBool, Lock, Ordering, Pool};
+use crate::sync::{AtomicBool, Ordering, Pool};
 
 /// Runs the plan's session tasks one at a time by id; `Sync`, so a worker
 /// pool may call [`execute`](Self::execute) from any thread (see module
@@ -97,27 +98,8 @@ pub struct SessionTasks<'a> {
     gate: Option<Arc<BudgetGate>>,
 }
 
-/// Protocol 3's state, one per [`PreparedExecutionState`].
-pub(super) struct BudgetGate {
-    /// Estimated prepared bytes of each requirement (its publisher's
-    /// estimated output).
-    permanent: Box<[u64]>,
-    /// Session tasks running now, and reads suspended until bytes free up.
-    inner: Lock<GateInner>,
-}
-
-#[derive(Default)]
-struct GateInner {
-    running: usize,
-    /// Source shares waiting in the inboxes of every runner.
-    held: usize,
-    /// `2s` of each running read: bytes it may still allocate.
-    admitted: u64,
-    suspended: Vec<ResumeHandle>,
-}
-
 /// One consumer's share of a read task's source, tagged with the read.
-type Share = (TaskId, Arc<HeldSource>);
+type Share = (TaskId, Arc<Source>);
 
 /// The state a [`SessionTasks`] acts on: borrowed, or shared (so the runner
 /// can be handed to a scheduler as a `'static` [`TaskRunner`]).
@@ -152,22 +134,6 @@ impl TaskRunner for SessionTasks<'static> {
         let _running = Running(gate, need);
         self.execute(task)
             .map_err(|e| TaskFailure::new(e.to_string()))
-    }
-}
-
-/// A session task counted as running by the gate; dropped when it ended
-/// (returned or panicked), after its bytes were released (or kept, for a
-/// source held by prepacks): the suspended reads check again.
-struct Running<'g>(&'g BudgetGate, u64);
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        let resumed = self.0.inner.with(|g| {
-            g.running -= 1;
-            g.admitted -= self.1;
-            std::mem::take(&mut g.suspended)
-        });
-        drop(resumed);
     }
 }
 
@@ -287,97 +253,52 @@ impl fmt::Debug for SessionTasks<'_> {
     }
 }
 
-impl fmt::Debug for BudgetGate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (running, held, suspended) =
-            self.inner.with(|g| (g.running, g.held, g.suspended.len()));
-        f.debug_struct("BudgetGate")
-            .field("running", &running)
-            .field("held", &held)
-            .field("suspended", &suspended)
-            .finish_non_exhaustive()
-    }
-}
-
-impl BudgetGate {
-    /// The gate of a state over `plan` and `budget`, when the budget
-    /// limits preparation.
-    pub(super) fn new(plan: &PreparedExecutionPlan, budget: &MemoryBudget) -> Option<Self> {
-        if budget.global_limit() == UNLIMITED && budget.limit(Domain::Preparation) == UNLIMITED {
-            return None;
-        }
-        Some(Self::over(plan))
-    }
-
-    fn over(plan: &PreparedExecutionPlan) -> Self {
-        let mut permanent = vec![0; plan.requirements().len()];
-        for (t, publishes) in plan.tasks().publishes.iter().enumerate() {
-            if let Some(r) = publishes {
-                permanent[r.0 as usize] = plan.tasks().estimated_output_bytes[t];
-            }
-        }
-        BudgetGate {
-            permanent: permanent.into_boxed_slice(),
-            inner: Lock::new(GateInner::default()),
-        }
-    }
-
-    /// `shares` more (or, negative, fewer) source shares wait in inboxes;
-    /// fewer resumes the suspended reads.
-    fn held(&self, shares: isize) {
-        let resumed = self.inner.with(|g| {
-            g.held = g.held.saturating_add_signed(shares);
-            if shares < 0 {
-                std::mem::take(&mut g.suspended)
-            } else {
-                Vec::new()
-            }
-        });
-        drop(resumed);
-    }
-}
-
-fn inboxes(state: &PreparedExecutionState) -> Box<[Pool<Share>]> {
-    let tasks = state.plan().tasks();
-    (0..tasks.len())
-        .map(|t| {
-            let capacity = match tasks.kind[t] {
-                TaskKind::Prepack => tasks.deps.row(t).len(),
-                _ => 0,
-            };
-            Pool::new(capacity)
-        })
-        .collect()
-}
-
 impl PreparedExecutionState {
+    /// Runs every session task of the plan on the calling thread, in task-id
+    /// order (a topological order), through
+    /// [`SessionTasks::execute`]; stops at the
+    /// first error. The sequential baseline of a pooled preparation.
+    pub fn prepare_sequential(&self) -> Result<(), Error> {
+        let tasks = self.session_tasks();
+        for t in self.plan().session_tasks() {
+            tasks.execute(t)?;
+        }
+        Ok(())
+    }
+
     /// A runner of this state's session tasks by id.
     pub fn session_tasks(&self) -> SessionTasks<'_> {
-        SessionTasks {
-            dead: (0..self.plan().tasks().len())
-                .map(|_| AtomicBool::new(false))
-                .collect(),
-            inbox: inboxes(self),
-            gate: self.gate.clone(),
-            state: StateRef::Borrowed(self),
-        }
+        SessionTasks::over(StateRef::Borrowed(self))
     }
 
     /// A runner of the session tasks of a shared state: `'static`, so it
     /// is a [`TaskRunner`] a [`crate::scheduler::WorkerPool`] can run.
     pub fn shared_session_tasks(self: &Arc<Self>) -> SessionTasks<'static> {
-        SessionTasks {
-            dead: (0..self.plan().tasks().len())
-                .map(|_| AtomicBool::new(false))
-                .collect(),
-            inbox: inboxes(self),
-            gate: self.gate.clone(),
-            state: StateRef::Shared(self.clone()),
-        }
+        SessionTasks::over(StateRef::Shared(self.clone()))
     }
 }
 
 impl<'a> SessionTasks<'a> {
+    /// A runner over `state`, with empty inboxes, sharing the state's gate.
+    fn over(state: StateRef<'a>) -> Self {
+        let tasks = state.plan().tasks();
+        let inbox = (0..tasks.len())
+            .map(|t| {
+                let capacity = match tasks.kind[t] {
+                    TaskKind::Prepack => tasks.deps.row(t).len(),
+                    _ => 0,
+                };
+                Pool::new(capacity)
+            })
+            .collect();
+        SessionTasks {
+            dead: (0..tasks.len()).map(|_| AtomicBool::new(false)).collect(),
+            inbox,
+            gate: state.gate.clone(),
+            state,
+        }
+    }
+
     /// The state the tasks act on.
     pub fn state(&self) -> &PreparedExecutionState {
         &self.state
@@ -417,9 +338,11 @@ impl<'a> SessionTasks<'a> {
             .into()),
         };
         if let (Err(e), Some(q)) = (&result, tasks.publishes[t]) {
-            // The claim was dropped already (a waiter may read this a
-            // moment late and report an unknown cause).
+            // A failed production recorded this cause already, before its
+            // claim dropped; this also covers errors outside production (a
+            // refused claim, an unsupported task).
             self.state
+                .producer
                 .record_failure(q, &format!("task `{}` failed: {e}", tasks.name[t]));
         }
         result
@@ -428,12 +351,13 @@ impl<'a> SessionTasks<'a> {
     /// Protocol 1.
     fn read(&self, task: TaskId) -> Result<(), Error> {
         let state = &*self.state;
+        let producer = &state.producer;
         let tasks = state.plan().tasks();
         let t = task.0 as usize;
         let claim = match tasks.publishes[t] {
-            Some(r) => match state.claim(r, &mut false)? {
-                Claim::Produce(claim) => Some((r, claim)),
-                Claim::InFlight(_) | Claim::Resident => None,
+            Some(r) => match producer.claim(r, &mut Retry::Once)? {
+                Role::Produce(claim) => Some((r, claim)),
+                Role::InFlight(_) | Role::Resident => None,
             },
             None => None,
         };
@@ -448,9 +372,16 @@ impl<'a> SessionTasks<'a> {
         if claim.is_none() && consumers.clone().next().is_none() {
             return Ok(());
         }
-        let held = match state.read_source(task) {
-            Ok(held) => Arc::new(held),
-            Err(e) => {
+        // With a claim, the read is the production of `r` (an error is
+        // recorded as `r`'s cause before its claim drops).
+        let mut read = ReadHere(None);
+        let produced = match claim {
+            Some((r, claim)) => producer.produce(claim, r, &mut read),
+            None => read.source(producer, task).map(drop),
+        };
+        let held = match (produced, read.0) {
+            (Ok(()), Some(held)) => held,
+            (Err(e), None) => {
                 // Protocol 1(g): every consumer's generation fails with the
                 // read, so whoever waits for those objects wakes and sees
                 // the failure (its cause recorded first) instead of waiting
@@ -461,26 +392,17 @@ impl<'a> SessionTasks<'a> {
                     self.dead[d.0 as usize].store(true, Ordering::SeqCst);
                     self.drop_shares(d.0 as usize);
                     if let Some(q) = tasks.publishes[d.0 as usize] {
-                        state.record_failure(q, &cause);
-                        let store = state.store();
-                        match store.try_claim_load(q.0 as usize) {
-                            ClaimLoad::Claimed(claim) => drop(claim),
-                            ClaimLoad::Failed(g) => {
-                                if let ClaimLoad::Claimed(claim) = store.retry_load(q.0 as usize, g)
-                                {
-                                    drop(claim);
-                                }
-                            }
-                            _ => {}
-                        }
+                        producer.fail(q, &cause);
                     }
                 }
                 return Err(e);
             }
+            // The read succeeded and building `r` failed: the consumers
+            // fall back to reading themselves (protocol 2(c)).
+            (Err(e), Some(_)) => return Err(e),
+            // Not reached: a read that returned `Ok` holds its source.
+            (Ok(()), None) => return Ok(()),
         };
-        if let Some((r, claim)) = claim {
-            state.publish(claim, r, std::slice::from_ref(&held.tensor))?;
-        }
         for d in consumers {
             let d = d.0 as usize;
             // Full only when this read ran twice: the prepack has its share.
@@ -511,24 +433,50 @@ impl<'a> SessionTasks<'a> {
             gate.held(-(shares.len() as isize));
         }
         let q = tasks.publishes[p].expect("prepacks publish a requirement");
-        let claim = match state.claim(q, &mut false)? {
-            Claim::Produce(claim) => claim,
-            Claim::InFlight(_) | Claim::Resident => return Ok(()),
+        let claim = match state.producer.claim(q, &mut Retry::Once)? {
+            Role::Produce(claim) => claim,
+            Role::InFlight(_) | Role::Resident => return Ok(()),
         };
-        let reads = tasks.deps.row(p);
-        let mut inputs = Vec::with_capacity(reads.len());
-        // Sources read here stay charged until the object is published.
-        let mut fresh = Vec::new();
-        for &t in reads {
-            match shares.iter().find(|(from, _)| *from == t) {
-                Some((_, held)) => inputs.push(held.tensor.clone()),
-                None => {
-                    let held = state.read_source(t)?;
-                    inputs.push(held.tensor.clone());
-                    fresh.push(held);
-                }
-            }
+        state.producer.produce(
+            claim,
+            q,
+            &mut Delivered {
+                shares,
+                fresh: Vec::new(),
+            },
+        )
+    }
+}
+
+/// A read task's own read (protocol 1(d)): the source it reads, kept to be
+/// shared with its consumers.
+struct ReadHere(Option<Arc<Source>>);
+
+impl Inputs for ReadHere {
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error> {
+        let held = Arc::new(p.read(t)?);
+        let tensor = held.tensor.clone();
+        self.0 = Some(held);
+        Ok(tensor)
+    }
+}
+
+/// A prepack's inputs (protocol 2(c)): the shares its reads delivered, or
+/// a source read now where a share is missing; sources read here stay
+/// charged until the object is published.
+struct Delivered {
+    shares: Vec<Share>,
+    fresh: Vec<Source>,
+}
+
+impl Inputs for Delivered {
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error> {
+        if let Some((_, held)) = self.shares.iter().find(|(from, _)| *from == t) {
+            return Ok(held.tensor.clone());
         }
-        state.publish(claim, q, &inputs)
+        let held = p.read(t)?;
+        let tensor = held.tensor.clone();
+        self.fresh.push(held);
+        Ok(tensor)
     }
 }

@@ -1,0 +1,96 @@
+//! `BudgetGate`: the admission state of protocol 3 (see `tasks.rs`) —
+//! session tasks running, source shares held, bytes admitted to running
+//! reads and the reads suspended until bytes are released (cold path).
+
+use std::fmt;
+
+use crate::arena::{Domain, MemoryBudget, UNLIMITED};
+use crate::plan::PreparedExecutionPlan;
+use crate::scheduler::ResumeHandle;
+use crate::sync::Lock;
+
+/// Protocol 3's state, one per session state, shared by every runner of
+/// its session tasks.
+pub(super) struct BudgetGate {
+    /// Estimated prepared bytes of each requirement (its publisher's
+    /// estimated output).
+    pub(super) permanent: Box<[u64]>,
+    /// Session tasks running now, and reads suspended until bytes free up.
+    pub(super) inner: Lock<GateInner>,
+}
+
+#[derive(Default)]
+pub(super) struct GateInner {
+    pub(super) running: usize,
+    /// Source shares waiting in the inboxes of every runner.
+    pub(super) held: usize,
+    /// `2s` of each running read: bytes it may still allocate.
+    pub(super) admitted: u64,
+    pub(super) suspended: Vec<ResumeHandle>,
+}
+
+/// A session task counted as running by the gate; dropped when it ended
+/// (returned or panicked), after its bytes were released (or kept, for a
+/// source held by prepacks): the suspended reads check again.
+pub(super) struct Running<'g>(pub(super) &'g BudgetGate, pub(super) u64);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let resumed = self.0.inner.with(|g| {
+            g.running -= 1;
+            g.admitted -= self.1;
+            std::mem::take(&mut g.suspended)
+        });
+        drop(resumed);
+    }
+}
+
+impl fmt::Debug for BudgetGate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (running, held, suspended) =
+            self.inner.with(|g| (g.running, g.held, g.suspended.len()));
+        f.debug_struct("BudgetGate")
+            .field("running", &running)
+            .field("held", &held)
+            .field("suspended", &suspended)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BudgetGate {
+    /// The gate of a state over `plan` and `budget`, when the budget
+    /// limits preparation.
+    pub(super) fn new(plan: &PreparedExecutionPlan, budget: &MemoryBudget) -> Option<Self> {
+        if budget.global_limit() == UNLIMITED && budget.limit(Domain::Preparation) == UNLIMITED {
+            return None;
+        }
+        Some(Self::over(plan))
+    }
+
+    fn over(plan: &PreparedExecutionPlan) -> Self {
+        let mut permanent = vec![0; plan.requirements().len()];
+        for (t, publishes) in plan.tasks().publishes.iter().enumerate() {
+            if let Some(r) = publishes {
+                permanent[r.0 as usize] = plan.tasks().estimated_output_bytes[t];
+            }
+        }
+        BudgetGate {
+            permanent: permanent.into_boxed_slice(),
+            inner: Lock::new(GateInner::default()),
+        }
+    }
+
+    /// `shares` more (or, negative, fewer) source shares wait in inboxes;
+    /// fewer resumes the suspended reads.
+    pub(super) fn held(&self, shares: isize) {
+        let resumed = self.inner.with(|g| {
+            g.held = g.held.saturating_add_signed(shares);
+            if shares < 0 {
+                std::mem::take(&mut g.suspended)
+            } else {
+                Vec::new()
+            }
+        });
+        drop(resumed);
+    }
+}

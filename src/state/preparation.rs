@@ -1,0 +1,352 @@
+//! `Producer`: the one producer of each prepared object (cold path) —
+//! claim (store protocol 1, retrying a failed generation once) → read the
+//! sources (verified, decoded, charged to the preparation domain) → build →
+//! admit in the prepared arena → publish under the claim.
+//!
+//! Two callers share it: on-demand sequential production
+//! (`PreparedExecutionState`'s `prepare`,
+//! `prepare_each` and `run`, through [`Producer::ensure`] with a per-call
+//! [`Held`] map) and session tasks run one at a time by id (`tasks.rs`,
+//! through [`Producer::produce`] with the shares delivered to a prepack's
+//! inbox). They differ only in where decoded sources come from and wait
+//! for their prepacks ([`Inputs`]) and in what a producer does when another
+//! holds the claim (wait, or leave it to that producer). Either way the
+//! failure cause of a requirement is recorded before its claim is dropped,
+//! so a waiter woken by the failure finds it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use onnx_prepared_kernels::Tensor;
+
+use super::PreparedObject;
+use super::object::{prepare, source_tensor};
+use crate::Error;
+use crate::arena::{
+    Domain, MemoryBudget, PreparationArena, PreparedAllocation, PreparedArena, Reservation,
+};
+use crate::error::RunError;
+use crate::model::{ChecksumPolicy, PayloadSource, read_verified};
+use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
+use crate::store::{ClaimLoad, LoadClaim, Outcome, PreparedObjectStore, Waiter};
+use crate::sync::Lock;
+
+/// A resident prepared object and the prepared-arena bytes it holds.
+#[derive(Debug)]
+pub struct ResidentObject {
+    /// The object.
+    pub object: PreparedObject,
+    _allocation: PreparedAllocation,
+}
+
+/// A read task's decoded source and the preparation-domain bytes it holds;
+/// dropping it returns them to the budget.
+#[derive(Debug)]
+pub(super) struct Source {
+    /// The decoded tensor (shared with a published `Source` object).
+    pub(super) tensor: Arc<Tensor>,
+    _charge: Reservation,
+}
+
+/// Where a production's inputs come from: the one thing on-demand
+/// production and session tasks differ in.
+pub(super) trait Inputs {
+    /// The decoded source of read task `t`: held, delivered, or read now
+    /// through [`Producer::read`].
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error>;
+
+    /// `r` was published from the sources of `reads`: release what only it
+    /// needed.
+    fn settled(&mut self, _p: &Producer, _r: RequirementId, _reads: &[TaskId]) {}
+}
+
+/// Decoded sources of read tasks still needed by a pending prepack, for one
+/// on-demand call (`run`, `prepare`, `prepare_each`).
+#[derive(Default)]
+pub(super) struct Held {
+    held: HashMap<TaskId, Source>,
+}
+
+impl Inputs for Held {
+    /// Held, or read now and held.
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error> {
+        if let Some(held) = self.held.get(&t) {
+            return Ok(held.tensor.clone());
+        }
+        let held = p.read(t)?;
+        let tensor = held.tensor.clone();
+        self.held.insert(t, held);
+        Ok(tensor)
+    }
+
+    /// Releases the sources in `reads` that no prepack of an unpublished
+    /// requirement other than `r` needs.
+    fn settled(&mut self, p: &Producer, r: RequirementId, reads: &[TaskId]) {
+        let tasks = p.plan().tasks();
+        for &t in reads {
+            let pending = tasks.dependents.row(t.0 as usize).iter().any(|d| {
+                tasks.kind[d.0 as usize] == TaskKind::Prepack
+                    && tasks.publishes[d.0 as usize]
+                        .is_some_and(|q| q != r && !p.store().snapshot(q.0 as usize).is_resident())
+            });
+            if !pending {
+                self.held.remove(&t);
+            }
+        }
+    }
+}
+
+/// How a producer of a requirement proceeds: the claim policy shared by the
+/// on-demand path (`ensure`) and the per-task path (`tasks.rs`).
+pub(super) enum Role<'a> {
+    /// Produce the object and publish it through the claim (dropping the
+    /// claim instead fails the generation and wakes its waiters).
+    Produce(LoadClaim<'a, ResidentObject>),
+    /// Another producer's generation is in flight.
+    InFlight(Waiter<'a>),
+    /// Already resident.
+    Resident,
+}
+
+/// Whether [`Producer::claim`] may retry a failed generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Retry {
+    /// Retry a failed generation once (then [`Retry::Never`]).
+    Once,
+    /// A failed generation is an error.
+    Never,
+}
+
+/// Produces the prepared objects of one plan: its store, arenas, payload
+/// source and checksum policy.
+#[derive(Debug)]
+pub(super) struct Producer {
+    plan: Arc<PreparedExecutionPlan>,
+    store: PreparedObjectStore<ResidentObject>,
+    /// The task publishing each requirement, indexed by `RequirementId`.
+    publisher: Box<[TaskId]>,
+    budget: MemoryBudget,
+    preparation: PreparationArena,
+    prepared: PreparedArena,
+    source: Arc<dyn PayloadSource>,
+    /// Whether reads verify declared digests.
+    checksums: ChecksumPolicy,
+    /// Per requirement, why its latest failed generation failed (cold).
+    failures: Box<[Lock<Option<String>>]>,
+}
+
+impl Producer {
+    /// The producer of `plan`'s objects, reading payloads through `source`
+    /// (verified under `checksums`), accounting memory against `budget`.
+    pub(super) fn new(
+        plan: Arc<PreparedExecutionPlan>,
+        source: Arc<dyn PayloadSource>,
+        budget: MemoryBudget,
+        checksums: ChecksumPolicy,
+    ) -> Self {
+        let tasks = plan.tasks();
+        let mut publisher = vec![TaskId(u32::MAX); plan.requirements().len()];
+        for (t, publishes) in tasks.publishes.iter().enumerate() {
+            if let Some(r) = publishes {
+                publisher[r.0 as usize] = TaskId(t as u32);
+            }
+        }
+        Self {
+            store: PreparedObjectStore::new(plan.requirements().len()),
+            failures: (0..plan.requirements().len())
+                .map(|_| Lock::new(None))
+                .collect(),
+            publisher: publisher.into_boxed_slice(),
+            preparation: PreparationArena::new(&budget),
+            prepared: PreparedArena::new(&budget),
+            budget,
+            plan,
+            source,
+            checksums,
+        }
+    }
+
+    /// Sets whether reads verify declared weight digests.
+    pub(super) fn set_checksums(&mut self, checksums: ChecksumPolicy) {
+        self.checksums = checksums;
+    }
+
+    /// The plan.
+    pub(super) fn plan(&self) -> &Arc<PreparedExecutionPlan> {
+        &self.plan
+    }
+
+    /// The prepared-object store.
+    pub(super) fn store(&self) -> &PreparedObjectStore<ResidentObject> {
+        &self.store
+    }
+
+    /// The memory budget.
+    pub(super) fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
+    /// Claims the production of `r` (store protocol 1). A failed generation
+    /// is retried while `retry` is [`Retry::Once`] (which the retry spends);
+    /// a failure that is not retried is an error.
+    pub(super) fn claim(&self, r: RequirementId, retry: &mut Retry) -> Result<Role<'_>, Error> {
+        let index = r.0 as usize;
+        let found = match self.store.try_claim_load(index) {
+            ClaimLoad::Failed(generation) if *retry == Retry::Once => {
+                *retry = Retry::Never;
+                self.store.retry_load(index, generation)
+            }
+            found => found,
+        };
+        match found {
+            ClaimLoad::Claimed(claim) => Ok(Role::Produce(claim)),
+            ClaimLoad::InFlight(waiter) => Ok(Role::InFlight(waiter)),
+            ClaimLoad::Resident(_) => Ok(Role::Resident),
+            ClaimLoad::Failed(_) => Err(self.not_resident(r)),
+        }
+    }
+
+    pub(super) fn not_resident(&self, r: RequirementId) -> Error {
+        RunError::NotResident {
+            node: "session".into(),
+            requirement: self.plan.resolved().requirements()[r.0 as usize]
+                .name
+                .clone(),
+        }
+        .into()
+    }
+
+    /// The read tasks whose sources `r`'s object is built from, in source
+    /// order: the publisher itself for a source used as is, the prepack's
+    /// dependencies otherwise.
+    pub(super) fn reads_of(&self, r: RequirementId) -> Result<&[TaskId], Error> {
+        let tasks = self.plan.tasks();
+        let publisher = &self.publisher[r.0 as usize];
+        match tasks.kind[publisher.0 as usize] {
+            TaskKind::ReadSource => Ok(std::slice::from_ref(publisher)),
+            TaskKind::Prepack => Ok(tasks.deps.row(publisher.0 as usize)),
+            other => Err(RunError::Unsupported {
+                what: format!("executing a {} task without a prepared cache", other.name()),
+            }
+            .into()),
+        }
+    }
+
+    /// Reads (verified under the state's checksum policy) and decodes read
+    /// task `t`'s weight through the preparation arena; the result holds the
+    /// decoded bytes in the preparation domain.
+    pub(super) fn read(&self, t: TaskId) -> Result<Source, Error> {
+        let w = self.plan.tasks().reads[t.0 as usize].expect("read tasks name their weight");
+        let weight = &self.plan.resolved().model().weights()[w.index()];
+        let len = weight.byte_len() as usize;
+        let mut buffer = self.preparation.alloc_zeroed(len)?;
+        read_verified(&*self.source, weight, &mut buffer, self.checksums)?;
+        let tensor = Arc::new(source_tensor(self.plan.resolved(), w, &buffer)?);
+        // The decoded tensor replaces the read buffer in the preparation domain.
+        let reservation = self.budget.reserve(Domain::Preparation, len)?;
+        drop(buffer);
+        Ok(Source {
+            tensor,
+            _charge: reservation,
+        })
+    }
+
+    /// Produces `r` under `claim` (store protocol 1): collects its sources
+    /// from `inputs` (in [`reads_of`] order), builds the object, admits it
+    /// in the prepared arena and publishes it through the claim; then tells
+    /// `inputs` that `r` settled. On error the cause is recorded first, then
+    /// the claim is dropped: the generation fails and its waiters wake
+    /// with the cause already readable.
+    ///
+    /// [`reads_of`]: Self::reads_of
+    pub(super) fn produce(
+        &self,
+        claim: LoadClaim<'_, ResidentObject>,
+        r: RequirementId,
+        inputs: &mut impl Inputs,
+    ) -> Result<(), Error> {
+        match self.build(&claim, r, inputs) {
+            Ok((object, allocation, bytes)) => {
+                claim.publish(
+                    ResidentObject {
+                        object,
+                        _allocation: allocation,
+                    },
+                    bytes,
+                );
+                if let Ok(reads) = self.reads_of(r) {
+                    inputs.settled(self, r, reads);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let publisher = self.publisher[r.0 as usize].0 as usize;
+                let name = &self.plan.tasks().name[publisher];
+                self.record_failure(r, &format!("task `{name}` failed: {e}"));
+                drop(claim);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`produce`](Self::produce) up to the publication: the object, its
+    /// prepared-arena allocation and its bytes.
+    fn build(
+        &self,
+        claim: &LoadClaim<'_, ResidentObject>,
+        r: RequirementId,
+        inputs: &mut impl Inputs,
+    ) -> Result<(PreparedObject, PreparedAllocation, usize), Error> {
+        let reads = self.reads_of(r)?;
+        let mut sources = Vec::with_capacity(reads.len());
+        for &t in reads {
+            sources.push(inputs.source(self, t)?);
+        }
+        claim.set_preparing();
+        let requirement = &self.plan.resolved().requirements()[r.0 as usize];
+        let object = prepare(requirement, &sources)?;
+        let bytes = object.byte_len();
+        let allocation = self.prepared.admit(bytes)?;
+        Ok((object, allocation, bytes))
+    }
+
+    /// Makes requirement `r` resident on the calling thread (on-demand
+    /// production): already resident, produced by someone else (wait for
+    /// its event; its failure is an error), or produced here from `inputs`.
+    pub(super) fn ensure(&self, r: RequirementId, inputs: &mut impl Inputs) -> Result<(), Error> {
+        let mut retry = Retry::Once;
+        loop {
+            match self.claim(r, &mut retry)? {
+                Role::Resident => return Ok(()),
+                Role::InFlight(waiter) => {
+                    if let Outcome::Failed(_) = waiter.wait() {
+                        return Err(self.not_resident(r));
+                    }
+                }
+                Role::Produce(claim) => return self.produce(claim, r, inputs),
+            }
+        }
+    }
+
+    /// An input of `r`'s producer could not be produced (`cause`): records
+    /// the cause, then fails `r`'s next generation (claimed, with one retry
+    /// of a failed one, and dropped) so its waiters wake. Nothing happens
+    /// to a generation another producer holds or that is resident.
+    pub(super) fn fail(&self, r: RequirementId, cause: &str) {
+        self.record_failure(r, cause);
+        if let Ok(Role::Produce(claim)) = self.claim(r, &mut Retry::Once) {
+            drop(claim);
+        }
+    }
+
+    /// Records why requirement `r`'s latest generation failed (before the
+    /// claim is dropped, so a woken waiter finds it).
+    pub(super) fn record_failure(&self, r: RequirementId, cause: &str) {
+        self.failures[r.0 as usize].with(|f| *f = Some(cause.to_owned()));
+    }
+
+    /// Why requirement `r`'s latest failed generation failed, if recorded.
+    pub(super) fn failure_cause(&self, r: RequirementId) -> Option<String> {
+        self.failures[r.0 as usize].with(|f| f.clone())
+    }
+}
