@@ -19,11 +19,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
 
 use crate::plan::{Priority, TaskId};
-use crate::sync::{
-    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Latch, Lock, Ordering, Pool, fence,
-};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Latch, Ordering, Pool, fence};
 
-use super::admission::{Admission, AdmissionPermit, Refusal};
+use super::admission::{Admission, AdmissionPermit, Refusal, Requeue};
 use super::graph::TaskGraph;
 use super::outcome::{TaskFailure, code};
 use super::pool::{LocalWork, PoolShared};
@@ -132,49 +130,12 @@ impl std::fmt::Debug for SubmissionInner {
     }
 }
 
-/// Deferred tasks of one [`Admission`], with the submissions they belong
-/// to (admit step 3; cold path).
-#[derive(Debug, Default)]
-pub struct Deferred {
-    entries: Lock<Vec<(Arc<SubmissionInner>, TaskId)>>,
-    len: AtomicUsize,
-}
-
-impl Deferred {
-    fn push(&self, submission: Arc<SubmissionInner>, task: TaskId) {
-        self.entries.with(|e| {
-            e.push((submission, task));
-            self.len.store(e.len(), Ordering::SeqCst);
-        });
-    }
-
-    /// Tasks deferred now.
-    pub(super) fn len(&self) -> usize {
-        self.len.load(Ordering::SeqCst)
-    }
-
-    /// Admit step 4: posts every deferred task again (on its own pool).
-    fn retry_all(&self) {
-        fence(Ordering::SeqCst);
-        if self.len.load(Ordering::SeqCst) == 0 {
-            return;
+/// Admit step 4: a deferred task goes back to its own pool's queues.
+impl Requeue for SubmissionInner {
+    fn requeue(&self, task: TaskId) {
+        if let Some(pool) = self.pool.upgrade() {
+            self.post(&pool, task);
         }
-        let taken = self.entries.with(|e| {
-            self.len.store(0, Ordering::SeqCst);
-            std::mem::take(e)
-        });
-        for (submission, task) in taken {
-            if let Some(pool) = submission.pool.upgrade() {
-                submission.post(&pool, task);
-            }
-        }
-    }
-}
-
-/// Admit step 4 after a release of the budget's bytes by anyone.
-impl crate::arena::ReleaseWatcher for Deferred {
-    fn released(&self) {
-        self.retry_all();
     }
 }
 
