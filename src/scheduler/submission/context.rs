@@ -25,6 +25,8 @@ pub trait TaskRunner: Send + Sync {
 
 /// A runner of a renumbered graph: graph task `i` runs as `ids[i]` of the
 /// inner runner (e.g. the session tasks of a plan, [`TaskGraph::session_graph`]).
+///
+/// [`TaskGraph::session_graph`]: crate::scheduler::TaskGraph::session_graph
 #[derive(Debug)]
 pub struct Remapped<R> {
     /// The runner of the original ids.
@@ -88,6 +90,8 @@ impl TaskContext<'_> {
     ///
     /// # Panics
     /// If `task` is not a task of this submission's graph.
+    ///
+    /// [`Submission::promote`]: super::Submission::promote
     pub fn promote(&self, task: TaskId) -> usize {
         assert!(
             (task.0 as usize) < self.submission.graph.len(),
@@ -97,11 +101,15 @@ impl TaskContext<'_> {
     }
 
     /// Window step 2 from inside a task (see [`Submission::advance`]).
+    ///
+    /// [`Submission::advance`]: super::Submission::advance
     pub fn advance(&self, step: u32) {
         self.submission.advance(self.pool, step);
     }
 
     /// Window step 3 from inside a task (see [`Submission::stalled`]).
+    ///
+    /// [`Submission::stalled`]: super::Submission::stalled
     pub fn stalled(&self) {
         self.submission.stalled(self.pool);
     }

@@ -96,6 +96,8 @@ impl SubmissionInner {
 /// keep the submission alive. Tasks not claimed when [`CancelToken::cancel`]
 /// returns never run; running tasks finish and are joined by
 /// [`Submission::wait`].
+///
+/// [`Submission::wait`]: super::Submission::wait
 #[derive(Debug, Clone)]
 pub struct CancelToken {
     pub(super) inner: Weak<SubmissionInner>,

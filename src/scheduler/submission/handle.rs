@@ -144,6 +144,8 @@ impl Submission {
     ///
     /// # Panics
     /// If `task` is not a task of the submitted graph.
+    ///
+    /// [`TaskContext::suspend`]: super::TaskContext::suspend
     pub fn is_suspended(&self, task: TaskId) -> bool {
         matches!(
             self.inner.suspension[task.0 as usize].load(Ordering::Acquire),

@@ -55,6 +55,8 @@ pub(super) enum Settled {
 impl SubmissionInner {
     /// Suspend steps 2 and 5: after a run that called
     /// [`TaskContext::suspend`] returned.
+    ///
+    /// [`TaskContext::suspend`]: super::TaskContext::suspend
     pub(super) fn settle_suspension(&self, task: TaskId, ok: bool) -> Settled {
         let word = &self.suspension[task.0 as usize];
         if !ok {
