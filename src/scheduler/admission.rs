@@ -8,11 +8,10 @@ use std::sync::Arc;
 
 use crate::arena::{Domain, MemoryBudget, ReleaseWatcher, Reservation, UNLIMITED};
 use crate::limits::SCHEDULER_CRITICAL_RESERVE_PERCENT;
-use crate::plan::Priority;
-use crate::sync::{AtomicU32, AtomicUsize, Ordering};
+use crate::plan::{Priority, TaskId};
+use crate::sync::{AtomicU32, AtomicUsize, Lock, Ordering, fence};
 
 use super::queue::Lane;
-use super::submission::Deferred;
 
 /// Counter index of the global byte cap among [`Admission`]'s non-critical
 /// byte counters (the domains come first, at [`Domain::index`]).
@@ -211,6 +210,58 @@ impl Admission {
             }
             Err(_) => Err(Refusal::Busy),
         }
+    }
+}
+
+/// Where a deferred task goes back to (admit step 4): its submission,
+/// which posts it again on its own pool. Implemented by the submission, so
+/// this module names nothing of it.
+pub(super) trait Requeue: Send + Sync + std::fmt::Debug {
+    /// Posts the deferred `task` again; it retries from admit step 1.
+    fn requeue(&self, task: TaskId);
+}
+
+/// Deferred tasks of one [`Admission`], with the submissions they belong
+/// to (admit step 3; cold path).
+#[derive(Debug, Default)]
+pub struct Deferred {
+    entries: Lock<Vec<(Arc<dyn Requeue>, TaskId)>>,
+    len: AtomicUsize,
+}
+
+impl Deferred {
+    pub(super) fn push(&self, submission: Arc<dyn Requeue>, task: TaskId) {
+        self.entries.with(|e| {
+            e.push((submission, task));
+            self.len.store(e.len(), Ordering::SeqCst);
+        });
+    }
+
+    /// Tasks deferred now.
+    pub(super) fn len(&self) -> usize {
+        self.len.load(Ordering::SeqCst)
+    }
+
+    /// Admit step 4: posts every deferred task again (on its own pool).
+    pub(super) fn retry_all(&self) {
+        fence(Ordering::SeqCst);
+        if self.len.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let taken = self.entries.with(|e| {
+            self.len.store(0, Ordering::SeqCst);
+            std::mem::take(e)
+        });
+        for (submission, task) in taken {
+            submission.requeue(task);
+        }
+    }
+}
+
+/// Admit step 4 after a release of the budget's bytes by anyone.
+impl ReleaseWatcher for Deferred {
+    fn released(&self) {
+        self.retry_all();
     }
 }
 

@@ -177,6 +177,11 @@
 //! workers help between tasks. A region started inside a region runs inline;
 //! there is no second pool.
 //!
+//! **Suspend** ([`TaskContext::suspend`], [`ResumeHandle`]; numbered in
+//! `submission/suspend.rs`): a run parks its task, still claimed, without
+//! holding a worker; a resume queues it again as a claimed critical entry,
+//! and a cancel buries it.
+//!
 //! **Retire**: the completion latch's opener removes finished submissions
 //! from the registry and bumps `version`; workers drop their copies (and
 //! with them the runner) at their next refresh — a parked worker when it
