@@ -15,6 +15,7 @@
 //! prepare, first run) is outside the measured loop.
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use onnx_prepared::model::{FileSource, Model, ResolveOptions, ResolvedModel};
@@ -68,7 +69,7 @@ fn hot_path(c: &mut Criterion) {
         let source = FileSource::open(&model).expect("source");
         let mut direct = DirectReplay::new(
             &model,
-            &source,
+            Arc::new(source),
             DirectReplayOptions {
                 threads: 2,
                 ..DirectReplayOptions::default()

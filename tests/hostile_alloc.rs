@@ -6,6 +6,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use onnx_prepared::arena::{ArenaError, BudgetLimits, Domain};
 use onnx_prepared::model::proto::tensor_shape_proto::{Dimension, dimension};
@@ -193,7 +194,7 @@ fn assert_execution_over_budget(err: &Error) {
 fn run_direct(path: &Path, inputs: &[(&str, Tensor)]) -> Result<Vec<Tensor>, Error> {
     let model = Model::open(path).unwrap();
     let source = FileSource::open(&model).unwrap();
-    let mut replay = DirectReplay::new(&model, &source, DirectReplayOptions::default())?;
+    let mut replay = DirectReplay::new(&model, Arc::new(source), DirectReplayOptions::default())?;
     let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
     Ok(replay.run(&named)?.into_iter().map(|(_, t)| t).collect())
 }

@@ -185,14 +185,15 @@ fn direct_replay_refuses_a_tampered_weight() {
     let dir = tempdir();
     let path = gemm_chain(dir.path(), true);
     let model = Model::open(&path).unwrap();
-    let source = FileSource::open(&model).unwrap();
-    let err = DirectReplay::new(&model, &source, DirectReplayOptions::default()).unwrap_err();
+    let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
+    let err =
+        DirectReplay::new(&model, source.clone(), DirectReplayOptions::default()).unwrap_err();
     assert!(is_mismatch_of_tampered(&err), "{err:?}");
     let off = DirectReplayOptions {
         checksums: ChecksumPolicy::Off,
         ..DirectReplayOptions::default()
     };
-    DirectReplay::new(&model, &source, off).unwrap();
+    DirectReplay::new(&model, source, off).unwrap();
 }
 
 #[test]

@@ -14,6 +14,7 @@ use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 use onnx_prepared::state::{DirectReplay, DirectReplayOptions};
 use onnx_prepared_kernels::Tensor;
+use std::sync::Arc;
 
 const W: [f32; 6] = [1.5, -2.0, 0.25, 8.0, -0.5, 3.0];
 
@@ -186,7 +187,7 @@ fn an_external_weight_output_runs_in_direct_replay() {
         let model = Model::open(&path).unwrap();
         let source = FileSource::open(&model).unwrap();
         let mut replay =
-            DirectReplay::new(&model, &source, DirectReplayOptions::default()).unwrap();
+            DirectReplay::new(&model, Arc::new(source), DirectReplayOptions::default()).unwrap();
         let x = x();
         let inputs: &[(&str, &Tensor)] = if shape == Shape::Alone {
             &[]

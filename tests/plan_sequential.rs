@@ -38,7 +38,7 @@ fn direct(path: &std::path::Path, inputs: &[(&str, &Tensor)]) -> Vec<(String, Te
         cpu: CpuFeatures::detect(),
         ..DirectReplayOptions::default()
     };
-    DirectReplay::new(&model, &source, options)
+    DirectReplay::new(&model, Arc::new(source), options)
         .unwrap()
         .run(inputs)
         .unwrap()

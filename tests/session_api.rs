@@ -56,7 +56,8 @@ fn inputs(name: &str) -> Vec<(String, Tensor)> {
 fn direct(name: &str, inputs: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
     let model = Model::open(fixture(name)).unwrap();
     let source = FileSource::open(&model).unwrap();
-    let mut replay = DirectReplay::new(&model, &source, DirectReplayOptions::default()).unwrap();
+    let mut replay =
+        DirectReplay::new(&model, Arc::new(source), DirectReplayOptions::default()).unwrap();
     let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
     replay.run(&refs).unwrap()
 }
@@ -451,7 +452,8 @@ fn kv_cache_binding_feeds_presents_back() {
 
     let model = Model::open(fixture("tiny-llm")).unwrap();
     let source = FileSource::open(&model).unwrap();
-    let mut replay = DirectReplay::new(&model, &source, DirectReplayOptions::default()).unwrap();
+    let mut replay =
+        DirectReplay::new(&model, Arc::new(source), DirectReplayOptions::default()).unwrap();
     let mut manual = inputs("tiny-llm");
     let mut total = 8; // the prefill's T
     for step in 0..4 {

@@ -4,9 +4,10 @@
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
 
 use onnx_prepared::error::{ResolveError, RunError};
-use onnx_prepared::model::{FileSource, Model};
+use onnx_prepared::model::{FileSource, Model, PayloadSource};
 use onnx_prepared::state::{DirectReplay, DirectReplayOptions};
 use onnx_prepared::{Error, ErrorKind};
 use onnx_prepared_kernels::{CpuFeatures, Tensor};
@@ -62,7 +63,7 @@ fn replay(name: &str, threads: usize) -> DirectReplay {
     let source = FileSource::open(&model).unwrap();
     DirectReplay::new(
         &model,
-        &source,
+        Arc::new(source),
         DirectReplayOptions {
             threads,
             cpu: CpuFeatures::detect(),
@@ -171,6 +172,24 @@ fn one_weight_read_by_two_layouts_packs_twice() {
     );
 }
 
+/// The load goes through the one producer of prepared objects: the weight
+/// both packed layouts are built from is read once, not once per layout.
+#[test]
+fn a_weight_two_requirements_share_is_read_once() {
+    let model = Model::open(fixture("gemm-shared-weight")).unwrap();
+    let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
+    let r = DirectReplay::new(&model, source.clone(), DirectReplayOptions::default()).unwrap();
+    assert_eq!(r.packed_layouts().len(), 2);
+    let external: u64 = model
+        .weights()
+        .iter()
+        .filter(|w| w.is_external())
+        .map(|w| w.byte_len())
+        .sum();
+    assert!(external > 0);
+    assert_eq!(source.counters().total(), external, "each weight read once");
+}
+
 #[test]
 fn threads_do_not_change_results() {
     let a = ramp(vec![3, 256]);
@@ -231,7 +250,8 @@ fn unsupported_operators_are_listed_together() {
     std::fs::write(&path, model.encode_to_vec()).unwrap();
     let model = Model::open(&path).unwrap();
     let source = FileSource::open(&model).unwrap();
-    let err = DirectReplay::new(&model, &source, DirectReplayOptions::default()).unwrap_err();
+    let err =
+        DirectReplay::new(&model, Arc::new(source), DirectReplayOptions::default()).unwrap_err();
     let Error::Resolve(ResolveError::UnsupportedOperators(ops)) = &err else {
         panic!("expected UnsupportedOperators, got {err}");
     };

@@ -47,7 +47,7 @@ fn direct(path: &Path, inputs: &[(&str, &Tensor)]) -> Vec<(String, Tensor)> {
         cpu: CpuFeatures::detect(),
         ..DirectReplayOptions::default()
     };
-    DirectReplay::new(&model, &source, options)
+    DirectReplay::new(&model, Arc::new(source), options)
         .unwrap()
         .run(inputs)
         .unwrap()

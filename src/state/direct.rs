@@ -1,9 +1,10 @@
 //! `DirectReplay`: the eager executor and the hot-path baseline.
 //!
 //! Cold path (`new`, and lowering on the first run of each input-shape set):
-//! every requirement of the resolved model is read and, where its kernel
-//! offers a layout, prepacked; then the graph is lowered to a compact action
-//! list (see [`super::lowering`]).
+//! every requirement of the resolved model is produced up front by the one
+//! producer of prepared objects (`preparation.rs`: read, verify, prepack,
+//! publish; a weight several requirements share is read once), then the
+//! graph is lowered to a compact action list (see [`super::lowering`]).
 //!
 //! Hot path (`run` with the shapes of the previous run): copy the inputs into
 //! their buffers, execute each action, clone the outputs. No map lookup and
@@ -16,8 +17,10 @@ use onnx_prepared_kernels::{CpuFeatures, ParallelFor, Sequential, Tensor};
 
 use super::PreparedObject;
 use super::lowering::{Lowered, ceiling_gate, lower_all, order_inputs};
-use super::object::materialize;
+use super::preparation::{Held, Producer};
 use crate::Error;
+use crate::arena::MemoryBudget;
+use crate::plan::{PreparedExecutionPlan, RequirementId};
 use crate::model::{
     ChecksumPolicy, GraphInput, Model, PayloadSource, ResolveOptions, ResolvedModel,
 };
@@ -63,7 +66,7 @@ impl DirectReplay {
     /// `source`.
     pub fn new(
         model: &Model,
-        source: &dyn PayloadSource,
+        source: Arc<dyn PayloadSource>,
         options: DirectReplayOptions,
     ) -> Result<Self, Error> {
         let resolved = ResolvedModel::resolve(
@@ -73,27 +76,31 @@ impl DirectReplay {
                 ..ResolveOptions::default()
             },
         )?;
-        Self::from_resolved(
-            Arc::new(resolved),
-            source,
-            options.threads,
-            options.checksums,
-        )
+        Self::from_resolved(resolved, source, options.threads, options.checksums)
     }
 
     /// Reads (verified under `checksums`) and prepacks every requirement of
-    /// `resolved` through `source`.
+    /// `resolved` through `source`, in requirement order.
     pub fn from_resolved(
-        resolved: Arc<ResolvedModel>,
-        source: &dyn PayloadSource,
+        resolved: ResolvedModel,
+        source: Arc<dyn PayloadSource>,
         threads: usize,
         checksums: ChecksumPolicy,
     ) -> Result<Self, Error> {
-        let objects = resolved
-            .requirements()
-            .iter()
-            .map(|r| materialize(&resolved, r, source, checksums))
-            .collect::<Result<_, _>>()?;
+        let plan = Arc::new(PreparedExecutionPlan::build(resolved)?);
+        let producer = Producer::new(plan.clone(), source, MemoryBudget::unlimited(), checksums);
+        let mut held = Held::default();
+        let count = plan.requirements().len();
+        let mut objects = Vec::with_capacity(count);
+        for r in (0..count as u32).map(RequirementId) {
+            producer.ensure(r, &mut held)?;
+            let pin = producer
+                .store()
+                .pin(r.0 as usize)
+                .ok_or_else(|| producer.not_resident(r))?;
+            objects.push(pin.object.clone());
+        }
+        let resolved = plan.resolved().clone();
         Ok(Self {
             resolved,
             objects,

@@ -7,7 +7,7 @@ use onnx_prepared_kernels::{PackedWeight, Tensor, TensorData};
 
 use crate::Error;
 use crate::error::{ResolveError, RunError};
-use crate::model::{ChecksumPolicy, PayloadSource, Requirement, ResolvedModel, read_verified};
+use crate::model::{Requirement, ResolvedModel};
 
 /// The object a requirement publishes.
 #[derive(Debug, Clone)]
@@ -82,22 +82,4 @@ pub(crate) fn prepare(
                 })
         }
     }
-}
-
-/// Reads a requirement's sources (verified under `checksums`) and builds its
-/// object (the whole `ReadSourceAndPrepack` recipe, sequentially).
-pub(crate) fn materialize(
-    resolved: &ResolvedModel,
-    requirement: &Requirement,
-    source: &dyn PayloadSource,
-    checksums: ChecksumPolicy,
-) -> Result<PreparedObject, Error> {
-    let mut tensors = Vec::with_capacity(requirement.sources.len());
-    for &w in &requirement.sources {
-        let weight = &resolved.model().weights()[w.index()];
-        let mut bytes = vec![0u8; weight.byte_len() as usize];
-        read_verified(source, weight, &mut bytes, checksums)?;
-        tensors.push(Arc::new(source_tensor(resolved, w, &bytes)?));
-    }
-    prepare(requirement, &tensors)
 }
