@@ -402,7 +402,8 @@ impl PreparedExecutionPlan {
         }
 
         let tasks = b.finish()?;
-        let requirements = RequirementTable {
+        let mut requirements = RequirementTable {
+            publisher: vec![TaskId(u32::MAX); reqs.len()],
             key: reqs.iter().map(|r| r.key.clone()).collect(),
             bit: (0..reqs.len() as u32).collect(),
             recipes,
@@ -426,6 +427,13 @@ impl PreparedExecutionPlan {
         for (_, op) in resolved.outputs() {
             if let crate::model::Operand::Value(v) = op {
                 value_last_use[v.0 as usize] = u32::MAX;
+            }
+        }
+        for (t, publishes) in tasks.publishes.iter().enumerate() {
+            if let Some(r) = publishes
+                && let Some(slot) = requirements.publisher.get_mut(r.0 as usize)
+            {
+                *slot = TaskId(t as u32);
             }
         }
         let plan = Self {

@@ -198,6 +198,9 @@ pub struct RequirementTable {
     pub prefetch_distance: Vec<u32>,
     /// Last invocation step that uses the object (where a run-level pin may end).
     pub last_use_step: Vec<u32>,
+    /// The one task that publishes the object (checked when the plan is
+    /// built).
+    pub publisher: Vec<TaskId>,
 }
 
 impl RequirementTable {

@@ -219,12 +219,21 @@ impl RuntimeSession {
     ) -> Result<Self, Error> {
         let plan = Arc::new(plan);
         let (graph, ids) = TaskGraph::session_graph(&plan).map_err(plan_error)?;
-        let mut publisher = vec![TaskId(u32::MAX); plan.requirements().len()];
-        for (local, t) in ids.iter().enumerate() {
-            if let Some(r) = plan.tasks().publishes[t.0 as usize] {
-                publisher[r.0 as usize] = TaskId(local as u32);
-            }
-        }
+        // The plan's publisher of each requirement, as a session-graph id
+        // (`ids` lists the session tasks in plan order).
+        let publisher: Vec<TaskId> = plan
+            .requirements()
+            .publisher
+            .iter()
+            .map(|t| ids.binary_search(t).map(|local| TaskId(local as u32)))
+            .collect::<Result<_, _>>()
+            .map_err(|_| -> Error {
+                RunError::Unsupported {
+                    what: "the plan's task graph: a requirement's publisher is not a session task"
+                        .into(),
+                }
+                .into()
+            })?;
         let pool = options.worker_pool()?;
         let run_graph = TaskGraph::new(
             &[ResourceClass::Cpu],

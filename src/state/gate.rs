@@ -68,12 +68,13 @@ impl BudgetGate {
     }
 
     fn over(plan: &PreparedExecutionPlan) -> Self {
-        let mut permanent = vec![0; plan.requirements().len()];
-        for (t, publishes) in plan.tasks().publishes.iter().enumerate() {
-            if let Some(r) = publishes {
-                permanent[r.0 as usize] = plan.tasks().estimated_output_bytes[t];
-            }
-        }
+        let estimated = &plan.tasks().estimated_output_bytes;
+        let permanent: Vec<_> = plan
+            .requirements()
+            .publisher
+            .iter()
+            .map(|t| estimated[t.0 as usize])
+            .collect();
         BudgetGate {
             permanent: permanent.into_boxed_slice(),
             inner: Lock::new(GateInner::default()),

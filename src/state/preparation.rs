@@ -123,8 +123,6 @@ pub(super) enum Retry {
 pub(super) struct Producer {
     plan: Arc<PreparedExecutionPlan>,
     store: PreparedObjectStore<ResidentObject>,
-    /// The task publishing each requirement, indexed by `RequirementId`.
-    publisher: Box<[TaskId]>,
     budget: MemoryBudget,
     preparation: PreparationArena,
     prepared: PreparedArena,
@@ -144,19 +142,11 @@ impl Producer {
         budget: MemoryBudget,
         checksums: ChecksumPolicy,
     ) -> Self {
-        let tasks = plan.tasks();
-        let mut publisher = vec![TaskId(u32::MAX); plan.requirements().len()];
-        for (t, publishes) in tasks.publishes.iter().enumerate() {
-            if let Some(r) = publishes {
-                publisher[r.0 as usize] = TaskId(t as u32);
-            }
-        }
         Self {
             store: PreparedObjectStore::new(plan.requirements().len()),
             failures: (0..plan.requirements().len())
                 .map(|_| Lock::new(None))
                 .collect(),
-            publisher: publisher.into_boxed_slice(),
             preparation: PreparationArena::new(&budget),
             prepared: PreparedArena::new(&budget),
             budget,
@@ -221,7 +211,7 @@ impl Producer {
     /// dependencies otherwise.
     pub(super) fn reads_of(&self, r: RequirementId) -> Result<&[TaskId], Error> {
         let tasks = self.plan.tasks();
-        let publisher = &self.publisher[r.0 as usize];
+        let publisher = &self.plan.requirements().publisher[r.0 as usize];
         match tasks.kind[publisher.0 as usize] {
             TaskKind::ReadSource => Ok(std::slice::from_ref(publisher)),
             TaskKind::Prepack => Ok(tasks.deps.row(publisher.0 as usize)),
@@ -280,7 +270,7 @@ impl Producer {
                 Ok(())
             }
             Err(e) => {
-                let publisher = self.publisher[r.0 as usize].0 as usize;
+                let publisher = self.plan.requirements().publisher[r.0 as usize].0 as usize;
                 let name = &self.plan.tasks().name[publisher];
                 self.record_failure(r, &format!("task `{name}` failed: {e}"));
                 drop(claim);
