@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::session::{RuntimeSession, SessionOptions};
-use onnx_prepared::store::{ClaimLoad, Evict, Generation, Residency};
+use onnx_prepared::store::{Evict, Generation, LoadAttempt, Residency};
 
 fn new_session() -> RuntimeSession {
     let dir = onnx_prepared_fixtures::default_dir();
@@ -48,7 +48,7 @@ fn interfere(session: &RuntimeSession, r: usize, fail_next: bool) -> Arc<Mutex<S
             let store = state.store();
             let evicted = matches!(store.try_evict(r), Evict::Evicted { .. });
             let failed_next = fail_next.then(|| match store.try_claim_load(r) {
-                ClaimLoad::Claimed(claim) => {
+                LoadAttempt::Claimed(claim) => {
                     drop(claim); // abandoned: this generation fails
                     true
                 }

@@ -14,7 +14,7 @@ use loom_tests::{model, one_cpu_worker};
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{TaskContext, TaskFailure, TaskGraph, TaskRunner};
-use onnx_prepared::store::{ClaimLoad, Generation, PreparedObjectStore, Registration};
+use onnx_prepared::store::{Generation, LoadAttempt, PreparedObjectStore, Registration};
 use onnx_prepared::sync::{Arc, AtomicUsize, Lock, Ordering, thread};
 
 /// The run continuation's stand-in: the session's `RunContinuation` with
@@ -75,7 +75,7 @@ fn suspended_run_racing_resume_and_cancel_ends_once_and_leaves_nothing_registere
         let producer = {
             let store = store.clone();
             thread::spawn(move || match store.try_claim_load(0) {
-                ClaimLoad::Claimed(claim) => claim.publish(7, 8),
+                LoadAttempt::Claimed(claim) => claim.publish(7, 8),
                 _ => unreachable!("the only producer"),
             })
         };

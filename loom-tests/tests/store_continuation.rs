@@ -8,7 +8,7 @@
 
 use loom_tests::model;
 
-use onnx_prepared::store::{ClaimLoad, Generation, Outcome, PreparedObjectStore};
+use onnx_prepared::store::{Generation, GenerationOutcome, LoadAttempt, PreparedObjectStore};
 use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
 
 #[derive(Default)]
@@ -30,15 +30,15 @@ impl Drop for Owned {
 fn spawn_producer(store: &Arc<PreparedObjectStore<u64>>) -> thread::JoinHandle<()> {
     let store = store.clone();
     thread::spawn(move || match store.try_claim_load(0) {
-        ClaimLoad::Claimed(claim) => claim.publish(7, 8),
+        LoadAttempt::Claimed(claim) => claim.publish(7, 8),
         _ => unreachable!("the only producer"),
     })
 }
 
-fn continuation(tally: &Arc<Tally>) -> impl FnOnce(Outcome) + Send + 'static {
+fn continuation(tally: &Arc<Tally>) -> impl FnOnce(GenerationOutcome) + Send + 'static {
     let owned = Owned(tally.clone());
     move |outcome| {
-        assert_eq!(outcome, Outcome::Resident(Generation(1)));
+        assert_eq!(outcome, GenerationOutcome::Resident(Generation(1)));
         owned.0.called.fetch_add(1, Ordering::SeqCst);
     }
 }

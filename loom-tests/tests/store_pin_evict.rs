@@ -7,7 +7,7 @@
 use loom_tests::model;
 
 use loom::cell::UnsafeCell;
-use onnx_prepared::store::{ClaimLoad, Evict, Generation, PreparedObjectStore, Residency};
+use onnx_prepared::store::{Evict, Generation, LoadAttempt, PreparedObjectStore, Residency};
 use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
 
 /// Written into the probe when its object is dropped.
@@ -50,7 +50,7 @@ fn resident() -> (Arc<PreparedObjectStore<Obj>>, Arc<Probe>) {
         bytes: UnsafeCell::new(42),
         drops: AtomicUsize::new(0),
     });
-    let ClaimLoad::Claimed(claim) = store.try_claim_load(0) else {
+    let LoadAttempt::Claimed(claim) = store.try_claim_load(0) else {
         unreachable!()
     };
     claim.publish(Obj(probe.clone()), 8);

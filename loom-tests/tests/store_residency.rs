@@ -7,7 +7,9 @@
 use loom_tests::model;
 
 use loom::cell::UnsafeCell;
-use onnx_prepared::store::{ClaimLoad, Evict, Generation, Outcome, PreparedObjectStore, Residency};
+use onnx_prepared::store::{
+    Evict, Generation, GenerationOutcome, LoadAttempt, PreparedObjectStore, Residency,
+};
 use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
 
 /// Written into a probe when its object is dropped.
@@ -72,23 +74,23 @@ struct Tally {
 /// and read the object.
 fn consume(store: &PreparedObjectStore<Obj>, probe: &Arc<Probe>, tally: &Tally) -> u64 {
     match store.try_claim_load(0) {
-        ClaimLoad::Claimed(claim) => {
+        LoadAttempt::Claimed(claim) => {
             tally.claimed.fetch_add(1, Ordering::Relaxed);
             assert_eq!(claim.generation(), Generation(1));
             claim.set_preparing();
             claim.publish(Obj::produce(probe, 42), 8);
         }
-        ClaimLoad::InFlight(waiter) => {
+        LoadAttempt::InFlight(waiter) => {
             tally.in_flight.fetch_add(1, Ordering::Relaxed);
             assert_eq!(waiter.generation(), Generation(1));
-            assert_eq!(waiter.wait(), Outcome::Resident(Generation(1)));
+            assert_eq!(waiter.wait(), GenerationOutcome::Resident(Generation(1)));
             tally.woken.fetch_add(1, Ordering::Relaxed);
         }
-        ClaimLoad::Resident(generation) => {
+        LoadAttempt::Resident(generation) => {
             tally.resident.fetch_add(1, Ordering::Relaxed);
             assert_eq!(generation, Generation(1));
         }
-        ClaimLoad::Failed(generation) => panic!("nobody fails here, got {generation}"),
+        LoadAttempt::Failed(generation) => panic!("nobody fails here, got {generation}"),
     }
     let pinned = store
         .pin(0)
@@ -138,7 +140,7 @@ fn two_waiters_are_each_woken_once() {
         let probe = probe();
         let tally = Arc::new(Tally::default());
         // The main thread holds the claim before the waiters arrive.
-        let ClaimLoad::Claimed(claim) = store.try_claim_load(0) else {
+        let LoadAttempt::Claimed(claim) = store.try_claim_load(0) else {
             unreachable!()
         };
         let waiters: Vec<_> = (0..2)
@@ -166,22 +168,22 @@ fn dropped_claim_fails_and_wakes_the_waiter() {
         let tally = Arc::new(Tally::default());
         let attempt =
             |store: &PreparedObjectStore<Obj>, tally: &Tally| match store.try_claim_load(0) {
-                ClaimLoad::Claimed(claim) => {
+                LoadAttempt::Claimed(claim) => {
                     tally.claimed.fetch_add(1, Ordering::Relaxed);
                     claim.set_preparing();
                     drop(claim);
                 }
-                ClaimLoad::InFlight(waiter) => {
+                LoadAttempt::InFlight(waiter) => {
                     tally.in_flight.fetch_add(1, Ordering::Relaxed);
-                    assert_eq!(waiter.wait(), Outcome::Failed(Generation(1)));
+                    assert_eq!(waiter.wait(), GenerationOutcome::Failed(Generation(1)));
                     tally.woken.fetch_add(1, Ordering::Relaxed);
                     assert_eq!(store.snapshot(0).residency(), Residency::Failed);
                 }
-                ClaimLoad::Failed(generation) => {
+                LoadAttempt::Failed(generation) => {
                     tally.failed.fetch_add(1, Ordering::Relaxed);
                     assert_eq!(generation, Generation(1));
                 }
-                ClaimLoad::Resident(generation) => panic!("nothing published, got {generation}"),
+                LoadAttempt::Resident(generation) => panic!("nothing published, got {generation}"),
             };
         let other = {
             let (store, tally) = (store.clone(), tally.clone());
@@ -197,7 +199,7 @@ fn dropped_claim_fails_and_wakes_the_waiter() {
         assert_eq!(store.readiness_epoch(), 0, "resident set never changed");
 
         // The retry is a new generation, published normally.
-        let ClaimLoad::Claimed(retry) = store.retry_load(0, Generation(1)) else {
+        let LoadAttempt::Claimed(retry) = store.retry_load(0, Generation(1)) else {
             panic!("retry of the failed generation claims")
         };
         assert_eq!(retry.generation(), Generation(2));
@@ -212,7 +214,7 @@ fn claim_racing_eviction_keeps_the_new_generation() {
     model(|| {
         let store = Arc::new(PreparedObjectStore::<Obj>::new(1));
         let (old, new) = (probe(), probe());
-        let ClaimLoad::Claimed(claim) = store.try_claim_load(0) else {
+        let LoadAttempt::Claimed(claim) = store.try_claim_load(0) else {
             unreachable!()
         };
         claim.publish(Obj::produce(&old, 1), 4);
@@ -222,11 +224,11 @@ fn claim_racing_eviction_keeps_the_new_generation() {
             thread::spawn(move || store.try_evict(0))
         };
         let reloaded = match store.try_claim_load(0) {
-            ClaimLoad::Resident(generation) => {
+            LoadAttempt::Resident(generation) => {
                 assert_eq!(generation, Generation(1));
                 false
             }
-            ClaimLoad::Claimed(claim) => {
+            LoadAttempt::Claimed(claim) => {
                 // Only after the eviction finished (Evicting is waited out).
                 assert_eq!(claim.generation(), Generation(2));
                 claim.publish(Obj::produce(&new, 2), 4);

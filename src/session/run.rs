@@ -10,8 +10,8 @@ use crate::Error;
 use crate::error::RunError;
 use crate::plan::{RequirementId, TaskId};
 use crate::scheduler::{Submission, TaskContext, TaskFailure, TaskRunner};
-use crate::state::Progress;
-use crate::store::{Outcome, Registration, Residency};
+use crate::state::RunProgress;
+use crate::store::{GenerationOutcome, Registration, Residency};
 use crate::sync::{Lock, Ordering};
 
 /// What a run carries between its suspensions.
@@ -128,11 +128,11 @@ impl RunContinuation {
             }
         };
         match state.resume_run(&mut ctx.invocation, &par, Some(&on_step))? {
-            Progress::Done => {
+            RunProgress::Done => {
                 ctx.finish_outputs(state)?;
                 Ok(true)
             }
-            Progress::Waiting { step, requirement } => {
+            RunProgress::Waiting { step, requirement } => {
                 let index = requirement.0 as usize;
                 let snapshot = state.store().snapshot(index);
                 let generation = snapshot.generation().0;
@@ -159,7 +159,7 @@ impl RunContinuation {
                 let registration = state
                     .store()
                     .waiter(index, crate::store::Generation(target))
-                    .on_complete(move |_outcome: Outcome| handle.resume());
+                    .on_complete(move |_outcome: GenerationOutcome| handle.resume());
                 // The previous registration (if any) was called: it resumed
                 // this run.
                 self.waiting.with(|w| *w = registration);

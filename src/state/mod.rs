@@ -17,5 +17,5 @@ pub use direct::{DirectReplay, DirectReplayOptions};
 pub(crate) use lowering::{execute_caught, tensor_bytes};
 pub use object::PreparedObject;
 pub use preparation::ResidentObject;
-pub use prepared::{InvocationState, PreparedExecutionState, Progress};
+pub use prepared::{InvocationState, PreparedExecutionState, RunProgress};
 pub use tasks::SessionTasks;

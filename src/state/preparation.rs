@@ -28,7 +28,7 @@ use crate::arena::{
 use crate::error::RunError;
 use crate::model::{ChecksumPolicy, PayloadSource, read_verified};
 use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
-use crate::store::{ClaimLoad, LoadClaim, Outcome, PreparedObjectStore, Waiter};
+use crate::store::{LoadAttempt, LoadClaim, GenerationOutcome, PreparedObjectStore, Waiter};
 use crate::sync::Lock;
 
 /// A resident prepared object and the prepared-arena bytes it holds.
@@ -182,17 +182,17 @@ impl Producer {
     pub(super) fn claim(&self, r: RequirementId, retry: &mut Retry) -> Result<Role<'_>, Error> {
         let index = r.0 as usize;
         let found = match self.store.try_claim_load(index) {
-            ClaimLoad::Failed(generation) if *retry == Retry::Once => {
+            LoadAttempt::Failed(generation) if *retry == Retry::Once => {
                 *retry = Retry::Never;
                 self.store.retry_load(index, generation)
             }
             found => found,
         };
         match found {
-            ClaimLoad::Claimed(claim) => Ok(Role::Produce(claim)),
-            ClaimLoad::InFlight(waiter) => Ok(Role::InFlight(waiter)),
-            ClaimLoad::Resident(_) => Ok(Role::Resident),
-            ClaimLoad::Failed(_) => Err(self.not_resident(r)),
+            LoadAttempt::Claimed(claim) => Ok(Role::Produce(claim)),
+            LoadAttempt::InFlight(waiter) => Ok(Role::InFlight(waiter)),
+            LoadAttempt::Resident(_) => Ok(Role::Resident),
+            LoadAttempt::Failed(_) => Err(self.not_resident(r)),
         }
     }
 
@@ -309,7 +309,7 @@ impl Producer {
             match self.claim(r, &mut retry)? {
                 Role::Resident => return Ok(()),
                 Role::InFlight(waiter) => {
-                    if let Outcome::Failed(_) = waiter.wait() {
+                    if let GenerationOutcome::Failed(_) = waiter.wait() {
                         return Err(self.not_resident(r));
                     }
                 }

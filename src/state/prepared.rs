@@ -58,7 +58,7 @@ pub struct InvocationState {
 
 /// Where a suspendable run stands after [`PreparedExecutionState::resume_run`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
+pub enum RunProgress {
     /// Every step ran; the outputs are ready.
     Done,
     /// Step `step` needs `requirement`, which is not resident.
@@ -232,7 +232,7 @@ impl PreparedExecutionState {
         invocation: &mut InvocationState,
         par: &dyn ParallelFor,
         on_step: Option<&dyn Fn(usize, std::time::Instant, std::time::Instant)>,
-    ) -> Result<Progress, Error> {
+    ) -> Result<RunProgress, Error> {
         let resolved = self.plan().resolved();
         let lowered = invocation
             .lowered
@@ -250,7 +250,7 @@ impl PreparedExecutionState {
                 match self.store().pin(bit) {
                     Some(pin) => pins.pins[bit] = Some(pin),
                     None => {
-                        return Ok(Progress::Waiting {
+                        return Ok(RunProgress::Waiting {
                             step: invocation.next_step,
                             requirement: RequirementId(bit as u32),
                         });
@@ -268,7 +268,7 @@ impl PreparedExecutionState {
             }
             invocation.next_step += 1;
         }
-        Ok(Progress::Done)
+        Ok(RunProgress::Done)
     }
 
     /// The hot path (run steps 1–2 at once): every step replayed under one

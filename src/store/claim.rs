@@ -10,7 +10,7 @@ use crate::sync::{ContinuationKey, Event, Ordering, epoch};
 
 /// What [`PreparedObjectStore::try_claim_load`] found.
 #[must_use]
-pub enum ClaimLoad<'a, T> {
+pub enum LoadAttempt<'a, T> {
     /// This caller produces the new generation: publish it or drop the claim.
     Claimed(LoadClaim<'a, T>),
     /// Another producer's generation is in flight; wait for it.
@@ -21,7 +21,7 @@ pub enum ClaimLoad<'a, T> {
     Failed(Generation),
 }
 
-impl<T> fmt::Debug for ClaimLoad<'_, T> {
+impl<T> fmt::Debug for LoadAttempt<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Claimed(claim) => f.debug_tuple("Claimed").field(claim).finish(),
@@ -34,14 +34,14 @@ impl<T> fmt::Debug for ClaimLoad<'_, T> {
 
 /// How a generation settled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
+pub enum GenerationOutcome {
     /// Published (it may have been evicted since: pin to find out).
     Resident(Generation),
     /// Its claim was dropped without publishing.
     Failed(Generation),
 }
 
-impl Outcome {
+impl GenerationOutcome {
     fn from_stamp(stamp: u64) -> Self {
         let generation = Generation(stamp >> 1);
         if stamp & 1 == 1 {
@@ -214,17 +214,17 @@ impl<'a> Waiter<'a> {
     }
 
     /// The outcome, if complete (see [`wait`](Self::wait)).
-    pub fn outcome(&self) -> Option<Outcome> {
+    pub fn outcome(&self) -> Option<GenerationOutcome> {
         let seen = self.event.stamp();
-        (seen >= stamp(self.generation, false)).then(|| Outcome::from_stamp(seen))
+        (seen >= stamp(self.generation, false)).then(|| GenerationOutcome::from_stamp(seen))
     }
 
     /// Blocks until the generation completes; returns the outcome of the
     /// newest completed generation, never older than the one waited for
     /// (module docs, "Waiting"). Everything the producer wrote before
     /// completing is visible afterwards.
-    pub fn wait(&self) -> Outcome {
-        Outcome::from_stamp(self.event.wait_for(stamp(self.generation, false)))
+    pub fn wait(&self) -> GenerationOutcome {
+        GenerationOutcome::from_stamp(self.event.wait_for(stamp(self.generation, false)))
     }
 
     /// Calls `f` with the outcome once the generation completes, instead of
@@ -232,11 +232,11 @@ impl<'a> Waiter<'a> {
     /// as it publishes or fails (it must not block; e.g. it resumes a
     /// suspended task). Returns the registration that takes `f` back
     /// uncalled (`None`: `f` was called at once).
-    pub fn on_complete(&self, f: impl FnOnce(Outcome) + Send + 'static) -> Option<Registration> {
+    pub fn on_complete(&self, f: impl FnOnce(GenerationOutcome) + Send + 'static) -> Option<Registration> {
         self.event
             .on_complete(
                 stamp(self.generation, false),
-                Box::new(move |seen| f(Outcome::from_stamp(seen))),
+                Box::new(move |seen| f(GenerationOutcome::from_stamp(seen))),
             )
             .map(|key| Registration {
                 index: self.index,

@@ -6,7 +6,7 @@
 //! The store is created with a fixed number of entries, addressed by index
 //! (the plan's `RequirementId` converts to it). Each entry has:
 //! * one packed residency word (file `residency.rs`: state, [`Generation`],
-//!   pins), decoded only through [`Snapshot`];
+//!   pins), decoded only through [`ResidencySnapshot`];
 //! * an epoch-protected slot holding the published object
 //!   ([`crate::sync::epoch::Slot`]);
 //! * its byte size, last-use tick, and a completion [`Event`] stamped per
@@ -93,9 +93,9 @@ use bitvec::prelude::{BitSlice, BitVec};
 use crate::sync::epoch::Slot;
 use crate::sync::{AtomicU64, AtomicUsize, Event, Ordering, thread};
 
-pub use claim::{ClaimLoad, LoadClaim, Outcome, Registration, Waiter};
+pub use claim::{LoadAttempt, LoadClaim, GenerationOutcome, Registration, Waiter};
 pub use pin::{Evict, Pin, ReadGuard};
-pub use residency::{Generation, MAX_GENERATION, MAX_PINS, Residency, Snapshot};
+pub use residency::{Generation, MAX_GENERATION, MAX_PINS, Residency, ResidencySnapshot};
 
 use residency::{ResidencyWord, TransitionToLoading};
 
@@ -163,7 +163,7 @@ impl<T: Send + Sync + 'static> PreparedObjectStore<T> {
     ///
     /// # Panics
     /// If `index >= self.len()`.
-    pub fn try_claim_load(&self, index: usize) -> ClaimLoad<'_, T> {
+    pub fn try_claim_load(&self, index: usize) -> LoadAttempt<'_, T> {
         self.claim(index, None)
     }
 
@@ -173,22 +173,22 @@ impl<T: Send + Sync + 'static> PreparedObjectStore<T> {
     ///
     /// # Panics
     /// If `index >= self.len()`.
-    pub fn retry_load(&self, index: usize, failed: Generation) -> ClaimLoad<'_, T> {
+    pub fn retry_load(&self, index: usize, failed: Generation) -> LoadAttempt<'_, T> {
         self.claim(index, Some(failed))
     }
 
-    fn claim(&self, index: usize, retry: Option<Generation>) -> ClaimLoad<'_, T> {
+    fn claim(&self, index: usize, retry: Option<Generation>) -> LoadAttempt<'_, T> {
         let entry = &self.entries[index];
         loop {
             return match entry.residency.transition_to_loading(retry) {
                 TransitionToLoading::Claimed(generation) => {
-                    ClaimLoad::Claimed(LoadClaim::new(self, index, generation))
+                    LoadAttempt::Claimed(LoadClaim::new(self, index, generation))
                 }
                 TransitionToLoading::InFlight(generation) => {
-                    ClaimLoad::InFlight(Waiter::new(&entry.event, index, generation))
+                    LoadAttempt::InFlight(Waiter::new(&entry.event, index, generation))
                 }
-                TransitionToLoading::Resident(generation) => ClaimLoad::Resident(generation),
-                TransitionToLoading::Failed(generation) => ClaimLoad::Failed(generation),
+                TransitionToLoading::Resident(generation) => LoadAttempt::Resident(generation),
+                TransitionToLoading::Failed(generation) => LoadAttempt::Failed(generation),
                 TransitionToLoading::Evicting => {
                     // The evictor holds `Evicting` for a few instructions.
                     thread::yield_now();
@@ -274,7 +274,7 @@ impl<T> PreparedObjectStore<T> {
     ///
     /// # Panics
     /// If `index >= self.len()`.
-    pub fn snapshot(&self, index: usize) -> Snapshot {
+    pub fn snapshot(&self, index: usize) -> ResidencySnapshot {
         self.entries[index].residency.load(Ordering::Acquire)
     }
 

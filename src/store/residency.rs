@@ -10,7 +10,7 @@
 //! | 3..27   | pins       | live [`Pin`](super::Pin)s; non-zero only while `Resident` |
 //! | 27..64  | generation | bumped by every claim; 0 = never claimed |
 //!
-//! Decode only through [`Snapshot`]. Every transition is one read-modify-write
+//! Decode only through [`ResidencySnapshot`]. Every transition is one read-modify-write
 //! (a CAS loop, or `fetch_sub` for unpin) returning a `#[must_use]` enum, so a
 //! caller cannot ignore a lost race.
 
@@ -110,9 +110,9 @@ impl fmt::Display for Generation {
 
 /// One decoded reading of a residency word.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Snapshot(u64);
+pub struct ResidencySnapshot(u64);
 
-impl Snapshot {
+impl ResidencySnapshot {
     fn pack(residency: Residency, generation: Generation, pins: u32) -> Self {
         debug_assert!(generation.0 <= MAX_GENERATION && pins <= MAX_PINS);
         Self(
@@ -153,9 +153,9 @@ impl Snapshot {
     }
 }
 
-impl fmt::Debug for Snapshot {
+impl fmt::Debug for ResidencySnapshot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Snapshot")
+        f.debug_struct("ResidencySnapshot")
             .field("residency", &self.residency())
             .field("generation", &self.generation())
             .field("pins", &self.pins())
@@ -186,7 +186,7 @@ pub(crate) enum HolderTransition {
     /// The word moved.
     Done,
     /// The word was not in a state the holder owns: a protocol bug.
-    Unexpected(Snapshot),
+    Unexpected(ResidencySnapshot),
 }
 
 /// Outcome of [`ResidencyWord::pin`].
@@ -194,9 +194,9 @@ pub(crate) enum HolderTransition {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TransitionToPinned {
     /// One more pin; the snapshot is the word after the increment.
-    Pinned(Snapshot),
+    Pinned(ResidencySnapshot),
     /// Not resident: no pin taken.
-    NotResident(Snapshot),
+    NotResident(ResidencySnapshot),
 }
 
 /// Outcome of [`ResidencyWord::transition_to_evicting`].
@@ -219,12 +219,12 @@ impl ResidencyWord {
     /// `Absent`, generation 0, no pins.
     pub(crate) fn new() -> Self {
         Self(AtomicU64::new(
-            Snapshot::pack(Residency::Absent, Generation(0), 0).0,
+            ResidencySnapshot::pack(Residency::Absent, Generation(0), 0).0,
         ))
     }
 
-    pub(crate) fn load(&self, order: Ordering) -> Snapshot {
-        Snapshot(self.0.load(order))
+    pub(crate) fn load(&self, order: Ordering) -> ResidencySnapshot {
+        ResidencySnapshot(self.0.load(order))
     }
 
     /// The first reading of a CAS loop: a plain load normally; under loom an
@@ -235,23 +235,23 @@ impl ResidencyWord {
     /// (tokio-rs/loom#166, #392). An RMW read makes the first access itself a
     /// dependent one. It only removes stale first readings, which a CAS
     /// failure and retry would absorb anyway.
-    fn load_for_update(&self) -> Snapshot {
+    fn load_for_update(&self) -> ResidencySnapshot {
         #[cfg(not(loom))]
         {
-            Snapshot(self.0.load(Ordering::Acquire))
+            ResidencySnapshot(self.0.load(Ordering::Acquire))
         }
         #[cfg(loom)]
         {
-            Snapshot(self.0.fetch_or(0, Ordering::Acquire))
+            ResidencySnapshot(self.0.fetch_or(0, Ordering::Acquire))
         }
     }
 
     /// CAS from `current` to `next`; on failure returns the fresh reading.
-    fn cas(&self, current: Snapshot, next: Snapshot, success: Ordering) -> Result<(), Snapshot> {
+    fn cas(&self, current: ResidencySnapshot, next: ResidencySnapshot, success: Ordering) -> Result<(), ResidencySnapshot> {
         self.0
             .compare_exchange_weak(current.0, next.0, success, Ordering::Acquire)
             .map(drop)
-            .map_err(Snapshot)
+            .map_err(ResidencySnapshot)
     }
 
     /// `Absent(g)` → `Loading(g + 1)`, and `Failed(g)` → `Loading(g + 1)` when
@@ -274,7 +274,7 @@ impl ResidencyWord {
             let next = generation.next();
             match self.cas(
                 current,
-                Snapshot::pack(Residency::Loading, next, 0),
+                ResidencySnapshot::pack(Residency::Loading, next, 0),
                 Ordering::AcqRel,
             ) {
                 Ok(()) => return TransitionToLoading::Claimed(next),
@@ -300,7 +300,7 @@ impl ResidencyWord {
             {
                 return HolderTransition::Unexpected(current);
             }
-            match self.cas(current, Snapshot::pack(to, generation, 0), success) {
+            match self.cas(current, ResidencySnapshot::pack(to, generation, 0), success) {
                 Ok(()) => return HolderTransition::Done,
                 Err(actual) => current = actual,
             }
@@ -309,7 +309,7 @@ impl ResidencyWord {
 
     /// `Loading(g)` → `Preparing(g)` (`Preparing(g)` stays): claim holder only.
     pub(crate) fn transition_to_preparing(&self, generation: Generation) -> HolderTransition {
-        if self.load_for_update() == Snapshot::pack(Residency::Preparing, generation, 0) {
+        if self.load_for_update() == ResidencySnapshot::pack(Residency::Preparing, generation, 0) {
             return HolderTransition::Done;
         }
         self.holder_transition(
@@ -354,7 +354,7 @@ impl ResidencyWord {
                 current.pins() < MAX_PINS,
                 "pin count overflow (leaked pins?)"
             );
-            let next = Snapshot(current.0 + PIN_ONE);
+            let next = ResidencySnapshot(current.0 + PIN_ONE);
             match self.0.compare_exchange_weak(
                 current.0,
                 next.0,
@@ -362,7 +362,7 @@ impl ResidencyWord {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => return TransitionToPinned::Pinned(next),
-                Err(actual) => current = Snapshot(actual),
+                Err(actual) => current = ResidencySnapshot(actual),
             }
         }
     }
@@ -371,8 +371,8 @@ impl ResidencyWord {
     /// evictor's Acquire CAS, hence before destruction). Returns the word
     /// before the decrement. A plain `fetch_sub` is enough: while a pin is
     /// held the word stays `Resident`, so nothing else can change state.
-    pub(crate) fn unpin(&self) -> Snapshot {
-        let previous = Snapshot(self.0.fetch_sub(PIN_ONE, Ordering::Release));
+    pub(crate) fn unpin(&self) -> ResidencySnapshot {
+        let previous = ResidencySnapshot(self.0.fetch_sub(PIN_ONE, Ordering::Release));
         debug_assert!(
             previous.is_resident() && previous.pins() > 0,
             "{previous:?}"
@@ -394,7 +394,7 @@ impl ResidencyWord {
             let generation = current.generation();
             match self.cas(
                 current,
-                Snapshot::pack(Residency::Evicting, generation, 0),
+                ResidencySnapshot::pack(Residency::Evicting, generation, 0),
                 Ordering::AcqRel,
             ) {
                 Ok(()) => return TransitionToEvicting::Evicting(generation),
@@ -430,7 +430,7 @@ mod tests {
             Residency::Failed,
         ] {
             for (generation, pins) in [(0, 0), (1, 7), (MAX_GENERATION, MAX_PINS)] {
-                let s = Snapshot::pack(residency, Generation(generation), pins);
+                let s = ResidencySnapshot::pack(residency, Generation(generation), pins);
                 assert_eq!(s.residency(), residency);
                 assert_eq!(s.generation(), Generation(generation));
                 assert_eq!(s.pins(), pins);
@@ -440,8 +440,8 @@ mod tests {
 
     #[test]
     fn pins_never_carry_into_the_generation() {
-        let s = Snapshot::pack(Residency::Resident, Generation(5), MAX_PINS - 1);
-        let next = Snapshot(s.0 + PIN_ONE);
+        let s = ResidencySnapshot::pack(Residency::Resident, Generation(5), MAX_PINS - 1);
+        let next = ResidencySnapshot(s.0 + PIN_ONE);
         assert_eq!(next.pins(), MAX_PINS);
         assert_eq!(next.generation(), Generation(5));
     }

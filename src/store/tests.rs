@@ -31,7 +31,7 @@ fn claim<T: Send + Sync + 'static>(
     index: usize,
 ) -> LoadClaim<'_, T> {
     match store.try_claim_load(index) {
-        ClaimLoad::Claimed(claim) => claim,
+        LoadAttempt::Claimed(claim) => claim,
         other => panic!("expected a claim, got {other:?}"),
     }
 }
@@ -88,7 +88,7 @@ fn absent_loading_preparing_resident() {
     assert_eq!(store.read_guard().get(0), Some(&42));
     assert!(matches!(
         store.try_claim_load(0),
-        ClaimLoad::Resident(Generation(1))
+        LoadAttempt::Resident(Generation(1))
     ));
     assert_eq!(store.snapshot(1).residency(), Residency::Absent);
     assert_eq!(store.resident_set().iter_ones().collect::<Vec<_>>(), [0]);
@@ -105,11 +105,11 @@ fn publish_straight_from_loading() {
 fn claim_while_in_flight_shares_the_generation() {
     let store = PreparedObjectStore::<u64>::new(1);
     let c = claim(&store, 0);
-    let ClaimLoad::InFlight(loading) = store.try_claim_load(0) else {
+    let LoadAttempt::InFlight(loading) = store.try_claim_load(0) else {
         panic!("second claim while loading must share the load")
     };
     c.set_preparing();
-    let ClaimLoad::InFlight(preparing) = store.try_claim_load(0) else {
+    let LoadAttempt::InFlight(preparing) = store.try_claim_load(0) else {
         panic!("second claim while preparing must share the load")
     };
     assert_eq!(loading.generation(), c.generation());
@@ -124,8 +124,8 @@ fn claim_while_in_flight_shares_the_generation() {
 
     c.publish(1, 1);
     assert!(loading.is_complete());
-    assert_eq!(loading.outcome(), Some(Outcome::Resident(Generation(1))));
-    assert_eq!(preparing.wait(), Outcome::Resident(Generation(1)));
+    assert_eq!(loading.outcome(), Some(GenerationOutcome::Resident(Generation(1))));
+    assert_eq!(preparing.wait(), GenerationOutcome::Resident(Generation(1)));
 }
 
 #[test]
@@ -135,7 +135,7 @@ fn waiter_on_another_thread_is_woken_by_publish() {
     let waiter = {
         let store = store.clone();
         crate::sync::thread::spawn(move || {
-            let ClaimLoad::InFlight(w) = store.try_claim_load(0) else {
+            let LoadAttempt::InFlight(w) = store.try_claim_load(0) else {
                 panic!("the main thread holds the claim")
             };
             let outcome = w.wait();
@@ -148,7 +148,7 @@ fn waiter_on_another_thread_is_woken_by_publish() {
     c.publish(99, 8);
     assert_eq!(
         waiter.join().unwrap(),
-        (Outcome::Resident(Generation(1)), 99)
+        (GenerationOutcome::Resident(Generation(1)), 99)
     );
 }
 
@@ -161,7 +161,7 @@ fn dropped_claim_fails_the_generation_and_wakes_waiters() {
     let waiter = {
         let store = store.clone();
         crate::sync::thread::spawn(move || {
-            let ClaimLoad::InFlight(w) = store.try_claim_load(0) else {
+            let LoadAttempt::InFlight(w) = store.try_claim_load(0) else {
                 panic!("the main thread holds the claim")
             };
             (w.wait(), store.snapshot(0).residency())
@@ -171,7 +171,7 @@ fn dropped_claim_fails_the_generation_and_wakes_waiters() {
     drop(c);
     assert_eq!(
         waiter.join().unwrap(),
-        (Outcome::Failed(Generation(1)), Residency::Failed)
+        (GenerationOutcome::Failed(Generation(1)), Residency::Failed)
     );
     let s = store.snapshot(0);
     assert_eq!(
@@ -183,7 +183,7 @@ fn dropped_claim_fails_the_generation_and_wakes_waiters() {
     assert!(store.pin(0).is_none());
     assert!(matches!(
         store.try_claim_load(0),
-        ClaimLoad::Failed(Generation(1))
+        LoadAttempt::Failed(Generation(1))
     ));
     assert_eq!(store.try_evict(0), Evict::NotResident);
 }
@@ -195,30 +195,30 @@ fn retry_after_failure_starts_the_next_generation_once() {
     // A stale failed generation does not retry.
     assert!(matches!(
         store.retry_load(0, Generation(0)),
-        ClaimLoad::Failed(Generation(1))
+        LoadAttempt::Failed(Generation(1))
     ));
-    let ClaimLoad::Claimed(retry) = store.retry_load(0, Generation(1)) else {
+    let LoadAttempt::Claimed(retry) = store.retry_load(0, Generation(1)) else {
         panic!("first retry of g1 claims")
     };
     assert_eq!(retry.generation(), Generation(2));
     // A second consumer retrying the same failure shares the retry.
-    let ClaimLoad::InFlight(w) = store.retry_load(0, Generation(1)) else {
+    let LoadAttempt::InFlight(w) = store.retry_load(0, Generation(1)) else {
         panic!("second retry of g1 shares g2")
     };
     assert_eq!(w.generation(), Generation(2));
     drop(retry);
-    assert_eq!(w.wait(), Outcome::Failed(Generation(2)));
+    assert_eq!(w.wait(), GenerationOutcome::Failed(Generation(2)));
     assert!(matches!(
         store.retry_load(0, Generation(1)),
-        ClaimLoad::Failed(Generation(2))
+        LoadAttempt::Failed(Generation(2))
     ));
-    let ClaimLoad::Claimed(retry) = store.retry_load(0, Generation(2)) else {
+    let LoadAttempt::Claimed(retry) = store.retry_load(0, Generation(2)) else {
         panic!("retry of g2 claims")
     };
     retry.publish(5, 5);
     assert!(matches!(
         store.retry_load(0, Generation(2)),
-        ClaimLoad::Resident(Generation(3))
+        LoadAttempt::Resident(Generation(3))
     ));
     assert_eq!(store.pin(0).unwrap().generation(), Generation(3));
 }
@@ -400,11 +400,11 @@ fn waiter_of_a_superseded_generation_reports_the_newest() {
     let waiter = store.waiter(0, Generation(1));
     assert!(!waiter.is_complete());
     load(&store, 0, 1, 1);
-    assert_eq!(waiter.outcome(), Some(Outcome::Resident(Generation(1))));
+    assert_eq!(waiter.outcome(), Some(GenerationOutcome::Resident(Generation(1))));
     assert!(matches!(store.try_evict(0), Evict::Evicted { .. }));
     drop(claim(&store, 0));
     let outcome = waiter.wait();
-    assert_eq!(outcome, Outcome::Failed(Generation(2)));
+    assert_eq!(outcome, GenerationOutcome::Failed(Generation(2)));
     assert!(outcome.generation() > waiter.generation());
     assert!(!store.waiter(0, Generation(3)).is_complete());
 }
@@ -424,7 +424,7 @@ fn continuations_run_once_on_publish_or_failure() {
     let seen = Arc::new(crate::sync::Lock::new(Vec::new()));
     let record = |tag: &'static str| {
         let seen = seen.clone();
-        move |o: Outcome| seen.with(|s| s.push((tag, o)))
+        move |o: GenerationOutcome| seen.with(|s| s.push((tag, o)))
     };
     // Registered while in flight: called by the publisher, once.
     let c = claim(&store, 0);
@@ -435,7 +435,7 @@ fn continuations_run_once_on_publish_or_failure() {
     c.publish(7, 8);
     assert_eq!(
         seen.with(|s| s.clone()),
-        vec![("before", Outcome::Resident(g))]
+        vec![("before", GenerationOutcome::Resident(g))]
     );
     assert_eq!(store.registered(0), 0);
     // Taken back after it was called: nothing to take.
@@ -448,7 +448,7 @@ fn continuations_run_once_on_publish_or_failure() {
     let g1 = c.generation();
     store.waiter(1, g1).on_complete(record("failed"));
     drop(c);
-    assert_eq!(seen.with(|s| s[2]), ("failed", Outcome::Failed(g1)));
+    assert_eq!(seen.with(|s| s[2]), ("failed", GenerationOutcome::Failed(g1)));
     assert_eq!(seen.with(|s| s.len()), 3);
 }
 
