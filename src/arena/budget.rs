@@ -16,7 +16,7 @@ use super::{ArenaError, Domain};
 /// A limit that never refuses.
 pub const UNLIMITED: usize = usize::MAX;
 
-/// The limits of a [`MemoryBudget`], in bytes: one global limit over the live
+/// The limits of a `MemoryBudget`, in bytes: one global limit over the live
 /// bytes of all domains and one limit per domain. [`UNLIMITED`] refuses
 /// nothing. Limits apply to live bytes; retained capacity is reported, not
 /// limited.
@@ -481,7 +481,7 @@ pub struct DomainReport {
     pub limit: usize,
 }
 
-/// A snapshot of a [`MemoryBudget`]'s counters; `Display` renders a table.
+/// A snapshot of a `MemoryBudget`'s counters; `Display` renders a table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BudgetReport {

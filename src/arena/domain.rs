@@ -3,8 +3,8 @@
 
 use std::fmt;
 
-/// An allocation domain: who owns the bytes and when they are returned (see
-/// the table in the [`crate::arena`] module docs).
+/// An allocation domain: who owns the bytes and when they are returned
+/// (each variant says which).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Domain {

@@ -4,7 +4,7 @@ use std::fmt;
 
 use super::Domain;
 
-/// Why an arena refused an allocation or a [`super::MemoryBudget`] refused a
+/// Why an arena refused an allocation or a `MemoryBudget` refused a
 /// reservation. A refused request changes no accounting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -32,7 +32,7 @@ pub enum ArenaError {
         /// The global limit (`usize::MAX`: unlimited).
         global_limit: usize,
     },
-    /// An [`super::ExecutionArena`] allocation would take the invocation over
+    /// An `ExecutionArena` allocation would take the invocation over
     /// the arena's own limit.
     #[error(
         "the execution arena cannot allocate {requested} bytes: {live} of {} bytes allocated in this invocation",
