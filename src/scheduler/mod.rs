@@ -1,8 +1,8 @@
 //! The runtime scheduler: runs DAGs of tasks, known only by
 //! [`TaskId`](crate::plan::TaskId), on one persistent [`WorkerPool`] of
-//! pinned CPU workers, I/O workers and device feeders, shared by every
-//! submission (and every session that passes the same pool). It never
-//! knows ONNX; a [`TaskRunner`] does the work of each task.
+//! pinned CPU workers and I/O workers, shared by every submission (and
+//! every session that passes the same pool). It never knows ONNX; a
+//! [`TaskRunner`] does the work of each task.
 //!
 //! Owns: per submission ([`Submission`]) one packed state word per task
 //! ([`TaskState`]), the ready queues ([`ReadyQueues`], one bounded lock-free

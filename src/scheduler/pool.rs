@@ -1,4 +1,4 @@
-//! `WorkerPool`: persistent CPU, I/O and device-feeder workers that run the
+//! `WorkerPool`: persistent CPU and I/O workers that run the
 //! graphs submitted to them and the kernels' parallel regions (hot path:
 //! the worker loop). Protocols are numbered in the module docs of
 //! [`crate::scheduler`].
@@ -32,8 +32,6 @@ pub struct PoolConfig {
     /// I/O workers: serve the I/O and inline lanes (blocking reads never
     /// occupy a CPU worker).
     pub io_workers: usize,
-    /// Accelerators; each gets one feeder thread serving its device lane.
-    pub devices: u16,
     /// Pin CPU worker `i` to core `i % cores` (best effort).
     pub pin_cpu_workers: bool,
 }
@@ -43,7 +41,6 @@ impl Default for PoolConfig {
         Self {
             cpu_workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             io_workers: 2,
-            devices: 0,
             pin_cpu_workers: true,
         }
     }
@@ -78,7 +75,7 @@ impl Parking {
 #[derive(Debug)]
 pub(super) struct PoolShared {
     config: PoolConfig,
-    /// By dense lane index: io, cpu, (inline: unused), devices. Each on
+    /// By dense lane index: io, cpu, (inline: unused). Each on
     /// lines of its own: a lane's workers write `searching` whenever they
     /// run dry, and every post reads the posted lane's `sleepers`.
     parking: Box<[CachePadded<Parking>]>,
@@ -93,11 +90,6 @@ pub(super) struct PoolShared {
 }
 
 impl PoolShared {
-    /// Lanes with queues: the host lanes and one per device.
-    fn lanes(&self) -> usize {
-        Lane::HOST.len() + self.config.devices as usize
-    }
-
     /// The parking lot whose workers serve `lane` (inline: the CPU
     /// workers', or the I/O workers' when there are no CPU workers).
     fn parking(&self, lane: Lane) -> &Parking {
@@ -133,7 +125,6 @@ impl PoolShared {
             Lane::Io => self.config.io_workers > 0,
             Lane::Cpu => self.config.cpu_workers > 0,
             Lane::Inline => self.config.cpu_workers + self.config.io_workers > 0,
-            Lane::Device(d) => d < self.config.devices,
         }
     }
 
@@ -153,8 +144,7 @@ impl PoolShared {
         if !wake {
             return;
         }
-        for i in 0..self.lanes() {
-            let lane = Lane::from_index(i);
+        for lane in Lane::ALL {
             if !inner.queues.is_empty(lane) {
                 let p = self.parking(lane);
                 if p.sleepers.load(Ordering::SeqCst) > 0 {
@@ -364,7 +354,6 @@ fn worker(pool: &PoolShared, lane: Lane) {
     let exclusive = match lane {
         Lane::Cpu => pool.config.cpu_workers == 1,
         Lane::Io => pool.config.io_workers == 1,
-        Lane::Device(_) => true,
         Lane::Inline => false,
     };
     let mut local = LocalWork::new(lane, exclusive);
@@ -480,8 +469,8 @@ fn worker(pool: &PoolShared, lane: Lane) {
 }
 
 /// Persistent workers that run submitted [`TaskGraph`]s: CPU workers serve
-/// the CPU lane, I/O workers the I/O lane, both serve the inline lane, one
-/// feeder thread per device serves its device lane; CPU workers also help
+/// the CPU lane, I/O workers the I/O lane, both serve the inline lane; CPU
+/// workers also help
 /// kernels' parallel regions ([`WorkerPool::lease`]). Several submissions
 /// (from one session or several sharing the pool) run at once, critical
 /// work of any of them before prefetch before background. Dropping the pool
@@ -502,7 +491,7 @@ pub enum SpawnError {
     /// [`crate::limits::MAX_WORKER_THREADS`].
     #[error("{requested} worker threads asked for; at most {limit} are allowed")]
     TooManyWorkers {
-        /// Worker threads of the configuration (CPU + I/O + devices).
+        /// Worker threads of the configuration (CPU + I/O).
         requested: usize,
         /// The limit.
         limit: usize,
@@ -543,10 +532,7 @@ impl WorkerPool {
         config: PoolConfig,
         mut spawn: impl FnMut(WorkerBody) -> std::io::Result<thread::JoinHandle<()>>,
     ) -> Result<Self, SpawnError> {
-        let requested = config
-            .cpu_workers
-            .saturating_add(config.io_workers)
-            .saturating_add(config.devices as usize);
+        let requested = config.cpu_workers.saturating_add(config.io_workers);
         if requested > MAX_WORKER_THREADS {
             return Err(SpawnError::TooManyWorkers {
                 requested,
@@ -555,7 +541,8 @@ impl WorkerPool {
         }
         let shared = Arc::new(PoolShared {
             config,
-            parking: (0..Lane::HOST.len() + config.devices as usize)
+            parking: Lane::ALL
+                .iter()
                 .map(|_| CachePadded::new(Parking::default()))
                 .collect(),
             // Reserved so that (re)submitting does not allocate while at most
@@ -611,13 +598,6 @@ impl WorkerPool {
             let shared = shared.clone();
             add(Lane::Io, Box::new(move || worker(&shared, Lane::Io)))?;
         }
-        for d in 0..config.devices {
-            let shared = shared.clone();
-            add(
-                Lane::Device(d),
-                Box::new(move || worker(&shared, Lane::Device(d))),
-            )?;
-        }
         Ok(pool)
     }
 
@@ -664,7 +644,6 @@ impl WorkerPool {
                 graph,
                 runner,
                 options,
-                self.shared.lanes(),
             )
         });
         if inner.graph.is_empty() {
@@ -781,7 +760,6 @@ mod tests {
         PoolConfig {
             cpu_workers,
             io_workers: 1,
-            devices: 0,
             pin_cpu_workers: false,
         }
     }

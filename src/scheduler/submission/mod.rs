@@ -146,9 +146,8 @@ impl SubmissionInner {
         graph: Arc<TaskGraph>,
         runner: Arc<dyn TaskRunner>,
         options: SubmitOptions,
-        lanes: usize,
     ) -> Self {
-        let mut capacities = vec![0usize; lanes];
+        let mut capacities = [0usize; Lane::ALL.len()];
         for (i, &n) in graph.lane_tasks().iter().enumerate() {
             // Promote step 4: at most two entries per task circulate.
             capacities[i] = n.saturating_mul(2);
@@ -208,8 +207,8 @@ impl SubmissionInner {
         for o in self.outcomes.iter() {
             o.store(code::PENDING, Ordering::Relaxed);
         }
-        for lane in 0..self.queues.lanes() {
-            while self.queues.pop(Lane::from_index(lane)).is_some() {}
+        for lane in Lane::ALL {
+            while self.queues.pop(lane).is_some() {}
         }
         self.panicked.store(0, Ordering::Relaxed);
         self.first_failed.store(usize::MAX, Ordering::Relaxed);
