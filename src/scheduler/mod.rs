@@ -251,6 +251,8 @@
 
 mod admission;
 mod graph;
+mod lanes;
+mod local;
 mod outcome;
 mod pool;
 mod queue;
@@ -261,7 +263,8 @@ mod window;
 pub use admission::{Admission, AdmissionPermit, Refusal};
 pub use graph::{GraphError, TaskGraph, UNGATED};
 pub use outcome::{RunOutcome, TaskFailure};
-pub use pool::{Lease, PoolConfig, SpawnError, WorkerPool};
+pub use lanes::{Lease, PoolConfig};
+pub use pool::{SpawnError, WorkerPool};
 pub use queue::{Full, Lane, PRIORITIES, ReadyQueues};
 pub use submission::{
     CancelToken, Remapped, ResumeHandle, Submission, SubmitError, SubmitOptions, TaskContext,
