@@ -87,7 +87,6 @@ fn latencies(c: &mut Criterion) {
         pool: Arc::new(WorkerPool::new(PoolConfig {
             cpu_workers: 2,
             io_workers: 2,
-            devices: 0,
             pin_cpu_workers: false,
         })),
     };

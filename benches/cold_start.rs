@@ -64,7 +64,6 @@ fn cold_start(c: &mut Criterion) {
     let pool = Arc::new(WorkerPool::new(PoolConfig {
         cpu_workers: 2,
         io_workers: 2,
-        devices: 0,
         pin_cpu_workers: false,
     }));
     let fresh = |checksums| {

@@ -305,7 +305,6 @@ fn two_threads(c: &mut Criterion) {
         cpu_workers: 1,
         io_workers: 0,
         pin_cpu_workers: false,
-        ..PoolConfig::default()
     });
     let pool = workers.lease();
     let mut rng = Rng(4);

@@ -125,7 +125,6 @@ fn config(cpu_workers: usize) -> PoolConfig {
     PoolConfig {
         cpu_workers,
         io_workers: 1,
-        devices: 0,
         pin_cpu_workers: false,
     }
 }

@@ -98,7 +98,6 @@ fn session_tasks(c: &mut Criterion) {
         let workers = WorkerPool::new(PoolConfig {
             cpu_workers: cpu,
             io_workers: io,
-            devices: 0,
             pin_cpu_workers: false,
         });
         group.bench_function(name, |b| {

@@ -22,7 +22,6 @@ fn config(cpu: usize, io: usize) -> PoolConfig {
     PoolConfig {
         cpu_workers: cpu,
         io_workers: io,
-        devices: 0,
         pin_cpu_workers: false,
     }
 }

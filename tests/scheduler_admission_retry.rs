@@ -45,7 +45,6 @@ fn a_task_deferred_for_bytes_runs_when_an_ordinary_reservation_returns_them() {
         let workers = WorkerPool::new(PoolConfig {
             cpu_workers: 2,
             io_workers: 1,
-            devices: 0,
             pin_cpu_workers: false,
         });
         let submission = workers

@@ -39,7 +39,6 @@ fn idle_workers_use_near_zero_cpu() {
     let workers = WorkerPool::new(PoolConfig {
         cpu_workers: 2,
         io_workers: 2,
-        devices: 0,
         pin_cpu_workers: true,
     });
     let pool = workers.submit(graph, Arc::new(Nop)).unwrap();

@@ -67,7 +67,6 @@ fn run(promote: bool) -> (Arc<Gate>, usize) {
     let workers = WorkerPool::new(PoolConfig {
         cpu_workers: 1,
         io_workers: 1,
-        devices: 0,
         pin_cpu_workers: false,
     });
     let pool = workers.submit(graph, gate.clone()).unwrap();
@@ -145,7 +144,6 @@ fn promoting_a_finished_task_does_nothing() {
     let workers = WorkerPool::new(PoolConfig {
         cpu_workers: 1,
         io_workers: 1,
-        devices: 0,
         pin_cpu_workers: false,
     });
     let pool = workers.submit(graph, gate.clone()).unwrap();

@@ -267,7 +267,6 @@ fn random_dags_run_each_task_at_most_once_and_leak_nothing() {
     let config = PoolConfig {
         cpu_workers: 2,
         io_workers: 2,
-        devices: 0,
         pin_cpu_workers: false,
     };
     let mut rng = Rng(0x5eed_0001);

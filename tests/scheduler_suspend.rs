@@ -17,7 +17,6 @@ fn pool() -> WorkerPool {
     WorkerPool::new(PoolConfig {
         cpu_workers: 1,
         io_workers: 1,
-        devices: 0,
         pin_cpu_workers: false,
     })
 }

@@ -105,7 +105,6 @@ fn pool(io_workers: usize) -> WorkerPool {
     WorkerPool::new(PoolConfig {
         cpu_workers: 1,
         io_workers,
-        devices: 0,
         pin_cpu_workers: false,
     })
 }

@@ -376,7 +376,6 @@ fn pooled_session_tasks_prepare_everything() {
     let workers = WorkerPool::new(PoolConfig {
         cpu_workers: 2,
         io_workers: 2,
-        devices: 0,
         pin_cpu_workers: false,
     });
     let runner = Arc::new(Remapped {

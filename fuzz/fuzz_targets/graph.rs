@@ -20,7 +20,6 @@ fn pool() -> Arc<WorkerPool> {
         Arc::new(WorkerPool::new(PoolConfig {
             cpu_workers: 1,
             io_workers: 1,
-            devices: 0,
             pin_cpu_workers: false,
         }))
     })

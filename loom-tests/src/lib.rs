@@ -21,7 +21,6 @@ pub fn one_cpu_worker() -> onnx_prepared::scheduler::WorkerPool {
     onnx_prepared::scheduler::WorkerPool::new(onnx_prepared::scheduler::PoolConfig {
         cpu_workers: 1,
         io_workers: 0,
-        devices: 0,
         pin_cpu_workers: false,
     })
 }

@@ -50,7 +50,6 @@ fn refused_task_is_retried_on_release_and_never_over_budget() {
         let workers = WorkerPool::new(PoolConfig {
             cpu_workers: 1,
             io_workers: 1,
-            devices: 0,
             pin_cpu_workers: false,
         });
         let pool = workers

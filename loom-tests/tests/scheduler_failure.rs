@@ -16,7 +16,6 @@ fn config() -> PoolConfig {
     PoolConfig {
         cpu_workers: 1,
         io_workers: 1,
-        devices: 0,
         pin_cpu_workers: false,
     }
 }

@@ -47,7 +47,6 @@ fn promoted_chain_runs_exactly_once() {
         let workers = WorkerPool::new(PoolConfig {
             cpu_workers: 1,
             io_workers: 1,
-            devices: 0,
             pin_cpu_workers: false,
         });
         let pool = workers.submit(graph, runs.clone()).unwrap();

@@ -97,7 +97,6 @@ fn pool_runs_a_read_then_prepack_exactly_once() {
         let workers = WorkerPool::new(PoolConfig {
             cpu_workers: 1,
             io_workers: 1,
-            devices: 0,
             pin_cpu_workers: false,
         });
         let pool = workers.submit(graph, runs.clone()).unwrap();

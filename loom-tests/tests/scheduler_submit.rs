@@ -35,7 +35,6 @@ fn two_racing_submissions_each_run_once() {
         let workers = std::sync::Arc::new(WorkerPool::new(PoolConfig {
             cpu_workers: 1,
             io_workers: 0,
-            devices: 0,
             pin_cpu_workers: false,
         }));
         let counts: [std::sync::Arc<Count>; 2] =

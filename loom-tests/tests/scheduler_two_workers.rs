@@ -46,7 +46,6 @@ fn two_workers_run_a_fan_out_exactly_once_in_order() {
         let workers = WorkerPool::new(PoolConfig {
             cpu_workers: 2,
             io_workers: 0,
-            devices: 0,
             pin_cpu_workers: false,
         });
         let run = workers.submit(graph, runs.clone()).unwrap();

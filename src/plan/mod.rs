@@ -79,8 +79,6 @@ pub enum ResourceClass {
     Io,
     /// CPU computation.
     Cpu,
-    /// An accelerator.
-    Device(u16),
     /// Cheap enough to run wherever its dependency finished.
     Inline,
 }
@@ -91,7 +89,6 @@ impl ResourceClass {
         match self {
             ResourceClass::Io => "io".into(),
             ResourceClass::Cpu => "cpu".into(),
-            ResourceClass::Device(n) => format!("device{n}"),
             ResourceClass::Inline => "inline".into(),
         }
     }

@@ -72,7 +72,7 @@ fn slot_index(lane: Lane) -> Option<usize> {
     match lane {
         Lane::Io => Some(0),
         Lane::Cpu => Some(1),
-        Lane::Inline | Lane::Device(_) => None,
+        Lane::Inline => None,
     }
 }
 

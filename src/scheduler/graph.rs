@@ -64,7 +64,7 @@ pub enum GraphError {
 #[derive(Debug, Clone)]
 pub struct TaskGraph {
     lanes: Vec<Lane>,
-    /// Tasks per lane, by dense [`Lane::index`] (at least the host lanes).
+    /// Tasks per lane, by dense [`Lane::index`].
     lane_tasks: Vec<usize>,
     priorities: Vec<Priority>,
     dependency_counts: Vec<u32>,
@@ -107,13 +107,9 @@ impl TaskGraph {
             return Err(GraphError::TooManyTasks(n));
         }
         let lanes: Vec<Lane> = resources.iter().map(|&r| Lane::of(r)).collect();
-        let mut lane_tasks = vec![0usize; Lane::HOST.len()];
+        let mut lane_tasks = vec![0usize; Lane::ALL.len()];
         for lane in &lanes {
-            let i = lane.index();
-            if i >= lane_tasks.len() {
-                lane_tasks.resize(i + 1, 0);
-            }
-            lane_tasks[i] += 1;
+            lane_tasks[lane.index()] += 1;
         }
         let mut rows: Vec<Vec<TaskId>> = vec![Vec::new(); n];
         let mut dependency_counts = Vec::with_capacity(n);
@@ -323,8 +319,7 @@ impl TaskGraph {
         self.lanes[task.0 as usize]
     }
 
-    /// How many tasks run on each lane, by dense [`Lane::index`] (covers
-    /// at least the host lanes).
+    /// How many tasks run on each lane, by dense [`Lane::index`].
     pub fn lane_tasks(&self) -> &[usize] {
         &self.lane_tasks
     }

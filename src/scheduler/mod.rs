@@ -1,8 +1,8 @@
 //! The runtime scheduler: runs DAGs of tasks, known only by
 //! [`TaskId`](crate::plan::TaskId), on one persistent [`WorkerPool`] of
-//! pinned CPU workers, I/O workers and device feeders, shared by every
-//! submission (and every session that passes the same pool). It never
-//! knows ONNX; a [`TaskRunner`] does the work of each task.
+//! pinned CPU workers and I/O workers, shared by every submission (and
+//! every session that passes the same pool). It never knows ONNX; a
+//! [`TaskRunner`] does the work of each task.
 //!
 //! Owns: per submission ([`Submission`]) one packed state word per task
 //! ([`TaskState`]), the ready queues ([`ReadyQueues`], one bounded lock-free
@@ -251,6 +251,8 @@
 
 mod admission;
 mod graph;
+mod lanes;
+mod local;
 mod outcome;
 mod pool;
 mod queue;
@@ -261,7 +263,8 @@ mod window;
 pub use admission::{Admission, AdmissionPermit, Refusal};
 pub use graph::{GraphError, TaskGraph, UNGATED};
 pub use outcome::{RunOutcome, TaskFailure};
-pub use pool::{Lease, PoolConfig, SpawnError, WorkerPool};
+pub use lanes::{Lease, PoolConfig};
+pub use pool::{SpawnError, WorkerPool};
 pub use queue::{Full, Lane, PRIORITIES, ReadyQueues};
 pub use submission::{
     CancelToken, Remapped, ResumeHandle, Submission, SubmitError, SubmitOptions, TaskContext,

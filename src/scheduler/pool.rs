@@ -1,145 +1,43 @@
-//! `WorkerPool`: persistent CPU, I/O and device-feeder workers that run the
+//! `WorkerPool`: persistent CPU and I/O workers that run the
 //! graphs submitted to them and the kernels' parallel regions (hot path:
-//! the worker loop). Protocols are numbered in the module docs of
-//! [`crate::scheduler`].
+//! the worker loop), and the registry of live submissions they serve
+//! (reached by a submission through [`PoolHost`]). Protocols are numbered
+//! in the module docs of [`crate::scheduler`].
 
-use crossbeam_utils::CachePadded;
 use std::sync::Arc;
 
-use onnx_prepared_kernels::ParallelFor;
-
-use crate::limits::{
-    MAX_WORKER_THREADS, SCHEDULER_JOB_SPIN_POLLS, SCHEDULER_LOCAL_CAPACITY, SCHEDULER_SPIN_POLLS,
-};
-use crate::sync::{
-    AtomicBool, AtomicU64, AtomicUsize, FutexWord, HintCounter, JobBoard, Lock, Ordering, fence,
-    thread,
-};
+use crate::limits::{MAX_WORKER_THREADS, SCHEDULER_JOB_SPIN_POLLS, SCHEDULER_SPIN_POLLS};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Lock, Ordering, fence, thread};
 
 use super::graph::TaskGraph;
+use super::lanes::{Lanes, Lease, PoolConfig};
+use super::local::LocalWork;
 use super::queue::{Lane, PRIORITIES};
 use super::submission::{
-    CLAIMED_ENTRY, Submission, SubmissionInner, SubmitError, SubmitOptions, TaskRunner,
+    CLAIMED_ENTRY, PoolHost, Submission, SubmissionInner, SubmitError, SubmitOptions, TaskRunner,
 };
 use crate::plan::TaskId;
-
-/// How many workers of each kind a pool starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolConfig {
-    /// CPU workers: serve the CPU and inline lanes and help kernels'
-    /// parallel regions.
-    pub cpu_workers: usize,
-    /// I/O workers: serve the I/O and inline lanes (blocking reads never
-    /// occupy a CPU worker).
-    pub io_workers: usize,
-    /// Accelerators; each gets one feeder thread serving its device lane.
-    pub devices: u16,
-    /// Pin CPU worker `i` to core `i % cores` (best effort).
-    pub pin_cpu_workers: bool,
-}
-
-impl Default for PoolConfig {
-    fn default() -> Self {
-        Self {
-            cpu_workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            io_workers: 2,
-            devices: 0,
-            pin_cpu_workers: true,
-        }
-    }
-}
-
-/// Sleepers of one worker lane and the futex word they park on.
-#[derive(Debug, Default)]
-struct Parking {
-    sleepers: AtomicUsize,
-    /// Bumped by every wake-up; a parked worker waits while it is unchanged.
-    wake: FutexWord,
-    /// Workers of the lane that found no work and are spinning or parked.
-    searching: HintCounter,
-}
-
-impl Parking {
-    /// Sleep/wake step 2 (poster side): wakes one parked worker, if any.
-    fn wake_one(&self) {
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            self.wake.fetch_add(1, Ordering::SeqCst);
-            self.wake.wake_one();
-        }
-    }
-
-    fn wake_all(&self) {
-        self.wake.fetch_add(1, Ordering::SeqCst);
-        self.wake.wake_all();
-    }
-}
 
 /// State shared by a pool's workers, its submissions and its leases.
 #[derive(Debug)]
 pub(super) struct PoolShared {
-    config: PoolConfig,
-    /// By dense lane index: io, cpu, (inline: unused), devices. Each on
-    /// lines of its own: a lane's workers write `searching` whenever they
-    /// run dry, and every post reads the posted lane's `sleepers`.
-    parking: Box<[CachePadded<Parking>]>,
+    /// What a submission's hot path needs of the pool (configuration,
+    /// parking, the kernels' board); submissions hold it directly.
+    lanes: Arc<Lanes>,
     /// Submissions not yet retired; workers cache a copy.
     registry: Lock<Vec<Arc<SubmissionInner>>>,
     /// Bumped (SeqCst) whenever `registry` changes.
     version: AtomicU64,
-    /// Kernels' fork-join regions, helped by idle CPU workers.
-    board: JobBoard,
     shutdown: AtomicBool,
     pinned: AtomicUsize,
 }
 
-impl PoolShared {
-    /// Lanes with queues: the host lanes and one per device.
-    fn lanes(&self) -> usize {
-        Lane::HOST.len() + self.config.devices as usize
-    }
-
-    /// The parking lot whose workers serve `lane` (inline: the CPU
-    /// workers', or the I/O workers' when there are no CPU workers).
-    fn parking(&self, lane: Lane) -> &Parking {
-        let index = match lane {
-            Lane::Inline if self.config.cpu_workers > 0 => Lane::Cpu.index(),
-            Lane::Inline => Lane::Io.index(),
-            other => other.index(),
-        };
-        &self.parking[index]
-    }
-
-    /// Sleep/wake step 2 for a task posted on `lane`.
-    pub(super) fn wake_one(&self, lane: Lane) {
-        self.parking(lane).wake_one();
-    }
-
-    /// Whether a worker that could run a task of `lane` is out of work
-    /// (relaxed hint for work sharing).
-    pub(super) fn searching(&self, lane: Lane) -> bool {
-        match lane {
-            Lane::Inline => {
-                self.parking[Lane::Cpu.index()].searching.get()
-                    + self.parking[Lane::Io.index()].searching.get()
-                    > 0
-            }
-            other => self.parking[other.index()].searching.get() > 0,
-        }
-    }
-
-    /// Whether some worker serves `lane`.
-    fn serves(&self, lane: Lane) -> bool {
-        match lane {
-            Lane::Io => self.config.io_workers > 0,
-            Lane::Cpu => self.config.cpu_workers > 0,
-            Lane::Inline => self.config.cpu_workers + self.config.io_workers > 0,
-            Lane::Device(d) => d < self.config.devices,
-        }
-    }
-
+/// The registry side of a submission's pool: called once per (lazy)
+/// registration and once per retirement, never per task.
+impl PoolHost for PoolShared {
     /// Submit step 3: joins the registry, bumps `version`, wakes parked
     /// workers of the lanes that got tasks (`wake`).
-    pub(super) fn register(&self, inner: &Arc<SubmissionInner>, wake: bool) {
+    fn register(&self, inner: &Arc<SubmissionInner>, wake: bool) {
         self.registry.with(|r| {
             prune(r);
             // A resubmitted submission may not have been retired yet.
@@ -153,10 +51,9 @@ impl PoolShared {
         if !wake {
             return;
         }
-        for i in 0..self.lanes() {
-            let lane = Lane::from_index(i);
+        for lane in Lane::ALL {
             if !inner.queues.is_empty(lane) {
-                let p = self.parking(lane);
+                let p = self.lanes.parking(lane);
                 if p.sleepers.load(Ordering::SeqCst) > 0 {
                     p.wake_all();
                 }
@@ -166,34 +63,12 @@ impl PoolShared {
 
     /// Retire step: a finished submission leaves the registry; workers drop
     /// their copies at their next refresh.
-    pub(super) fn retire(&self) {
+    fn retire(&self) {
         self.registry.with(prune);
         // Parked workers are not woken for this (a futex wake per finished
         // submission would cost the hot path); they drop their copies when
         // they next wake.
         self.version.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// A lease of the CPU workers for kernel parallelism, from a CPU worker
-    /// (`from_worker`) or from any other thread.
-    pub(super) fn lease(&self, from_worker: bool) -> Lease<'_> {
-        let helpers = self
-            .config
-            .cpu_workers
-            .saturating_sub(usize::from(from_worker));
-        Lease {
-            pool: self,
-            helpers,
-        }
-    }
-
-    /// Publish step 1's wake hook: wakes every parked CPU worker.
-    fn wake_helpers(&self) {
-        fence(Ordering::SeqCst);
-        let cpu = &self.parking[Lane::Cpu.index()];
-        if cpu.sleepers.load(Ordering::SeqCst) > 0 {
-            cpu.wake_all();
-        }
     }
 }
 
@@ -206,98 +81,6 @@ fn prune(registry: &mut Vec<Arc<SubmissionInner>>) {
         }
         keep
     });
-}
-
-/// Kernel parallelism on a pool's CPU workers: a [`ParallelFor`] whose
-/// regions run on the calling thread plus whichever CPU workers are idle
-/// (protocol "lease"). A region started while another is running (from a
-/// task inside a region, or a second caller) runs inline.
-#[derive(Debug, Clone, Copy)]
-pub struct Lease<'a> {
-    pool: &'a PoolShared,
-    helpers: usize,
-}
-
-impl Lease<'_> {
-    /// This lease limited to `threads` threads in all (the caller
-    /// included; at least one: `1` runs every region inline).
-    pub fn at_most(self, threads: usize) -> Self {
-        Self {
-            helpers: self.helpers.min(threads.saturating_sub(1)),
-            ..self
-        }
-    }
-}
-
-// SAFETY: `JobBoard::run` (protocol "lease", model-checked by
-// `loom-tests/tests/fork_join.rs`) hands out each index of `0..tasks` once
-// through an atomic counter, whichever thread takes it, and returns only
-// after the count of finished tasks reaches `tasks`; a panicking task is
-// caught and resumed after that, so no call outlives `run`.
-unsafe impl ParallelFor for Lease<'_> {
-    fn threads(&self) -> usize {
-        self.helpers + 1
-    }
-
-    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
-        let pool = self.pool;
-        pool.board
-            .run(self.helpers, tasks, task, || pool.wake_helpers());
-    }
-}
-
-/// A worker's private state: its lane, fired tasks it keeps for itself
-/// (claim-on-fire continuation first) and counts not yet published.
-#[derive(Debug)]
-pub(super) struct LocalWork {
-    lane: Lane,
-    /// This worker is the only one of its lane: nobody could take a shared
-    /// entry of it, so every task it keeps is claimed when it fires.
-    pub(super) exclusive: bool,
-    /// Task ids of the current submission; [`CLAIMED_ENTRY`] marks a task
-    /// this worker claimed when it fired. Never grows past its capacity.
-    pub(super) tasks: Vec<u32>,
-    pub(super) terminal: usize,
-    pub(super) finished: usize,
-    /// A waiting caller helping its own submission, not a pool worker (it
-    /// keeps no local work and leases every CPU worker for kernels).
-    pub(super) waiter: bool,
-}
-
-impl LocalWork {
-    fn new(lane: Lane, exclusive: bool) -> Self {
-        Self {
-            lane,
-            exclusive,
-            tasks: Vec::with_capacity(SCHEDULER_LOCAL_CAPACITY),
-            terminal: 0,
-            finished: 0,
-            waiter: false,
-        }
-    }
-
-    /// The state of a caller helping its own submission while it waits:
-    /// no buffer (nothing allocated), so every fired task is posted.
-    pub(super) fn waiter() -> Self {
-        Self {
-            lane: Lane::Cpu,
-            exclusive: false,
-            tasks: Vec::new(),
-            terminal: 0,
-            finished: 0,
-            waiter: true,
-        }
-    }
-
-    /// Whether this worker may run a task of `lane`.
-    pub(super) fn accepts(&self, lane: Lane) -> bool {
-        lane == self.lane || (lane == Lane::Inline && matches!(self.lane, Lane::Cpu | Lane::Io))
-    }
-
-    /// Whether one more task fits without growing the buffer.
-    pub(super) fn has_room(&self) -> bool {
-        !self.waiter && self.tasks.len() < SCHEDULER_LOCAL_CAPACITY - 1
-    }
 }
 
 /// A worker's copy of the registry.
@@ -352,7 +135,8 @@ impl Cache {
 /// The worker loop: local work, then kernel regions (CPU workers), then the
 /// shared queues; spin, yield, then park (sleep/wake protocol).
 fn worker(pool: &PoolShared, lane: Lane) {
-    let parking = &pool.parking[match lane {
+    let lanes = &*pool.lanes;
+    let parking = &lanes.parking[match lane {
         Lane::Inline => Lane::Cpu.index(),
         other => other.index(),
     }];
@@ -362,9 +146,8 @@ fn worker(pool: &PoolShared, lane: Lane) {
         next: 0,
     };
     let exclusive = match lane {
-        Lane::Cpu => pool.config.cpu_workers == 1,
-        Lane::Io => pool.config.io_workers == 1,
-        Lane::Device(_) => true,
+        Lane::Cpu => lanes.config.cpu_workers == 1,
+        Lane::Io => lanes.config.io_workers == 1,
         Lane::Inline => false,
     };
     let mut local = LocalWork::new(lane, exclusive);
@@ -378,10 +161,10 @@ fn worker(pool: &PoolShared, lane: Lane) {
         if let Some(entry) = local.tasks.pop() {
             let submission = &cache.submissions[current];
             // Work sharing: a searching peer gets the unclaimed entries.
-            if local.tasks.len() > 1 && pool.searching(lane) {
+            if local.tasks.len() > 1 && lanes.searching(lane) {
                 local.tasks.retain(|&e| {
                     if e & CLAIMED_ENTRY == 0 {
-                        submission.post(pool, TaskId(e));
+                        submission.post(lanes, TaskId(e));
                         false
                     } else {
                         true
@@ -389,7 +172,7 @@ fn worker(pool: &PoolShared, lane: Lane) {
                 });
             }
             submission.execute(
-                pool,
+                lanes,
                 lane,
                 TaskId(entry & !CLAIMED_ENTRY),
                 entry & CLAIMED_ENTRY != 0,
@@ -402,14 +185,14 @@ fn worker(pool: &PoolShared, lane: Lane) {
             current = usize::MAX;
         }
         if let Some(g) = (lane == Lane::Cpu)
-            .then(|| pool.board.new_job(&mut seen_job))
+            .then(|| lanes.board.new_job(&mut seen_job))
             .flatten()
         {
             if searching {
                 parking.searching.decrement();
                 searching = false;
             }
-            pool.board.help(g);
+            lanes.board.help(g);
             seen_job = g;
             polls = 0;
             spin_limit = SCHEDULER_JOB_SPIN_POLLS;
@@ -433,10 +216,10 @@ fn worker(pool: &PoolShared, lane: Lane) {
             if local.exclusive && lane == Lane::Cpu && !claimed && submission.try_own() {
                 // Protocol "own": alone on the CPU lane, run it in id order.
                 current = i;
-                submission.run_owned(pool, task, &mut local);
+                submission.run_owned(lanes, task, &mut local);
                 continue;
             }
-            submission.execute(pool, lane, task, claimed, &mut local);
+            submission.execute(lanes, lane, task, claimed, &mut local);
             continue;
         }
         if pool.shutdown.load(Ordering::Acquire) {
@@ -465,7 +248,7 @@ fn worker(pool: &PoolShared, lane: Lane) {
         fence(Ordering::SeqCst);
         let idle = pool.version.load(Ordering::SeqCst) == cache.version
             && cache.idle(lane)
-            && (lane != Lane::Cpu || pool.board.new_job(&mut seen_job).is_none())
+            && (lane != Lane::Cpu || lanes.board.new_job(&mut seen_job).is_none())
             && !pool.shutdown.load(Ordering::SeqCst);
         if idle {
             parking.wake.wait(wake);
@@ -480,8 +263,8 @@ fn worker(pool: &PoolShared, lane: Lane) {
 }
 
 /// Persistent workers that run submitted [`TaskGraph`]s: CPU workers serve
-/// the CPU lane, I/O workers the I/O lane, both serve the inline lane, one
-/// feeder thread per device serves its device lane; CPU workers also help
+/// the CPU lane, I/O workers the I/O lane, both serve the inline lane; CPU
+/// workers also help
 /// kernels' parallel regions ([`WorkerPool::lease`]). Several submissions
 /// (from one session or several sharing the pool) run at once, critical
 /// work of any of them before prefetch before background. Dropping the pool
@@ -502,7 +285,7 @@ pub enum SpawnError {
     /// [`crate::limits::MAX_WORKER_THREADS`].
     #[error("{requested} worker threads asked for; at most {limit} are allowed")]
     TooManyWorkers {
-        /// Worker threads of the configuration (CPU + I/O + devices).
+        /// Worker threads of the configuration (CPU + I/O).
         requested: usize,
         /// The limit.
         limit: usize,
@@ -543,10 +326,7 @@ impl WorkerPool {
         config: PoolConfig,
         mut spawn: impl FnMut(WorkerBody) -> std::io::Result<thread::JoinHandle<()>>,
     ) -> Result<Self, SpawnError> {
-        let requested = config
-            .cpu_workers
-            .saturating_add(config.io_workers)
-            .saturating_add(config.devices as usize);
+        let requested = config.cpu_workers.saturating_add(config.io_workers);
         if requested > MAX_WORKER_THREADS {
             return Err(SpawnError::TooManyWorkers {
                 requested,
@@ -554,15 +334,11 @@ impl WorkerPool {
             });
         }
         let shared = Arc::new(PoolShared {
-            config,
-            parking: (0..Lane::HOST.len() + config.devices as usize)
-                .map(|_| CachePadded::new(Parking::default()))
-                .collect(),
+            lanes: Arc::new(Lanes::new(config)),
             // Reserved so that (re)submitting does not allocate while at most
             // this many submissions are live.
             registry: Lock::new(Vec::with_capacity(64)),
             version: AtomicU64::new(0),
-            board: JobBoard::new(),
             shutdown: AtomicBool::new(false),
             pinned: AtomicUsize::new(0),
         });
@@ -611,13 +387,6 @@ impl WorkerPool {
             let shared = shared.clone();
             add(Lane::Io, Box::new(move || worker(&shared, Lane::Io)))?;
         }
-        for d in 0..config.devices {
-            let shared = shared.clone();
-            add(
-                Lane::Device(d),
-                Box::new(move || worker(&shared, Lane::Device(d))),
-            )?;
-        }
         Ok(pool)
     }
 
@@ -647,24 +416,23 @@ impl WorkerPool {
         for i in 0..graph.len() {
             let task = TaskId(i as u32);
             let lane = graph.lane(task);
-            if !self.shared.serves(lane) {
+            if !self.shared.lanes.serves(lane) {
                 return Err(SubmitError::NoWorkers { task, lane });
             }
         }
         if let Some(admission) = &options.admission {
-            admission.set_workers(
-                self.shared.config.io_workers,
-                self.shared.config.cpu_workers,
-            );
+            let config = self.shared.lanes.config;
+            admission.set_workers(config.io_workers, config.cpu_workers);
         }
+        let host: Arc<dyn PoolHost> = self.shared.clone();
         let inner = Arc::new_cyclic(|this| {
             SubmissionInner::new(
-                Arc::downgrade(&self.shared),
+                Arc::downgrade(&host),
+                Arc::downgrade(&self.shared.lanes),
                 this.clone(),
                 graph,
                 runner,
                 options,
-                self.shared.lanes(),
             )
         });
         if inner.graph.is_empty() {
@@ -675,7 +443,8 @@ impl WorkerPool {
         }
         Ok(Submission {
             inner,
-            pool: self.shared.clone(),
+            pool: host,
+            lanes: self.shared.lanes.clone(),
         })
     }
 
@@ -699,7 +468,8 @@ impl WorkerPool {
         submission: Submission,
         wake: bool,
     ) -> Result<Submission, Submission> {
-        if !submission.is_done() || !Arc::ptr_eq(&submission.pool, &self.shared) {
+        let same_pool = std::ptr::addr_eq(Arc::as_ptr(&submission.pool), Arc::as_ptr(&self.shared));
+        if !submission.is_done() || !same_pool {
             return Err(submission);
         }
         let inner = &submission.inner;
@@ -728,12 +498,12 @@ impl WorkerPool {
     /// not one of them (e.g. a replay on the caller's thread): regions run
     /// on the caller plus every idle CPU worker.
     pub fn lease(&self) -> Lease<'_> {
-        self.shared.lease(false)
+        self.shared.lanes.lease(false)
     }
 
     /// The configuration the pool started with.
     pub fn config(&self) -> PoolConfig {
-        self.shared.config
+        self.shared.lanes.config
     }
 
     /// CPU workers that pinned themselves to a core so far (0 where pinning
@@ -764,7 +534,7 @@ impl Drop for WorkerPool {
         }
         drop(live);
         self.shared.shutdown.store(true, Ordering::SeqCst);
-        for parking in self.shared.parking.iter() {
+        for parking in self.shared.lanes.parking.iter() {
             parking.wake_all();
         }
         for (_, handle) in self.workers.drain(..) {
@@ -781,7 +551,6 @@ mod tests {
         PoolConfig {
             cpu_workers,
             io_workers: 1,
-            devices: 0,
             pin_cpu_workers: false,
         }
     }

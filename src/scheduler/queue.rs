@@ -18,14 +18,11 @@ pub enum Lane {
     Cpu,
     /// Cheap tasks, served by CPU and I/O workers (after their own lane).
     Inline,
-    /// Work for accelerator `n`, served by that device's feeder threads
-    /// (host threads that submit to the device and wait for it).
-    Device(u16),
 }
 
 impl Lane {
-    /// The host lanes, in queue-index order (device lanes follow).
-    pub const HOST: [Lane; 3] = [Lane::Io, Lane::Cpu, Lane::Inline];
+    /// Every lane, in queue-index order.
+    pub const ALL: [Lane; 3] = [Lane::Io, Lane::Cpu, Lane::Inline];
 
     /// The lane of `resource`.
     pub fn of(resource: ResourceClass) -> Lane {
@@ -33,27 +30,15 @@ impl Lane {
             ResourceClass::Io => Lane::Io,
             ResourceClass::Cpu => Lane::Cpu,
             ResourceClass::Inline => Lane::Inline,
-            ResourceClass::Device(n) => Lane::Device(n),
         }
     }
 
-    /// Dense index: io 0, cpu 1, inline 2, device `n` at `3 + n`.
+    /// Dense index: io 0, cpu 1, inline 2.
     pub fn index(self) -> usize {
         match self {
             Lane::Io => 0,
             Lane::Cpu => 1,
             Lane::Inline => 2,
-            Lane::Device(n) => 3 + n as usize,
-        }
-    }
-
-    /// The lane at dense index `i` (inverse of [`Lane::index`]).
-    pub fn from_index(i: usize) -> Lane {
-        match i {
-            0 => Lane::Io,
-            1 => Lane::Cpu,
-            2 => Lane::Inline,
-            n => Lane::Device((n - 3) as u16),
         }
     }
 }

@@ -98,7 +98,6 @@ impl SessionOptions {
             None => Arc::new(WorkerPool::try_new(PoolConfig {
                 cpu_workers: self.cpu_threads.max(1),
                 io_workers: self.io_workers.max(1),
-                devices: 0,
                 pin_cpu_workers: self.pin_threads,
             })?),
         })

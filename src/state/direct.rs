@@ -112,7 +112,6 @@ impl DirectReplay {
                         cpu_workers: threads - 1,
                         io_workers: 0,
                         pin_cpu_workers: false,
-                        ..PoolConfig::default()
                     })
                 })
                 .transpose()?,

@@ -9,7 +9,7 @@ use crate::sync::{AtomicBool, Ordering};
 
 use super::{CancelToken, ResumeHandle, SubmissionInner, suspend};
 use crate::scheduler::outcome::TaskFailure;
-use crate::scheduler::pool::{Lease, PoolShared};
+use crate::scheduler::lanes::{Lanes, Lease};
 use crate::scheduler::queue::Lane;
 
 /// Runs a task by id; the scheduler never knows what a task does.
@@ -44,7 +44,7 @@ impl<R: TaskRunner> TaskRunner for Remapped<R> {
 /// What a running task sees of its submission and pool.
 #[derive(Debug)]
 pub struct TaskContext<'a> {
-    pub(super) pool: &'a PoolShared,
+    pub(super) lanes: &'a Lanes,
     pub(super) submission: &'a Arc<SubmissionInner>,
     pub(super) task: TaskId,
     pub(super) worker_lane: Lane,
@@ -97,21 +97,21 @@ impl TaskContext<'_> {
             (task.0 as usize) < self.submission.graph.len(),
             "no such task"
         );
-        self.submission.promote(self.pool, task)
+        self.submission.promote(self.lanes, task)
     }
 
     /// Window step 2 from inside a task (see [`Submission::advance`]).
     ///
     /// [`Submission::advance`]: super::Submission::advance
     pub fn advance(&self, step: u32) {
-        self.submission.advance(self.pool, step);
+        self.submission.advance(self.lanes, step);
     }
 
     /// Window step 3 from inside a task (see [`Submission::stalled`]).
     ///
     /// [`Submission::stalled`]: super::Submission::stalled
     pub fn stalled(&self) {
-        self.submission.stalled(self.pool);
+        self.submission.stalled(self.lanes);
     }
 
     /// Whether the submission was cancelled (a long task may stop early and
@@ -131,7 +131,7 @@ impl TaskContext<'_> {
     /// `parallel_for` regions started from this task run on this thread
     /// and whichever CPU workers are idle, never on a second pool.
     pub fn parallel(&self) -> Lease<'_> {
-        self.pool
+        self.lanes
             .lease(self.on_worker && self.worker_lane == Lane::Cpu)
     }
 }

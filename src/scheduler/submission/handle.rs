@@ -6,11 +6,12 @@ use std::sync::Arc;
 use crate::plan::TaskId;
 use crate::sync::Ordering;
 
-use super::{CLAIMED_ENTRY, CancelToken, SubmissionInner, WindowState, suspend};
+use super::{CLAIMED_ENTRY, CancelToken, PoolHost, SubmissionInner, WindowState, suspend};
 use crate::scheduler::admission::Admission;
 use crate::scheduler::graph::TaskGraph;
 use crate::scheduler::outcome::RunOutcome;
-use crate::scheduler::pool::{LocalWork, PoolShared};
+use crate::scheduler::lanes::Lanes;
+use crate::scheduler::local::LocalWork;
 use crate::scheduler::queue::{Lane, PRIORITIES};
 
 /// The caller's handle to one submitted graph. Dropping it neither cancels
@@ -19,7 +20,10 @@ use crate::scheduler::queue::{Lane, PRIORITIES};
 #[derive(Debug)]
 pub struct Submission {
     pub(in crate::scheduler) inner: Arc<SubmissionInner>,
-    pub(in crate::scheduler) pool: Arc<PoolShared>,
+    /// Keeps the pool (its registry) alive while the handle is.
+    pub(in crate::scheduler) pool: Arc<dyn PoolHost>,
+    /// The pool's lanes: what posting and helping need of it.
+    pub(in crate::scheduler) lanes: Arc<Lanes>,
 }
 
 impl Submission {
@@ -29,7 +33,7 @@ impl Submission {
     pub fn wait(&self) -> RunOutcome {
         if self.inner.take_pending_roots() {
             for task in self.inner.graph.roots() {
-                self.inner.post(&self.pool, task);
+                self.inner.post(&self.lanes, task);
             }
         }
         self.inner.all_done.wait();
@@ -56,7 +60,7 @@ impl Submission {
         let mut local = LocalWork::waiter();
         if inner.take_pending_roots() {
             for task in inner.graph.roots() {
-                inner.execute(&self.pool, Lane::Cpu, task, false, &mut local);
+                inner.execute(&self.lanes, Lane::Cpu, task, false, &mut local);
                 inner.flush(&mut local);
             }
         }
@@ -70,7 +74,7 @@ impl Submission {
             let Some(task) = next else { break };
             let claimed = task.0 & CLAIMED_ENTRY != 0;
             let task = TaskId(task.0 & !CLAIMED_ENTRY);
-            inner.execute(&self.pool, Lane::Cpu, task, claimed, &mut local);
+            inner.execute(&self.lanes, Lane::Cpu, task, claimed, &mut local);
             inner.flush(&mut local);
             if inner.is_owned() {
                 break; // Its owner runs the rest (own step 1).
@@ -106,7 +110,7 @@ impl Submission {
     /// If `task` is not a task of the submitted graph.
     pub fn promote(&self, task: TaskId) -> usize {
         assert!((task.0 as usize) < self.inner.graph.len(), "no such task");
-        self.inner.promote(&self.pool, task)
+        self.inner.promote(&self.lanes, task)
     }
 
     /// The admission controller, if the submission has one.
@@ -161,13 +165,13 @@ impl Submission {
     /// Window step 2: the invocation reached inference step `step`; gated
     /// tasks within the window are released. No-op without a window.
     pub fn advance(&self, step: u32) {
-        self.inner.advance(&self.pool, step);
+        self.inner.advance(&self.lanes, step);
     }
 
     /// Window step 3: the invocation had to wait for an object (I/O is the
     /// bottleneck); the window doubles up to its maximum.
     pub fn stalled(&self) {
-        self.inner.stalled(&self.pool);
+        self.inner.stalled(&self.lanes);
     }
 
     /// The look-ahead window's state, if the submission has one.

@@ -6,7 +6,10 @@
 //! The protocols are numbered in the module docs of [`crate::scheduler`]
 //! (protocol "suspend" in `suspend.rs`); each function names the steps it
 //! implements. This file holds the shared state, terminal accounting and
-//! the claim protocol (`execute`, with admission); the rest, by protocol:
+//! the claim protocol (`execute`, with admission); a submission reaches its
+//! pool through the pool's [`Lanes`] (posting, waking, leasing) and, once
+//! per registration and retirement, through [`PoolHost`] (the registry),
+//! so nothing here names the pool itself. The rest, by protocol:
 //! * `post.rs`: post-ready, the window, the roots of a submission, promote;
 //! * `own.rs`: own;
 //! * `suspend.rs`: suspend ([`ResumeHandle`]);
@@ -24,7 +27,8 @@ use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Latch, Ordering
 use super::admission::{Admission, AdmissionPermit, Refusal, Requeue};
 use super::graph::TaskGraph;
 use super::outcome::{TaskFailure, code};
-use super::pool::{LocalWork, PoolShared};
+use super::lanes::Lanes;
+use super::local::LocalWork;
 use super::queue::{Lane, ReadyQueues};
 use super::task_state::{Claim, TaskState};
 use super::window::{LookAhead, LookAheadOptions};
@@ -84,9 +88,24 @@ pub enum SubmitError {
 /// fired, or a resumed suspension); the popper runs it without a claim.
 pub(super) const CLAIMED_ENTRY: u32 = 1 << 31;
 
+/// The registry side of a submission's pool (implemented by the pool):
+/// called once when a submission is registered (at submit, or lazily at a
+/// quiet resubmit's first push) and once when it retires, never per task;
+/// the hot path reaches the pool through its [`Lanes`] only.
+pub(super) trait PoolHost: Send + Sync + std::fmt::Debug {
+    /// Submit step 3: `submission` joins the registry; with `wake`, parked
+    /// workers of the lanes that got tasks are woken.
+    fn register(&self, submission: &Arc<SubmissionInner>, wake: bool);
+    /// Retire step: finished submissions leave the registry.
+    fn retire(&self);
+}
+
 /// The shared state of one submission.
 pub(super) struct SubmissionInner {
-    pub(super) pool: Weak<PoolShared>,
+    /// The pool's registry side (register, retire).
+    pub(super) pool: Weak<dyn PoolHost>,
+    /// The pool's lanes, for posts without a caller (requeue, resume).
+    lanes: Weak<Lanes>,
     /// Itself, for registering lazily from `push`.
     this: Weak<SubmissionInner>,
     /// In the pool's registry (workers look at its queues).
@@ -133,28 +152,29 @@ impl std::fmt::Debug for SubmissionInner {
 /// Admit step 4: a deferred task goes back to its own pool's queues.
 impl Requeue for SubmissionInner {
     fn requeue(&self, task: TaskId) {
-        if let Some(pool) = self.pool.upgrade() {
-            self.post(&pool, task);
+        if let Some(lanes) = self.lanes.upgrade() {
+            self.post(&lanes, task);
         }
     }
 }
 
 impl SubmissionInner {
     pub(super) fn new(
-        pool: Weak<PoolShared>,
+        pool: Weak<dyn PoolHost>,
+        lanes: Weak<Lanes>,
         this: Weak<SubmissionInner>,
         graph: Arc<TaskGraph>,
         runner: Arc<dyn TaskRunner>,
         options: SubmitOptions,
-        lanes: usize,
     ) -> Self {
-        let mut capacities = vec![0usize; lanes];
+        let mut capacities = [0usize; Lane::ALL.len()];
         for (i, &n) in graph.lane_tasks().iter().enumerate() {
             // Promote step 4: at most two entries per task circulate.
             capacities[i] = n.saturating_mul(2);
         }
         Self {
             pool,
+            lanes,
             this,
             registered: AtomicBool::new(false),
             states: (0..graph.len())
@@ -208,8 +228,8 @@ impl SubmissionInner {
         for o in self.outcomes.iter() {
             o.store(code::PENDING, Ordering::Relaxed);
         }
-        for lane in 0..self.queues.lanes() {
-            while self.queues.pop(Lane::from_index(lane)).is_some() {}
+        for lane in Lane::ALL {
+            while self.queues.pop(lane).is_some() {}
         }
         self.panicked.store(0, Ordering::Relaxed);
         self.first_failed.store(usize::MAX, Ordering::Relaxed);
@@ -326,7 +346,7 @@ impl SubmissionInner {
     /// continuation) or to the shared queues.
     pub(super) fn execute(
         self: &Arc<Self>,
-        pool: &PoolShared,
+        lanes: &Lanes,
         lane: Lane,
         task: TaskId,
         claimed: bool,
@@ -346,7 +366,7 @@ impl SubmissionInner {
             if !self.share() {
                 // Owned (own step 1): the entry goes back, for the owner to
                 // skip or, should ownership end, for counting to run.
-                self.post(pool, task);
+                self.post(lanes, task);
                 return;
             }
             let snapshot = state.snapshot();
@@ -371,7 +391,7 @@ impl SubmissionInner {
         }
         let (result, suspended) = match never {
             Some(failure) => (Err(failure), false),
-            None => self.run_claimed(pool, lane, task, !local.waiter),
+            None => self.run_claimed(lanes, lane, task, !local.waiter),
         };
         if permit.is_some() {
             drop(permit);
@@ -381,7 +401,7 @@ impl SubmissionInner {
             match self.settle_suspension(task, result.is_ok()) {
                 Settled::Suspended => return,
                 Settled::RunAgain => {
-                    self.push(pool, TaskId(task.0 | CLAIMED_ENTRY), Priority::Critical);
+                    self.push(lanes, TaskId(task.0 | CLAIMED_ENTRY), Priority::Critical);
                     return;
                 }
                 Settled::Cancelled => {
@@ -396,7 +416,7 @@ impl SubmissionInner {
         let release = self.window_finished(task) || (self.window.is_some() && result.is_err());
         match result {
             Ok(()) => {
-                self.fire_dependents(pool, task, local);
+                self.fire_dependents(lanes, task, local);
                 // Completed is the one terminal state left unrecorded: after
                 // the latch, a task still `PENDING` completed (hot path: no
                 // store).
@@ -412,7 +432,7 @@ impl SubmissionInner {
             }
         }
         if release {
-            self.release_held(pool);
+            self.release_held(lanes);
         }
     }
 
@@ -425,15 +445,18 @@ impl SubmissionInner {
 
     /// Runs claimed `task` through the runner (a panic becomes a failure);
     /// also says whether the run suspended.
+    // Inlined into `execute` and `run_owned` (another file, maybe another
+    // codegen unit): one call per task.
+    #[inline]
     fn run_claimed(
         self: &Arc<Self>,
-        pool: &PoolShared,
+        lanes: &Lanes,
         lane: Lane,
         task: TaskId,
         on_worker: bool,
     ) -> (Result<(), TaskFailure>, bool) {
         let ctx = TaskContext {
-            pool,
+            lanes,
             submission: self,
             task,
             worker_lane: lane,

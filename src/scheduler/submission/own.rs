@@ -10,7 +10,8 @@ use crate::sync::Ordering;
 use super::SubmissionInner;
 use super::suspend::Settled;
 use crate::scheduler::outcome::code;
-use crate::scheduler::pool::{LocalWork, PoolShared};
+use crate::scheduler::lanes::Lanes;
+use crate::scheduler::local::LocalWork;
 use crate::scheduler::queue::Lane;
 use crate::scheduler::task_state::{Claim, DependencyDone};
 
@@ -78,9 +79,12 @@ impl SubmissionInner {
     /// (step 4).
     /// `entry`: the task whose queue entry the owner consumed to take the
     /// submission (step 4 restores it if the task is still to run).
+    // Inlined into the worker loop (another module, maybe another codegen
+    // unit), as the per-task loop of a lone CPU worker.
+    #[inline]
     pub(in crate::scheduler) fn run_owned(
         self: &Arc<Self>,
-        pool: &PoolShared,
+        lanes: &Lanes,
         entry: TaskId,
         local: &mut LocalWork,
     ) {
@@ -100,11 +104,11 @@ impl SubmissionInner {
                 continue;
             }
             loop {
-                let (result, suspended) = self.run_claimed(pool, Lane::Cpu, task, true);
+                let (result, suspended) = self.run_claimed(lanes, Lane::Cpu, task, true);
                 if suspended {
                     match self.settle_suspension(task, result.is_ok()) {
                         Settled::Suspended => {
-                            self.abandon_ownership(pool, task, entry);
+                            self.abandon_ownership(lanes, task, entry);
                             return;
                         }
                         Settled::RunAgain if self.cancel_requested.load(Ordering::Acquire) => {
@@ -142,13 +146,13 @@ impl SubmissionInner {
     /// claimed whose outcome is still unrecorded) — the subtraction that
     /// reaches zero posts the task. Decrements commute, so a resumed task
     /// that completes and fires meanwhile counts right.
-    pub(super) fn abandon_ownership(&self, pool: &PoolShared, suspended: TaskId, entry: TaskId) {
+    pub(super) fn abandon_ownership(&self, lanes: &Lanes, suspended: TaskId, entry: TaskId) {
         self.mode.store(mode::SHARED, Ordering::SeqCst);
         if entry.0 > suspended.0 {
             // The entry the owner consumed to take the submission belongs
             // to a task it never reached: put it back (helpers put back
             // theirs, step 1).
-            self.post(pool, entry);
+            self.post(lanes, entry);
         }
         let completed = |d: TaskId| {
             d.0 < suspended.0
@@ -164,7 +168,7 @@ impl SubmissionInner {
                 .filter(|&&d| completed(d))
                 .count() as u32;
             if done > 0 && self.states[u].dependencies_done(done) == DependencyDone::Fired {
-                self.post(pool, task);
+                self.post(lanes, task);
             }
         }
     }

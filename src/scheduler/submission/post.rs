@@ -7,7 +7,8 @@ use crate::plan::{Priority, TaskId};
 use crate::sync::{Ordering, fence};
 
 use super::{CLAIMED_ENTRY, SubmissionInner, WindowState};
-use crate::scheduler::pool::{LocalWork, PoolShared};
+use crate::scheduler::lanes::Lanes;
+use crate::scheduler::local::LocalWork;
 use crate::scheduler::queue::Lane;
 use crate::scheduler::task_state::{DependencyDone, FireClaim, Snapshot};
 use crate::scheduler::window::Offer;
@@ -25,20 +26,17 @@ impl SubmissionInner {
 
     /// Post-ready step 2: enqueue a fired task at its priority, then wake
     /// one sleeper of its lane.
-    pub(in crate::scheduler) fn post(&self, pool: &PoolShared, task: TaskId) {
+    pub(in crate::scheduler) fn post(&self, lanes: &Lanes, task: TaskId) {
         // Read after the caller's decrement of the same word (or after the
         // task's deferral): promote step 3.
         let snapshot = self.states[task.0 as usize].snapshot();
-        self.push(pool, task, self.priority(task, snapshot));
+        self.push(lanes, task, self.priority(task, snapshot));
     }
 
     /// Enqueues `task` at `priority`, then runs sleep/wake step 2.
-    pub(super) fn push(&self, pool: &PoolShared, task: TaskId, priority: Priority) {
+    pub(super) fn push(&self, lanes: &Lanes, task: TaskId, priority: Priority) {
         if !self.registered.load(Ordering::Acquire) {
-            // A quiet resubmit registers on its first queued task.
-            if let Some(me) = self.this.upgrade() {
-                pool.register(&me, false);
-            }
+            self.register_lazily();
         }
         let lane = self.graph.lane(TaskId(task.0 & !CLAIMED_ENTRY));
         self.queues
@@ -46,7 +44,19 @@ impl SubmissionInner {
             .expect("ready queues hold two entries per task: one from firing, one from promotion");
         // Sleep/wake step 2: the push is ordered before the sleeper check.
         fence(Ordering::SeqCst);
-        pool.wake_one(lane);
+        lanes.wake_one(lane);
+    }
+
+    /// A quiet resubmit registers on its first queued task (once per
+    /// round: kept out of `push`'s inlined body).
+    #[cold]
+    #[inline(never)]
+    fn register_lazily(&self) {
+        if let Some(me) = self.this.upgrade()
+            && let Some(pool) = self.pool.upgrade()
+        {
+            pool.register(&me, false);
+        }
     }
 
     /// The distance of `task` if this submission's window gates it.
@@ -68,21 +78,21 @@ impl SubmissionInner {
 
     /// Post-ready for a task that just fired: through the window, then
     /// [`SubmissionInner::post`].
-    pub(super) fn fire(&self, pool: &PoolShared, task: TaskId) {
+    pub(super) fn fire(&self, lanes: &Lanes, task: TaskId) {
         if self.release(task) {
-            self.post(pool, task);
+            self.post(lanes, task);
         }
     }
 
     /// Window steps 2 and 4: posts the held tasks that fit now.
-    pub(super) fn release_held(&self, pool: &PoolShared) {
+    pub(super) fn release_held(&self, lanes: &Lanes) {
         if let Some(window) = &self.window {
             let graph = &self.graph;
             for t in window.release_held(
                 |t| graph.distance(t).unwrap_or(0),
                 |t| graph.estimated_bytes(t),
             ) {
-                self.post(pool, t);
+                self.post(lanes, t);
             }
         }
     }
@@ -120,18 +130,18 @@ impl SubmissionInner {
     }
 
     /// Window step 2: the invocation reached `step`.
-    pub(in crate::scheduler) fn advance(&self, pool: &PoolShared, step: u32) {
+    pub(in crate::scheduler) fn advance(&self, lanes: &Lanes, step: u32) {
         if let Some(window) = &self.window {
             window.advance(step);
-            self.release_held(pool);
+            self.release_held(lanes);
         }
     }
 
     /// Window step 3: the invocation waited on I/O.
-    pub(in crate::scheduler) fn stalled(&self, pool: &PoolShared) {
+    pub(in crate::scheduler) fn stalled(&self, lanes: &Lanes) {
         if let Some(window) = &self.window {
             window.stalled();
-            self.release_held(pool);
+            self.release_held(lanes);
         }
     }
 
@@ -147,7 +157,7 @@ impl SubmissionInner {
     /// transitive dependencies promoted and pushes each one that is ready
     /// but unclaimed into its lane's critical queue. Returns how many were
     /// pushed.
-    pub(in crate::scheduler) fn promote(&self, pool: &PoolShared, task: TaskId) -> usize {
+    pub(in crate::scheduler) fn promote(&self, lanes: &Lanes, task: TaskId) -> usize {
         let mut pushed = 0;
         let mut stack = vec![task];
         while let Some(t) = stack.pop() {
@@ -160,7 +170,7 @@ impl SubmissionInner {
             if before.remaining() == 0 {
                 // Step 3: fired before our mark, so its poster may have
                 // queued it at its own priority; queue it again as critical.
-                self.push(pool, t, Priority::Critical);
+                self.push(lanes, t, Priority::Critical);
                 pushed += 1;
             } else {
                 stack.extend_from_slice(self.graph.dependencies(t));
@@ -174,7 +184,7 @@ impl SubmissionInner {
     /// continuation); further ones are kept unclaimed (claimed too when the
     /// worker is alone on its lane) unless a peer is searching or the
     /// buffer is full; the rest are posted.
-    pub(super) fn fire_dependents(&self, pool: &PoolShared, task: TaskId, local: &mut LocalWork) {
+    pub(super) fn fire_dependents(&self, lanes: &Lanes, task: TaskId, local: &mut LocalWork) {
         // Claim-on-fire skips admission, so only without it.
         let claiming = self.admission.is_none();
         let mut continuation = None;
@@ -192,16 +202,16 @@ impl SubmissionInner {
                 match state.dependency_done_claiming() {
                     FireClaim::FiredClaimed if continuation.is_none() => continuation = Some(d),
                     FireClaim::FiredClaimed => local.tasks.push(d.0 | CLAIMED_ENTRY),
-                    FireClaim::Fired => self.fire(pool, d),
+                    FireClaim::Fired => self.fire(lanes, d),
                     FireClaim::Pending => {}
                 }
                 continue;
             }
             if let DependencyDone::Fired = state.dependency_done() {
-                if keep && !pool.searching(lane) {
+                if keep && !lanes.searching(lane) {
                     local.tasks.push(d.0);
                 } else {
-                    self.fire(pool, d);
+                    self.fire(lanes, d);
                 }
             }
         }

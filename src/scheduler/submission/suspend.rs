@@ -111,8 +111,8 @@ impl SubmissionInner {
             };
             match word.compare_exchange(state, next, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) if next == suspend::IDLE => {
-                    if let Some(pool) = self.pool.upgrade() {
-                        self.push(&pool, TaskId(task.0 | CLAIMED_ENTRY), Priority::Critical);
+                    if let Some(lanes) = self.lanes.upgrade() {
+                        self.push(&lanes, TaskId(task.0 | CLAIMED_ENTRY), Priority::Critical);
                     }
                     return;
                 }
