@@ -21,7 +21,7 @@ use onnx_prepared::model::{
     ResolvedModel, WeightId,
 };
 use onnx_prepared::plan::PreparedExecutionPlan;
-use onnx_prepared::scheduler::{PoolConfig, WorkerPool};
+use onnx_prepared::scheduler::{WorkerPool, WorkerPoolOptions};
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 use onnx_prepared::store::Generation;
 use onnx_prepared::sync::{Latch, Lock};
@@ -84,7 +84,7 @@ fn latencies(c: &mut Criterion) {
     onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
     let f = Fixture {
         model: Model::open(dir.join("gemm-chain.onnx")).expect("opens"),
-        pool: Arc::new(WorkerPool::new(PoolConfig {
+        pool: Arc::new(WorkerPool::new(WorkerPoolOptions {
             cpu_workers: 2,
             io_workers: 2,
             pin_cpu_workers: false,

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use onnx_prepared::model::{ChecksumPolicy, Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
-use onnx_prepared::scheduler::{PoolConfig, WorkerPool};
+use onnx_prepared::scheduler::{WorkerPool, WorkerPoolOptions};
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 
 /// Asks the kernel to drop `path`'s cached pages.
@@ -61,7 +61,7 @@ fn cold_start(c: &mut Criterion) {
     let inputs = common::tiny_llm_prefill(128);
     // One pool for every session (sessions share it), so thread start-up
     // is not measured either.
-    let pool = Arc::new(WorkerPool::new(PoolConfig {
+    let pool = Arc::new(WorkerPool::new(WorkerPoolOptions {
         cpu_workers: 2,
         io_workers: 2,
         pin_cpu_workers: false,

@@ -10,7 +10,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use onnx_prepared::scheduler::{PoolConfig, WorkerPool};
+use onnx_prepared::scheduler::{WorkerPool, WorkerPoolOptions};
 use onnx_prepared_kernels::ops::linalg::reference;
 use onnx_prepared_kernels::{
     Attributes, CpuFeatures, InputInfo, KernelError, NodeSpec, Operator, PackedWeight, ParallelFor,
@@ -301,7 +301,7 @@ fn attention(c: &mut Criterion) {
 /// The MatMulNBits and attention products again on two threads (the
 /// caller plus one helper of the runtime's pool).
 fn two_threads(c: &mut Criterion) {
-    let workers = WorkerPool::new(PoolConfig {
+    let workers = WorkerPool::new(WorkerPoolOptions {
         cpu_workers: 1,
         io_workers: 0,
         pin_cpu_workers: false,

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool, WorkerPoolOptions,
 };
 use onnx_prepared::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -121,8 +121,8 @@ impl TaskRunner for Span {
 /// How long the warm-up task runs before the measured handoff.
 const SETTLE: Duration = Duration::from_micros(300);
 
-fn config(cpu_workers: usize) -> PoolConfig {
-    PoolConfig {
+fn config(cpu_workers: usize) -> WorkerPoolOptions {
+    WorkerPoolOptions {
         cpu_workers,
         io_workers: 1,
         pin_cpu_workers: false,

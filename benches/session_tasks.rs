@@ -25,7 +25,7 @@ use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use onnx_prepared::arena::MemoryBudget;
 use onnx_prepared::model::{FileSource, Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::{PreparedExecutionPlan, TaskKind};
-use onnx_prepared::scheduler::{PoolConfig, Remapped, TaskGraph, WorkerPool};
+use onnx_prepared::scheduler::{Remapped, TaskGraph, WorkerPool, WorkerPoolOptions};
 use onnx_prepared::state::PreparedExecutionState;
 
 fn fresh(model: &Model, plan: &Arc<PreparedExecutionPlan>) -> PreparedExecutionState {
@@ -95,7 +95,7 @@ fn session_tasks(c: &mut Criterion) {
     let (graph, ids) = TaskGraph::session_graph(&plan).expect("session graph");
     let graph = Arc::new(graph);
     for (name, cpu, io) in [("pool-1cpu-1io", 1, 1), ("pool-2cpu-2io", 2, 2)] {
-        let workers = WorkerPool::new(PoolConfig {
+        let workers = WorkerPool::new(WorkerPoolOptions {
             cpu_workers: cpu,
             io_workers: io,
             pin_cpu_workers: false,

@@ -75,7 +75,7 @@ pub use error::{Error, ErrorKind};
 pub use model::{ChecksumPolicy, Model, ResolveOptions, ResolvedModel};
 pub use onnx_prepared_kernels::{CpuFeatures, ElementType, Tensor};
 pub use plan::PreparedExecutionPlan;
-pub use scheduler::{LookAheadOptions, PoolConfig, SpawnError, WorkerPool};
+pub use scheduler::{LookAheadOptions, SpawnError, WorkerPool, WorkerPoolOptions};
 pub use session::{
     Diagnostics, ExecutionError, ExecutionHandle, ResidencyReport, RuntimeContext, RuntimeSession,
     SessionOptions, Status, Trace,

@@ -10,16 +10,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use onnx_prepared::arena::{BudgetLimits, Domain, MemoryBudget};
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    Admission, Lane, PoolConfig, Refusal, SubmitOptions, TaskContext, TaskFailure, TaskGraph,
-    TaskRunner, WorkerPool,
+    Admission, Lane, Refusal, SubmitOptions, TaskContext, TaskFailure, TaskGraph, TaskRunner,
+    WorkerPool, WorkerPoolOptions,
 };
 use onnx_prepared::sync::Latch;
 
 const GLOBAL: usize = 1000;
 const BIG: u64 = 250;
 
-fn config(cpu: usize, io: usize) -> PoolConfig {
-    PoolConfig {
+fn config(cpu: usize, io: usize) -> WorkerPoolOptions {
+    WorkerPoolOptions {
         cpu_workers: cpu,
         io_workers: io,
         pin_cpu_workers: false,

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use onnx_prepared::arena::{BudgetLimits, Domain, MemoryBudget};
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    Admission, PoolConfig, SubmitOptions, TaskContext, TaskFailure, TaskGraph, TaskRunner,
-    WorkerPool,
+    Admission, SubmitOptions, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    WorkerPoolOptions,
 };
 
 struct Count(AtomicUsize);
@@ -42,7 +42,7 @@ fn a_task_deferred_for_bytes_runs_when_an_ordinary_reservation_returns_them() {
         .with_estimates(&[Domain::Preparation], &[500])
         .unwrap();
         let runner = Arc::new(Count(AtomicUsize::new(0)));
-        let workers = WorkerPool::new(PoolConfig {
+        let workers = WorkerPool::new(WorkerPoolOptions {
             cpu_workers: 2,
             io_workers: 1,
             pin_cpu_workers: false,

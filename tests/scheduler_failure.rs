@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool, WorkerPoolOptions,
 };
 use onnx_prepared::sync::Latch;
 
-fn config(cpu: usize, io: usize) -> PoolConfig {
-    PoolConfig {
+fn config(cpu: usize, io: usize) -> WorkerPoolOptions {
+    WorkerPoolOptions {
         cpu_workers: cpu,
         io_workers: io,
         pin_cpu_workers: false,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool, WorkerPoolOptions,
 };
 
 struct Nop;
@@ -36,7 +36,7 @@ fn idle_workers_use_near_zero_cpu() {
         &Csr::from_rows(&vec![Vec::<TaskId>::new(); n]),
     )
     .unwrap();
-    let workers = WorkerPool::new(PoolConfig {
+    let workers = WorkerPool::new(WorkerPoolOptions {
         cpu_workers: 2,
         io_workers: 2,
         pin_cpu_workers: true,

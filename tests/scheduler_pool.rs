@@ -9,8 +9,8 @@ use std::thread::ThreadId;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    GraphError, Lane, PoolConfig, SubmitError, TaskContext, TaskFailure, TaskGraph, TaskRunner,
-    WorkerPool,
+    GraphError, Lane, SubmitError, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    WorkerPoolOptions,
 };
 
 /// Records, per task, how often it ran and at which global sequence number,
@@ -48,8 +48,8 @@ impl TaskRunner for Recorder {
     }
 }
 
-fn config(cpu: usize, io: usize) -> PoolConfig {
-    PoolConfig {
+fn config(cpu: usize, io: usize) -> WorkerPoolOptions {
+    WorkerPoolOptions {
         cpu_workers: cpu,
         io_workers: io,
         pin_cpu_workers: true,

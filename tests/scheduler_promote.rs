@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool, WorkerPoolOptions,
 };
 
 const GATE: usize = 0;
@@ -64,7 +64,7 @@ fn run(promote: bool) -> (Arc<Gate>, usize) {
         order: (0..N).map(|_| AtomicU64::new(0)).collect(),
         runs: (0..N).map(|_| AtomicU64::new(0)).collect(),
     });
-    let workers = WorkerPool::new(PoolConfig {
+    let workers = WorkerPool::new(WorkerPoolOptions {
         cpu_workers: 1,
         io_workers: 1,
         pin_cpu_workers: false,
@@ -141,7 +141,7 @@ fn promoting_a_finished_task_does_nothing() {
         order: (0..2).map(|_| AtomicU64::new(0)).collect(),
         runs: (0..2).map(|_| AtomicU64::new(0)).collect(),
     });
-    let workers = WorkerPool::new(PoolConfig {
+    let workers = WorkerPool::new(WorkerPoolOptions {
         cpu_workers: 1,
         io_workers: 1,
         pin_cpu_workers: false,

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use onnx_prepared::arena::{BudgetLimits, Domain, MemoryBudget};
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    Admission, PoolConfig, RunOutcome, SubmitOptions, TaskContext, TaskFailure, TaskGraph,
-    TaskRunner, WorkerPool,
+    Admission, SubmissionOutcome, SubmitOptions, TaskContext, TaskFailure, TaskGraph, TaskRunner,
+    WorkerPool, WorkerPoolOptions,
 };
 use onnx_prepared::sync::{AtomicBool, AtomicUsize, Ordering};
 
@@ -165,7 +165,7 @@ fn random_case(rng: &mut Rng, sequential: bool) -> (Case, TaskGraph) {
 }
 
 /// Checks one finished submission against what its runner saw.
-fn check(case: &Case, outcome: &RunOutcome, cancelled_from_outside: bool) {
+fn check(case: &Case, outcome: &SubmissionOutcome, cancelled_from_outside: bool) {
     let n = case.runs.len();
     let runs: Vec<usize> = case.runs.iter().map(|r| r.load(Ordering::SeqCst)).collect();
     assert!(runs.iter().all(|&r| r <= 1), "a task ran twice: {runs:?}");
@@ -264,7 +264,7 @@ fn random_dags_run_each_task_at_most_once_and_leak_nothing() {
     std::panic::set_hook(Box::new(|_| {}));
     let budget = MemoryBudget::new(BudgetLimits::unlimited().with_global(1000));
     let admission = Arc::new(Admission::new(budget.clone()));
-    let config = PoolConfig {
+    let config = WorkerPoolOptions {
         cpu_workers: 2,
         io_workers: 2,
         pin_cpu_workers: false,
@@ -287,7 +287,7 @@ fn random_dags_run_each_task_at_most_once_and_leak_nothing() {
     // cancels from outside and inside, promotions, failures and panics.
     let mut sequential = 0;
     {
-        let pool = WorkerPool::new(PoolConfig {
+        let pool = WorkerPool::new(WorkerPoolOptions {
             cpu_workers: 1,
             ..config
         });

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    PoolConfig, ResumeHandle, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    ResumeHandle, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool, WorkerPoolOptions,
 };
 use onnx_prepared::sync::{AtomicUsize, Lock, Ordering};
 
 fn pool() -> WorkerPool {
-    WorkerPool::new(PoolConfig {
+    WorkerPool::new(WorkerPoolOptions {
         cpu_workers: 1,
         io_workers: 1,
         pin_cpu_workers: false,

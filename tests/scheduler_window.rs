@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use onnx_prepared::arena::{BudgetLimits, Domain, MemoryBudget};
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    LookAheadOptions, PoolConfig, SubmitOptions, TaskContext, TaskFailure, TaskGraph, TaskRunner,
-    UNGATED, WindowState, WorkerPool,
+    LookAheadOptions, SubmitOptions, TaskContext, TaskFailure, TaskGraph, TaskRunner, UNGATED,
+    WindowState, WorkerPool, WorkerPoolOptions,
 };
 use onnx_prepared::sync::{AtomicUsize, Ordering};
 
@@ -102,7 +102,7 @@ fn reads(n: usize, distances: &[u32], bytes: u64) -> TaskGraph {
 }
 
 fn pool(io_workers: usize) -> WorkerPool {
-    WorkerPool::new(PoolConfig {
+    WorkerPool::new(WorkerPoolOptions {
         cpu_workers: 1,
         io_workers,
         pin_cpu_workers: false,

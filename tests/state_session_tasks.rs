@@ -366,14 +366,14 @@ fn tasks_after_an_on_demand_run_read_nothing() {
 /// read once.
 #[test]
 fn pooled_session_tasks_prepare_everything() {
-    use onnx_prepared::scheduler::{PoolConfig, Remapped, TaskGraph, WorkerPool};
+    use onnx_prepared::scheduler::{Remapped, TaskGraph, WorkerPool, WorkerPoolOptions};
     let path = tiny_llm();
     let model = Model::open(&path).unwrap();
     let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
     let s = Arc::new(state(&path, source.clone()));
     let (graph, ids) = TaskGraph::session_graph(s.plan()).unwrap();
     assert_eq!(graph.len(), s.plan().session_tasks().count());
-    let workers = WorkerPool::new(PoolConfig {
+    let workers = WorkerPool::new(WorkerPoolOptions {
         cpu_workers: 2,
         io_workers: 2,
         pin_cpu_workers: false,

@@ -10,14 +10,14 @@ use libfuzzer_sys::fuzz_target;
 use onnx_prepared::model::proto::Message;
 use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
-use onnx_prepared::{PoolConfig, WorkerPool};
+use onnx_prepared::{WorkerPoolOptions, WorkerPool};
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 use onnx_prepared_fuzz::graph::GraphCase;
 
 fn pool() -> Arc<WorkerPool> {
     static POOL: OnceLock<Arc<WorkerPool>> = OnceLock::new();
     POOL.get_or_init(|| {
-        Arc::new(WorkerPool::new(PoolConfig {
+        Arc::new(WorkerPool::new(WorkerPoolOptions {
             cpu_workers: 1,
             io_workers: 1,
             pin_cpu_workers: false,

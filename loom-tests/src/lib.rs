@@ -18,7 +18,7 @@ pub fn model(f: impl Fn() + Sync + Send + 'static) {
 /// model's main thread).
 #[cfg(loom)]
 pub fn one_cpu_worker() -> onnx_prepared::scheduler::WorkerPool {
-    onnx_prepared::scheduler::WorkerPool::new(onnx_prepared::scheduler::PoolConfig {
+    onnx_prepared::scheduler::WorkerPool::new(onnx_prepared::scheduler::WorkerPoolOptions {
         cpu_workers: 1,
         io_workers: 0,
         pin_cpu_workers: false,

@@ -9,8 +9,8 @@ use loom_tests::model;
 use onnx_prepared::arena::{BudgetLimits, Domain, MemoryBudget};
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    Admission, PoolConfig, SubmitOptions, TaskContext, TaskFailure, TaskGraph, TaskRunner,
-    WorkerPool,
+    Admission, SubmitOptions, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    WorkerPoolOptions,
 };
 use onnx_prepared::sync::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -47,7 +47,7 @@ fn refused_task_is_retried_on_release_and_never_over_budget() {
             count: Default::default(),
             max_live: AtomicUsize::new(0),
         });
-        let workers = WorkerPool::new(PoolConfig {
+        let workers = WorkerPool::new(WorkerPoolOptions {
             cpu_workers: 1,
             io_workers: 1,
             pin_cpu_workers: false,

@@ -8,12 +8,12 @@ use loom_tests::model;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool, WorkerPoolOptions,
 };
 use onnx_prepared::sync::{AtomicUsize, Ordering};
 
-fn config() -> PoolConfig {
-    PoolConfig {
+fn config() -> WorkerPoolOptions {
+    WorkerPoolOptions {
         cpu_workers: 1,
         io_workers: 1,
         pin_cpu_workers: false,

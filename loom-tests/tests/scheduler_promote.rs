@@ -7,7 +7,7 @@ use loom_tests::model;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool, WorkerPoolOptions,
 };
 use onnx_prepared::sync::{AtomicUsize, Ordering};
 
@@ -44,7 +44,7 @@ fn promoted_chain_runs_exactly_once() {
             started_after: Default::default(),
             total: AtomicUsize::new(0),
         });
-        let workers = WorkerPool::new(PoolConfig {
+        let workers = WorkerPool::new(WorkerPoolOptions {
             cpu_workers: 1,
             io_workers: 1,
             pin_cpu_workers: false,

@@ -7,7 +7,8 @@ use loom_tests::model;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    Lane, PoolConfig, ReadyQueues, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    Lane, ReadyQueues, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    WorkerPoolOptions,
 };
 use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
 
@@ -94,7 +95,7 @@ fn pool_runs_a_read_then_prepack_exactly_once() {
             started_after: Default::default(),
             total: AtomicUsize::new(0),
         });
-        let workers = WorkerPool::new(PoolConfig {
+        let workers = WorkerPool::new(WorkerPoolOptions {
             cpu_workers: 1,
             io_workers: 1,
             pin_cpu_workers: false,

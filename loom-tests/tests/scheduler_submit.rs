@@ -10,7 +10,7 @@ use loom_tests::model;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool, WorkerPoolOptions,
 };
 use onnx_prepared::sync::{AtomicUsize, Ordering, thread};
 
@@ -32,7 +32,7 @@ fn two_racing_submissions_each_run_once() {
             &Csr::from_rows(&[Vec::<TaskId>::new()]),
         )
         .unwrap();
-        let workers = std::sync::Arc::new(WorkerPool::new(PoolConfig {
+        let workers = std::sync::Arc::new(WorkerPool::new(WorkerPoolOptions {
             cpu_workers: 1,
             io_workers: 0,
             pin_cpu_workers: false,

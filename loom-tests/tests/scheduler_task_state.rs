@@ -6,7 +6,7 @@
 use loom_tests::model;
 
 use loom::cell::UnsafeCell;
-use onnx_prepared::scheduler::{Cancel, Claim, DependencyDone, FireClaim, TaskState};
+use onnx_prepared::scheduler::{Cancel, DependencyDone, FireClaim, TaskClaim, TaskState};
 use onnx_prepared::sync::{Arc, AtomicUsize, Ordering, thread};
 
 /// What the two dependencies produced; plain cells, so loom reports a race
@@ -33,7 +33,7 @@ fn last_dependency_fires_exactly_once_and_publishes_both_outputs() {
                 // claim-on-fire CAS: both pairs must publish the outputs.
                 let claimed = if i == 0 {
                     state.dependency_done() == DependencyDone::Fired
-                        && state.try_claim() == Claim::Claimed
+                        && state.try_claim() == TaskClaim::Claimed
                 } else {
                     state.dependency_done_claiming() == FireClaim::FiredClaimed
                 };
@@ -64,10 +64,10 @@ fn duplicate_entries_run_exactly_once() {
             .map(|_| {
                 let (state, runs) = (state.clone(), runs.clone());
                 thread::spawn(move || match state.try_claim() {
-                    Claim::Claimed => {
+                    TaskClaim::Claimed => {
                         runs.fetch_add(1, Ordering::Relaxed);
                     }
-                    Claim::AlreadyClaimed => {}
+                    TaskClaim::AlreadyClaimed => {}
                     other => panic!("unexpected {other:?}"),
                 })
             })
@@ -91,8 +91,8 @@ fn cancel_racing_claim_has_one_outcome() {
         let cancel = state.cancel();
         let claim = claimer.join().unwrap();
         match (cancel, claim) {
-            (Cancel::Cancelled, Claim::Cancelled) => assert!(!state.snapshot().is_claimed()),
-            (Cancel::TooLate, Claim::Claimed) => assert!(!state.snapshot().is_cancelled()),
+            (Cancel::Cancelled, TaskClaim::Cancelled) => assert!(!state.snapshot().is_claimed()),
+            (Cancel::TooLate, TaskClaim::Claimed) => assert!(!state.snapshot().is_cancelled()),
             other => panic!("inconsistent outcome {other:?}"),
         }
     });
@@ -112,7 +112,7 @@ fn cancel_racing_claim_on_fire_has_one_outcome() {
             // Cancelled first: the last decrement fires without claiming, and
             // the claim of the posted entry drops it.
             (Cancel::Cancelled, FireClaim::Fired) => {
-                assert_eq!(state.try_claim(), Claim::Cancelled)
+                assert_eq!(state.try_claim(), TaskClaim::Cancelled)
             }
             // Claimed on fire first: the cancel is too late, the claimer runs
             // it (or records it cancelled after seeing the run's flag).

@@ -10,7 +10,7 @@ use loom_tests::model;
 
 use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
 use onnx_prepared::scheduler::{
-    PoolConfig, TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool,
+    TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool, WorkerPoolOptions,
 };
 use onnx_prepared::sync::{AtomicUsize, Ordering};
 
@@ -43,7 +43,7 @@ fn two_workers_run_a_fan_out_exactly_once_in_order() {
             count: Default::default(),
             saw_root: Default::default(),
         });
-        let workers = WorkerPool::new(PoolConfig {
+        let workers = WorkerPool::new(WorkerPoolOptions {
             cpu_workers: 2,
             io_workers: 0,
             pin_cpu_workers: false,

@@ -9,7 +9,7 @@ use std::mem::size_of;
 use std::ops::{Deref, DerefMut};
 
 use super::{ArenaError, Domain, Element, MemoryBudget, Reservation};
-use crate::sync::{Arc, Pool};
+use crate::sync::{Arc, FreeList};
 
 /// How many returned buffers an [`IoArena`] keeps for reuse by default.
 pub const IO_FREE_BUFFERS: usize = 8;
@@ -27,7 +27,7 @@ pub struct IoArena {
 
 struct IoShared {
     budget: MemoryBudget,
-    free: Pool<FreeBuffer>,
+    free: FreeList<FreeBuffer>,
 }
 
 /// A returned buffer: a `Box<[T]>` for some [`Element`] `T`.
@@ -49,7 +49,7 @@ impl IoArena {
         Self {
             shared: Arc::new(IoShared {
                 budget: budget.clone(),
-                free: Pool::new(free_buffers),
+                free: FreeList::new(free_buffers),
             }),
         }
     }

@@ -13,7 +13,7 @@ use super::queue::Lane;
 
 /// How many workers of each kind a pool starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolConfig {
+pub struct WorkerPoolOptions {
     /// CPU workers: serve the CPU and inline lanes and help kernels'
     /// parallel regions.
     pub cpu_workers: usize,
@@ -24,7 +24,7 @@ pub struct PoolConfig {
     pub pin_cpu_workers: bool,
 }
 
-impl Default for PoolConfig {
+impl Default for WorkerPoolOptions {
     fn default() -> Self {
         Self {
             cpu_workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -63,7 +63,7 @@ impl Parking {
 /// execute) needs of its pool, without the registry.
 #[derive(Debug)]
 pub(super) struct Lanes {
-    pub(super) config: PoolConfig,
+    pub(super) config: WorkerPoolOptions,
     /// By dense lane index: io, cpu, (inline: unused). Each on lines of its
     /// own: a lane's workers write `searching` whenever they run dry, and
     /// every post reads the posted lane's `sleepers`.
@@ -73,7 +73,7 @@ pub(super) struct Lanes {
 }
 
 impl Lanes {
-    pub(super) fn new(config: PoolConfig) -> Self {
+    pub(super) fn new(config: WorkerPoolOptions) -> Self {
         Self {
             config,
             parking: Lane::ALL

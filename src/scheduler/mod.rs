@@ -84,7 +84,7 @@
 //!    admitted ([`Refusal::Never`]). Its dependents are *not* decremented,
 //!    so none of them can ever be claimed.
 //! 2. The first failure (CAS on `first_failed`) keeps its [`TaskFailure`]
-//!    for [`RunOutcome::failed`]; every failure is listed in `failed_tasks`.
+//!    for [`SubmissionOutcome::failed`]; every failure is listed in `failed_tasks`.
 //! 3. Before counting the failed task, its claimer walks its transitive
 //!    dependents calling `TaskState::cancel`: `Cancelled` → record it
 //!    suppressed and walk on; `AlreadyCancelled` → skip (its canceller walks
@@ -262,8 +262,8 @@ mod window;
 
 pub use admission::{Admission, AdmissionPermit, Refusal};
 pub use graph::{GraphError, TaskGraph, UNGATED};
-pub use outcome::{RunOutcome, TaskFailure};
-pub use lanes::{Lease, PoolConfig};
+pub use outcome::{SubmissionOutcome, TaskFailure};
+pub use lanes::{Lease, WorkerPoolOptions};
 pub use pool::{SpawnError, WorkerPool};
 pub use queue::{Full, Lane, PRIORITIES, ReadyQueues};
 pub use submission::{
@@ -271,6 +271,6 @@ pub use submission::{
     TaskRunner, WindowState,
 };
 pub use task_state::{
-    Cancel, Claim, DependencyDone, FireClaim, MAX_DEPENDENCIES, Snapshot, TaskState,
+    Cancel, TaskClaim, DependencyDone, FireClaim, MAX_DEPENDENCIES, TaskSnapshot, TaskState,
 };
 pub use window::LookAheadOptions;

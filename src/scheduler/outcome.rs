@@ -1,5 +1,5 @@
 //! Failure and cancellation types of a run: [`TaskFailure`] (why one task
-//! failed), [`RunOutcome`] (the summary [`super::Submission::wait`] returns)
+//! failed), [`SubmissionOutcome`] (the summary [`super::Submission::wait`] returns)
 //! and the per-task terminal codes the pool records (cold path: touched once
 //! per task).
 
@@ -49,7 +49,7 @@ impl std::error::Error for TaskFailure {}
 
 /// How every task of a submission ended; returned by [`super::Submission::wait`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RunOutcome {
+pub struct SubmissionOutcome {
     /// Tasks whose run returned `Ok`.
     pub completed: usize,
     /// The first task that failed (by the order failures were recorded) and
@@ -64,7 +64,7 @@ pub struct RunOutcome {
     pub cancelled: usize,
 }
 
-impl RunOutcome {
+impl SubmissionOutcome {
     /// Whether every task completed.
     pub fn is_success(&self) -> bool {
         self.failed_tasks.is_empty() && self.suppressed.is_empty() && self.cancelled == 0

@@ -10,7 +10,7 @@ use crate::limits::{MAX_WORKER_THREADS, SCHEDULER_JOB_SPIN_POLLS, SCHEDULER_SPIN
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Lock, Ordering, fence, thread};
 
 use super::graph::TaskGraph;
-use super::lanes::{Lanes, Lease, PoolConfig};
+use super::lanes::{Lanes, Lease, WorkerPoolOptions};
 use super::local::LocalWork;
 use super::queue::{Lane, PRIORITIES};
 use super::submission::{
@@ -262,7 +262,7 @@ fn worker(pool: &PoolShared, lane: Lane) {
     }
 }
 
-/// Persistent workers that run submitted [`TaskGraph`]s: CPU workers serve
+/// Persistent workers that run submitted `TaskGraph`s: CPU workers serve
 /// the CPU lane, I/O workers the I/O lane, both serve the inline lane; CPU
 /// workers also help
 /// kernels' parallel regions ([`WorkerPool::lease`]). Several submissions
@@ -311,19 +311,19 @@ impl WorkerPool {
     /// # Panics
     ///
     /// When [`WorkerPool::try_new`] fails; sessions use that.
-    pub fn new(config: PoolConfig) -> Self {
+    pub fn new(config: WorkerPoolOptions) -> Self {
         Self::try_new(config).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Starts `config`'s workers, or says why it could not: too many asked
     /// for, or the system refused a thread (those started are joined).
-    pub fn try_new(config: PoolConfig) -> Result<Self, SpawnError> {
+    pub fn try_new(config: WorkerPoolOptions) -> Result<Self, SpawnError> {
         Self::start(config, thread::try_spawn)
     }
 
     /// [`WorkerPool::try_new`] with `spawn` creating each thread.
     fn start(
-        config: PoolConfig,
+        config: WorkerPoolOptions,
         mut spawn: impl FnMut(WorkerBody) -> std::io::Result<thread::JoinHandle<()>>,
     ) -> Result<Self, SpawnError> {
         let requested = config.cpu_workers.saturating_add(config.io_workers);
@@ -460,7 +460,7 @@ impl WorkerPool {
     /// [`WorkerPool::resubmit`]; with `wake == false` the roots are neither
     /// posted nor announced (nor is the submission registered until one of
     /// its tasks is queued): the caller waits at once and runs them itself
-    /// ([`Submission::wait_helping`]; a plain `wait` posts them first), so
+    /// (`Submission::wait_helping`; a plain `wait` posts them first), so
     /// no worker races it and no futex wake is paid. Work the roots fire,
     /// or a suspended task's resumption, goes through the queues as usual.
     pub fn resubmit_with(
@@ -502,7 +502,7 @@ impl WorkerPool {
     }
 
     /// The configuration the pool started with.
-    pub fn config(&self) -> PoolConfig {
+    pub fn config(&self) -> WorkerPoolOptions {
         self.shared.lanes.config
     }
 
@@ -547,8 +547,8 @@ impl Drop for WorkerPool {
 mod tests {
     use super::*;
 
-    fn config(cpu_workers: usize) -> PoolConfig {
-        PoolConfig {
+    fn config(cpu_workers: usize) -> WorkerPoolOptions {
+        WorkerPoolOptions {
             cpu_workers,
             io_workers: 1,
             pin_cpu_workers: false,

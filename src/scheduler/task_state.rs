@@ -12,7 +12,7 @@
 //! | 31    | `CANCELLED`: must never start  |
 //!
 //! Every transition is one read-modify-write returning a `#[must_use]`
-//! outcome; the word is decoded only through [`Snapshot`].
+//! outcome; the word is decoded only through [`TaskSnapshot`].
 //!
 //! Ordering: `dependency_done` is an `AcqRel` RMW, so the decrements form a
 //! release sequence on the word; the claimer's `Acquire` CAS therefore
@@ -44,9 +44,9 @@ pub const MAX_DEPENDENCIES: u32 = COUNT_MASK;
 
 /// A decoded copy of a task's state word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Snapshot(u32);
+pub struct TaskSnapshot(u32);
 
-impl Snapshot {
+impl TaskSnapshot {
     /// Dependencies that have not finished yet.
     pub fn remaining(self) -> u32 {
         self.0 & COUNT_MASK
@@ -83,7 +83,7 @@ pub enum DependencyDone {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FireClaim {
     /// This call took the count to zero and claimed the task: the caller
-    /// owns its run (as after [`Claim::Claimed`]).
+    /// owns its run (as after [`TaskClaim::Claimed`]).
     FiredClaimed,
     /// This call took the count to zero of a cancelled task: enqueue it as
     /// after [`DependencyDone::Fired`] (its claim drops it).
@@ -95,7 +95,7 @@ pub enum FireClaim {
 /// Outcome of [`TaskState::try_claim`].
 #[must_use = "only a `Claimed` caller may run the task"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Claim {
+pub enum TaskClaim {
     /// The caller owns the run.
     Claimed,
     /// Someone else claimed it (a duplicate queue entry): drop the entry.
@@ -141,14 +141,14 @@ impl TaskState {
     }
 
     /// The current state.
-    pub fn snapshot(&self) -> Snapshot {
-        Snapshot(self.0.load(Ordering::Acquire))
+    pub fn snapshot(&self) -> TaskSnapshot {
+        TaskSnapshot(self.0.load(Ordering::Acquire))
     }
 
     /// Records that one dependency finished; `Fired` for exactly the call
     /// that takes the count to zero.
     pub fn dependency_done(&self) -> DependencyDone {
-        let before = Snapshot(self.0.fetch_sub(1, Ordering::AcqRel));
+        let before = TaskSnapshot(self.0.fetch_sub(1, Ordering::AcqRel));
         debug_assert!(before.remaining() > 0, "dependency count underflow");
         if before.remaining() == 1 {
             DependencyDone::Fired
@@ -160,7 +160,7 @@ impl TaskState {
     /// Records that `k` dependencies finished at once; `Fired` for exactly
     /// the call that takes the count to zero (protocol "own", step 4).
     pub fn dependencies_done(&self, k: u32) -> DependencyDone {
-        let before = Snapshot(self.0.fetch_sub(k, Ordering::AcqRel));
+        let before = TaskSnapshot(self.0.fetch_sub(k, Ordering::AcqRel));
         debug_assert!(before.remaining() >= k, "dependency count underflow");
         if before.remaining() == k {
             DependencyDone::Fired
@@ -173,7 +173,7 @@ impl TaskState {
     /// owner of a sequential run ran every dependency itself, protocol
     /// "own", step 2): exactly one caller ever gets `Claimed`, never for a
     /// cancelled task.
-    pub fn try_claim_in_order(&self) -> Claim {
+    pub fn try_claim_in_order(&self) -> TaskClaim {
         // The Acquire load of `set_unless`: a cancelled word seen here makes
         // the canceller's flag (set before its sweep) visible to the
         // owner's next check.
@@ -181,29 +181,29 @@ impl TaskState {
     }
 
     /// Claims unless cancelled, claimed, or `ready` says no.
-    fn claim_if(&self, ready: impl Fn(Snapshot) -> bool) -> Claim {
+    fn claim_if(&self, ready: impl Fn(TaskSnapshot) -> bool) -> TaskClaim {
         match self.set_unless(CLAIMED, |s| {
             if s.is_cancelled() {
-                Some(Claim::Cancelled)
+                Some(TaskClaim::Cancelled)
             } else if s.is_claimed() {
-                Some(Claim::AlreadyClaimed)
+                Some(TaskClaim::AlreadyClaimed)
             } else if !ready(s) {
-                Some(Claim::NotReady)
+                Some(TaskClaim::NotReady)
             } else {
                 None
             }
         }) {
-            Ok(()) => Claim::Claimed,
+            Ok(()) => TaskClaim::Claimed,
             Err(refused) => refused,
         }
     }
 
     /// CASes `bit` into the word (`AcqRel`; every load `Acquire`) unless
     /// `refuse` gives a reason first, re-checked after every lost race.
-    fn set_unless<R>(&self, bit: u32, refuse: impl Fn(Snapshot) -> Option<R>) -> Result<(), R> {
+    fn set_unless<R>(&self, bit: u32, refuse: impl Fn(TaskSnapshot) -> Option<R>) -> Result<(), R> {
         let mut word = self.0.load(Ordering::Acquire);
         loop {
-            if let Some(reason) = refuse(Snapshot(word)) {
+            if let Some(reason) = refuse(TaskSnapshot(word)) {
                 return Err(reason);
             }
             match self.0.compare_exchange_weak(
@@ -223,7 +223,7 @@ impl TaskState {
     pub fn dependency_done_claiming(&self) -> FireClaim {
         let mut word = self.0.load(Ordering::Relaxed);
         loop {
-            let s = Snapshot(word);
+            let s = TaskSnapshot(word);
             debug_assert!(s.remaining() > 0, "dependency count underflow");
             let last = s.remaining() == 1;
             let claim = last && !s.is_cancelled() && !s.is_claimed();
@@ -241,7 +241,7 @@ impl TaskState {
     }
 
     /// Claims the run with a CAS: exactly one caller ever gets `Claimed`.
-    pub fn try_claim(&self) -> Claim {
+    pub fn try_claim(&self) -> TaskClaim {
         self.claim_if(|s| s.remaining() == 0)
     }
 
@@ -249,8 +249,8 @@ impl TaskState {
     /// caller that sees it unset owns the promotion of this task (promote
     /// steps 2–3). Any state accepts the mark; it changes only the priority
     /// the task is posted at.
-    pub fn promote(&self) -> Snapshot {
-        Snapshot(self.0.fetch_or(PROMOTED, Ordering::AcqRel))
+    pub fn promote(&self) -> TaskSnapshot {
+        TaskSnapshot(self.0.fetch_or(PROMOTED, Ordering::AcqRel))
     }
 
     /// Cancels the task unless it was already claimed; exactly one call gets
@@ -278,11 +278,11 @@ mod tests {
     #[test]
     fn fires_once_then_claims_once() {
         let s = TaskState::new(2);
-        assert_eq!(s.try_claim(), Claim::NotReady);
+        assert_eq!(s.try_claim(), TaskClaim::NotReady);
         assert_eq!(s.dependency_done(), DependencyDone::Pending);
         assert_eq!(s.dependency_done(), DependencyDone::Fired);
-        assert_eq!(s.try_claim(), Claim::Claimed);
-        assert_eq!(s.try_claim(), Claim::AlreadyClaimed);
+        assert_eq!(s.try_claim(), TaskClaim::Claimed);
+        assert_eq!(s.try_claim(), TaskClaim::AlreadyClaimed);
         assert_eq!(s.cancel(), Cancel::TooLate);
         let snap = s.snapshot();
         assert!(snap.is_claimed() && !snap.is_cancelled());
@@ -294,7 +294,7 @@ mod tests {
         let s = TaskState::new(0);
         assert_eq!(s.cancel(), Cancel::Cancelled);
         assert_eq!(s.cancel(), Cancel::AlreadyCancelled);
-        assert_eq!(s.try_claim(), Claim::Cancelled);
+        assert_eq!(s.try_claim(), TaskClaim::Cancelled);
         assert!(s.snapshot().is_cancelled());
     }
 
@@ -304,9 +304,9 @@ mod tests {
         assert!(!s.promote().is_promoted());
         let again = s.promote();
         assert!(again.is_promoted() && again.remaining() == 1);
-        assert_eq!(s.try_claim(), Claim::NotReady);
+        assert_eq!(s.try_claim(), TaskClaim::NotReady);
         assert_eq!(s.dependency_done(), DependencyDone::Fired);
-        assert_eq!(s.try_claim(), Claim::Claimed);
+        assert_eq!(s.try_claim(), TaskClaim::Claimed);
         let snap = s.snapshot();
         assert!(snap.is_promoted() && snap.is_claimed() && snap.remaining() == 0);
     }
@@ -316,12 +316,12 @@ mod tests {
         let s = TaskState::new(2);
         assert_eq!(s.dependency_done_claiming(), FireClaim::Pending);
         assert_eq!(s.dependency_done_claiming(), FireClaim::FiredClaimed);
-        assert_eq!(s.try_claim(), Claim::AlreadyClaimed);
+        assert_eq!(s.try_claim(), TaskClaim::AlreadyClaimed);
         assert_eq!(s.cancel(), Cancel::TooLate);
 
         let c = TaskState::new(1);
         assert_eq!(c.cancel(), Cancel::Cancelled);
         assert_eq!(c.dependency_done_claiming(), FireClaim::Fired);
-        assert_eq!(c.try_claim(), Claim::Cancelled);
+        assert_eq!(c.try_claim(), TaskClaim::Cancelled);
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::Error;
 use crate::arena::BudgetLimits;
 use crate::model::{ChecksumPolicy, ResolveOptions};
-use crate::scheduler::{LookAheadOptions, PoolConfig, WorkerPool};
+use crate::scheduler::{LookAheadOptions, WorkerPool, WorkerPoolOptions};
 
 /// How a session runs: its workers, memory limits and look-ahead.
 ///
@@ -95,7 +95,7 @@ impl SessionOptions {
     pub(super) fn worker_pool(&self) -> Result<Arc<WorkerPool>, Error> {
         Ok(match &self.pool {
             Some(pool) => pool.clone(),
-            None => Arc::new(WorkerPool::try_new(PoolConfig {
+            None => Arc::new(WorkerPool::try_new(WorkerPoolOptions {
                 cpu_workers: self.cpu_threads.max(1),
                 io_workers: self.io_workers.max(1),
                 pin_cpu_workers: self.pin_threads,

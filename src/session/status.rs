@@ -5,7 +5,7 @@ use super::{RuntimeContext, SessionInner};
 use crate::Error;
 use crate::error::RunError;
 use crate::plan::TaskId;
-use crate::scheduler::RunOutcome;
+use crate::scheduler::SubmissionOutcome;
 
 /// Where a submission stands ([`ExecutionHandle::status`](super::ExecutionHandle::status)).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +54,11 @@ pub(super) enum Naming {
 }
 
 /// The status of a terminal submission whose outcome is `outcome`.
-pub(super) fn status_of(session: &SessionInner, naming: Naming, outcome: &RunOutcome) -> Status {
+pub(super) fn status_of(
+    session: &SessionInner,
+    naming: Naming,
+    outcome: &SubmissionOutcome,
+) -> Status {
     if outcome.is_success() {
         return Status::Succeeded;
     }

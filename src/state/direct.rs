@@ -24,7 +24,7 @@ use crate::plan::{PreparedExecutionPlan, RequirementId};
 use crate::model::{
     ChecksumPolicy, GraphInput, Model, PayloadSource, ResolveOptions, ResolvedModel,
 };
-use crate::scheduler::{PoolConfig, WorkerPool};
+use crate::scheduler::{WorkerPoolOptions, WorkerPool};
 
 /// Options of [`DirectReplay`].
 #[derive(Debug, Clone)]
@@ -108,7 +108,7 @@ impl DirectReplay {
             lowered: None,
             pool: (threads > 1)
                 .then(|| {
-                    WorkerPool::try_new(PoolConfig {
+                    WorkerPool::try_new(WorkerPoolOptions {
                         cpu_workers: threads - 1,
                         io_workers: 0,
                         pin_cpu_workers: false,

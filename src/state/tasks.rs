@@ -76,7 +76,7 @@ use crate::arena::{Domain, UNLIMITED};
 use crate::error::RunError;
 use crate::plan::{RequirementId, TaskId, TaskKind, TaskScope};
 use crate::scheduler::{TaskContext, TaskFailure, TaskRunner};
-use crate::sync::{AtomicBool, Ordering, Pool};
+use crate::sync::{AtomicBool, Ordering, FreeList};
 
 /// Runs the plan's session tasks one at a time by id; `Sync`, so a worker
 /// pool may call [`execute`](Self::execute) from any thread (see module
@@ -88,7 +88,7 @@ pub struct SessionTasks<'a> {
     /// Indexed by task id: sources delivered to a prepack by its reads, with
     /// the read task that delivered each. Capacity: the prepack's
     /// dependency count (0 for every other task).
-    inbox: Box<[Pool<Share>]>,
+    inbox: Box<[FreeList<Share>]>,
     /// Prepacks a failed read suppressed: they never run, so shares for
     /// them are dropped, not held (protocol 1(g)).
     dead: Box<[AtomicBool]>,
@@ -288,7 +288,7 @@ impl<'a> SessionTasks<'a> {
                     TaskKind::Prepack => tasks.deps.row(t).len(),
                     _ => 0,
                 };
-                Pool::new(capacity)
+                FreeList::new(capacity)
             })
             .collect();
         SessionTasks {
@@ -306,7 +306,7 @@ impl<'a> SessionTasks<'a> {
 
     /// Source shares delivered to prepacks that have not run yet.
     pub fn held_shares(&self) -> usize {
-        self.inbox.iter().map(Pool::len).sum()
+        self.inbox.iter().map(FreeList::len).sum()
     }
 
     /// Runs session task `task`: a `ReadSource` (protocol 1) or a `Prepack`

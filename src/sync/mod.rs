@@ -13,7 +13,7 @@ mod fork_join;
 mod futex;
 mod latch;
 mod lock;
-mod pool;
+mod free_list;
 
 pub use bounded_queue::BoundedQueue;
 pub use event::{ContinuationKey, Event};
@@ -21,7 +21,7 @@ pub use fork_join::{JobBoard, MAX_TASKS};
 pub use futex::FutexWord;
 pub use latch::Latch;
 pub use lock::Lock;
-pub use pool::Pool;
+pub use free_list::FreeList;
 
 #[cfg(not(loom))]
 pub use std::sync::Arc;

@@ -8,7 +8,7 @@ use crate::plan::TaskId;
 use crate::sync::Ordering;
 
 use super::SubmissionInner;
-use crate::scheduler::outcome::{RunOutcome, TaskFailure, code};
+use crate::scheduler::outcome::{SubmissionOutcome, TaskFailure, code};
 use crate::scheduler::task_state::Cancel;
 
 impl SubmissionInner {
@@ -67,8 +67,8 @@ impl SubmissionInner {
     }
 
     /// The summary of a finished run (after `all_done` opened).
-    pub(super) fn outcome(&self) -> RunOutcome {
-        let mut outcome = RunOutcome::default();
+    pub(super) fn outcome(&self) -> SubmissionOutcome {
+        let mut outcome = SubmissionOutcome::default();
         for (i, o) in self.outcomes.iter().enumerate() {
             let task = TaskId(i as u32);
             match o.load(Ordering::Relaxed) {

@@ -9,7 +9,7 @@ use crate::sync::Ordering;
 use super::{CLAIMED_ENTRY, CancelToken, PoolHost, SubmissionInner, WindowState, suspend};
 use crate::scheduler::admission::Admission;
 use crate::scheduler::graph::TaskGraph;
-use crate::scheduler::outcome::RunOutcome;
+use crate::scheduler::outcome::SubmissionOutcome;
 use crate::scheduler::lanes::Lanes;
 use crate::scheduler::local::LocalWork;
 use crate::scheduler::queue::{Lane, PRIORITIES};
@@ -30,7 +30,7 @@ impl Submission {
     /// Blocks until every task reached a terminal state (completed, failed,
     /// suppressed or cancelled; running tasks are always joined) and returns
     /// the summary.
-    pub fn wait(&self) -> RunOutcome {
+    pub fn wait(&self) -> SubmissionOutcome {
         if self.inner.take_pending_roots() {
             for task in self.inner.graph.roots() {
                 self.inner.post(&self.lanes, task);
@@ -43,7 +43,7 @@ impl Submission {
     /// [`Submission::wait`], running ready CPU and inline tasks of this
     /// submission on the calling thread meanwhile (protocol "help"): for a
     /// caller that would otherwise only block, e.g. a synchronous inference.
-    pub fn wait_helping(&self) -> RunOutcome {
+    pub fn wait_helping(&self) -> SubmissionOutcome {
         self.help();
         self.inner.all_done.wait();
         self.inner.outcome()

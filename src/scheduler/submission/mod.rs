@@ -22,7 +22,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
 
 use crate::plan::{Priority, TaskId};
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Latch, Ordering, Pool, fence};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Latch, Ordering, FreeList, fence};
 
 use super::admission::{Admission, AdmissionPermit, Refusal, Requeue};
 use super::graph::TaskGraph;
@@ -30,7 +30,7 @@ use super::outcome::{TaskFailure, code};
 use super::lanes::Lanes;
 use super::local::LocalWork;
 use super::queue::{Lane, ReadyQueues};
-use super::task_state::{Claim, TaskState};
+use super::task_state::{TaskClaim, TaskState};
 use super::window::{LookAhead, LookAheadOptions};
 
 mod context;
@@ -46,7 +46,7 @@ pub use handle::Submission;
 pub use suspend::ResumeHandle;
 
 use own::mode;
-use suspend::Settled;
+use suspend::AfterSuspend;
 
 /// Options of one [`super::WorkerPool::submit_with`].
 #[derive(Debug, Clone, Default)]
@@ -127,7 +127,7 @@ pub(super) struct SubmissionInner {
     /// Id of the first failed task, `usize::MAX` while none failed.
     first_failed: AtomicUsize,
     /// The first failure (capacity 1, only `first_failed`'s winner puts).
-    first_failure: Pool<(TaskId, TaskFailure)>,
+    first_failure: FreeList<(TaskId, TaskFailure)>,
     cancel_requested: AtomicBool,
     /// Protocol "own": a [`mode`].
     mode: AtomicU32,
@@ -190,7 +190,7 @@ impl SubmissionInner {
                 .map(|_| AtomicU32::new(code::PENDING))
                 .collect(),
             first_failed: AtomicUsize::new(usize::MAX),
-            first_failure: Pool::new(1),
+            first_failure: FreeList::new(1),
             cancel_requested: AtomicBool::new(false),
             mode: AtomicU32::new(mode::NORMAL),
             roots_pending: AtomicBool::new(false),
@@ -379,8 +379,8 @@ impl SubmissionInner {
                 Err(Some(failure)) => never = Some(failure),
             }
             match state.try_claim() {
-                Claim::Claimed => {}
-                Claim::AlreadyClaimed | Claim::Cancelled | Claim::NotReady => {
+                TaskClaim::Claimed => {}
+                TaskClaim::AlreadyClaimed | TaskClaim::Cancelled | TaskClaim::NotReady => {
                     if permit.is_some() {
                         drop(permit);
                         self.released();
@@ -399,16 +399,16 @@ impl SubmissionInner {
         }
         if suspended {
             match self.settle_suspension(task, result.is_ok()) {
-                Settled::Suspended => return,
-                Settled::RunAgain => {
+                AfterSuspend::Suspended => return,
+                AfterSuspend::RunAgain => {
                     self.push(lanes, TaskId(task.0 | CLAIMED_ENTRY), Priority::Critical);
                     return;
                 }
-                Settled::Cancelled => {
+                AfterSuspend::Cancelled => {
                     self.cancelled_claim(task, local);
                     return;
                 }
-                Settled::Finished => {}
+                AfterSuspend::Finished => {}
             }
         }
         local.finished += 1;

@@ -8,12 +8,12 @@ use crate::plan::TaskId;
 use crate::sync::Ordering;
 
 use super::SubmissionInner;
-use super::suspend::Settled;
+use super::suspend::AfterSuspend;
 use crate::scheduler::outcome::code;
 use crate::scheduler::lanes::Lanes;
 use crate::scheduler::local::LocalWork;
 use crate::scheduler::queue::Lane;
-use crate::scheduler::task_state::{Claim, DependencyDone};
+use crate::scheduler::task_state::{TaskClaim, DependencyDone};
 
 /// Who runs a submission's tasks (protocol "own").
 pub(super) mod mode {
@@ -93,7 +93,7 @@ impl SubmissionInner {
         while t < n {
             let task = TaskId(t as u32);
             t += 1;
-            if self.states[task.0 as usize].try_claim_in_order() != Claim::Claimed {
+            if self.states[task.0 as usize].try_claim_in_order() != TaskClaim::Claimed {
                 continue;
             }
             if self.cancel_requested.load(Ordering::Acquire) {
@@ -107,22 +107,22 @@ impl SubmissionInner {
                 let (result, suspended) = self.run_claimed(lanes, Lane::Cpu, task, true);
                 if suspended {
                     match self.settle_suspension(task, result.is_ok()) {
-                        Settled::Suspended => {
+                        AfterSuspend::Suspended => {
                             self.abandon_ownership(lanes, task, entry);
                             return;
                         }
-                        Settled::RunAgain if self.cancel_requested.load(Ordering::Acquire) => {
+                        AfterSuspend::RunAgain if self.cancel_requested.load(Ordering::Acquire) => {
                             // Resumed, but cancelled meanwhile: as a
                             // resumed entry would be (claim step 1).
                             self.cancelled_claim(task, local);
                             break;
                         }
-                        Settled::RunAgain => continue,
-                        Settled::Cancelled => {
+                        AfterSuspend::RunAgain => continue,
+                        AfterSuspend::Cancelled => {
                             self.cancelled_claim(task, local);
                             break;
                         }
-                        Settled::Finished => {}
+                        AfterSuspend::Finished => {}
                     }
                 }
                 local.finished += 1;

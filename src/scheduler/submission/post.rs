@@ -10,13 +10,13 @@ use super::{CLAIMED_ENTRY, SubmissionInner, WindowState};
 use crate::scheduler::lanes::Lanes;
 use crate::scheduler::local::LocalWork;
 use crate::scheduler::queue::Lane;
-use crate::scheduler::task_state::{DependencyDone, FireClaim, Snapshot};
+use crate::scheduler::task_state::{DependencyDone, FireClaim, TaskSnapshot};
 use crate::scheduler::window::Offer;
 
 impl SubmissionInner {
     /// The priority `task` is queued and admitted at: critical once
     /// promoted (promote step 3), else its graph priority.
-    pub(super) fn priority(&self, task: TaskId, snapshot: Snapshot) -> Priority {
+    pub(super) fn priority(&self, task: TaskId, snapshot: TaskSnapshot) -> Priority {
         if snapshot.is_promoted() {
             Priority::Critical
         } else {

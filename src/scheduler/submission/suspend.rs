@@ -41,7 +41,7 @@ pub(super) const RESUMED_EARLY: u32 = 3;
 pub(super) const DEAD: u32 = 4;
 
 /// What the worker does after a run that suspended.
-pub(super) enum Settled {
+pub(super) enum AfterSuspend {
     /// Parked until resumed.
     Suspended,
     /// Resumed meanwhile: run it again now.
@@ -57,12 +57,12 @@ impl SubmissionInner {
     /// [`TaskContext::suspend`] returned.
     ///
     /// [`TaskContext::suspend`]: super::TaskContext::suspend
-    pub(super) fn settle_suspension(&self, task: TaskId, ok: bool) -> Settled {
+    pub(super) fn settle_suspension(&self, task: TaskId, ok: bool) -> AfterSuspend {
         let word = &self.suspension[task.0 as usize];
         if !ok {
             // A failed run is never resumed.
             word.store(suspend::DEAD, Ordering::SeqCst);
-            return Settled::Finished;
+            return AfterSuspend::Finished;
         }
         match word.compare_exchange(
             suspend::SUSPENDING,
@@ -73,14 +73,14 @@ impl SubmissionInner {
             Ok(_) => {
                 // Step 5: a cancel that scanned before our CAS missed us.
                 if self.cancel_requested.load(Ordering::SeqCst) && self.bury(task.0 as usize) {
-                    return Settled::Cancelled;
+                    return AfterSuspend::Cancelled;
                 }
-                Settled::Suspended
+                AfterSuspend::Suspended
             }
             Err(_) => {
                 // Resumed while still running (step 3): run again.
                 word.store(suspend::IDLE, Ordering::SeqCst);
-                Settled::RunAgain
+                AfterSuspend::RunAgain
             }
         }
     }

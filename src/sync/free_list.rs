@@ -1,4 +1,4 @@
-//! `Pool`: a small bounded free list of reusable values behind a lock (cold
+//! `FreeList`: a small bounded free list of reusable values behind a lock (cold
 //! path: buffers handed back by their users, e.g. returned I/O leases).
 //!
 //! Every operation holds the lock only for a scan of at most `capacity`
@@ -10,12 +10,12 @@ use super::{Mutex, lock};
 /// A bounded set of values kept for reuse. Which value `take_first` returns
 /// among several that match is unspecified.
 #[derive(Debug)]
-pub struct Pool<T> {
+pub struct FreeList<T> {
     items: Mutex<Vec<T>>,
     capacity: usize,
 }
 
-impl<T> Pool<T> {
+impl<T> FreeList<T> {
     /// An empty pool that keeps at most `capacity` values.
     pub fn new(capacity: usize) -> Self {
         Self {
@@ -66,11 +66,11 @@ impl<T> Pool<T> {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::Pool;
+    use super::FreeList;
 
     #[test]
     fn keeps_at_most_capacity_and_takes_matching() {
-        let pool = Pool::new(2);
+        let pool = FreeList::new(2);
         assert_eq!(pool.put(1), Ok(()));
         assert_eq!(pool.put(2), Ok(()));
         assert_eq!(pool.put(3), Err(3));
