@@ -527,12 +527,7 @@ fn demo(dir: Option<PathBuf>, trace: Option<PathBuf>) -> Result<(), Box<dyn std:
         let start = Instant::now();
         let model = Model::open(path)?;
         let opened = start.elapsed();
-        let external: u64 = model
-            .weights()
-            .iter()
-            .filter(|w| w.is_external())
-            .map(|w| w.byte_len())
-            .sum();
+        let external = model.external_bytes();
         println!(
             "  {:<28} {:>4} nodes {:>4} weights {:>10} external bytes, opened metadata-only in {:.2?}",
             path.file_name().unwrap_or_default().to_string_lossy(),

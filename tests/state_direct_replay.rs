@@ -180,12 +180,7 @@ fn a_weight_two_requirements_share_is_read_once() {
     let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
     let r = DirectReplay::new(&model, source.clone(), DirectReplayOptions::default()).unwrap();
     assert_eq!(r.packed_layouts().len(), 2);
-    let external: u64 = model
-        .weights()
-        .iter()
-        .filter(|w| w.is_external())
-        .map(|w| w.byte_len())
-        .sum();
+    let external = model.external_bytes();
     assert!(external > 0);
     assert_eq!(source.counters().total(), external, "each weight read once");
 }

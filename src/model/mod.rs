@@ -173,6 +173,15 @@ impl Model {
         &self.weights
     }
 
+    /// Bytes of the weights stored in external data files.
+    pub fn external_bytes(&self) -> u64 {
+        self.weights
+            .iter()
+            .filter(|w| w.is_external())
+            .map(|w| w.byte_len())
+            .sum()
+    }
+
     /// One weight.
     pub fn weight(&self, id: WeightId) -> Option<&WeightDescriptor> {
         self.weights.get(id.index())
