@@ -2,7 +2,7 @@
 //!
 //! Lookup and attribute parsing are cold path; each operator's `execute` is
 //! hot path (no allocation: strides live in fixed arrays of
-//! [`MAX_RANK`](common::MAX_RANK) entries).
+//! `MAX_RANK` entries).
 //!
 //! Files: `elementwise` (Add, Sub, Mul, Div, Pow, Sigmoid, Neg, Sqrt,
 //! Reciprocal) over `broadcast`; `softmax`; `norm` (LayerNormalization,
