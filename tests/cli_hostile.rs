@@ -90,6 +90,16 @@ fn os(s: &str) -> &std::ffi::OsStr {
 }
 
 /// An error exit (status 1, not a signal) whose message contains `needle`.
+/// `onnx-prepared run MODEL --outputs PATH`.
+fn run_with_outputs(model: &Path, path: &Path) -> Output {
+    cli(&[
+        os("run"),
+        model.as_os_str(),
+        os("--outputs"),
+        path.as_os_str(),
+    ])
+}
+
 fn assert_refused(out: &Output, needle: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -109,12 +119,7 @@ fn outputs_to_a_symlink_is_refused_and_its_target_kept() {
     std::fs::write(&target, b"keep me").unwrap();
     let link = dir.path().join("out.npz");
     std::os::unix::fs::symlink(&target, &link).unwrap();
-    let out = cli(&[
-        os("run"),
-        model.as_os_str(),
-        os("--outputs"),
-        link.as_os_str(),
-    ]);
+    let out = run_with_outputs(&model, &link);
     assert_refused(&out, "symbolic link");
     assert!(
         std::fs::symlink_metadata(&link)
@@ -137,12 +142,7 @@ fn outputs_to_a_fifo_is_refused_and_the_fifo_kept() {
             .unwrap()
             .success()
     );
-    let out = cli(&[
-        os("run"),
-        model.as_os_str(),
-        os("--outputs"),
-        fifo.as_os_str(),
-    ]);
+    let out = run_with_outputs(&model, &fifo);
     assert_refused(&out, "FIFO");
     assert!(
         std::fs::symlink_metadata(&fifo)
@@ -160,12 +160,7 @@ fn outputs_to_a_regular_file_are_written() {
     let model = relu_model(dir.path(), &[4]);
     let path = dir.path().join("out.npz");
     std::fs::write(&path, b"old").unwrap();
-    let out = cli(&[
-        os("run"),
-        model.as_os_str(),
-        os("--outputs"),
-        path.as_os_str(),
-    ]);
+    let out = run_with_outputs(&model, &path);
     assert!(
         out.status.success(),
         "{}",

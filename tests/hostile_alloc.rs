@@ -155,6 +155,21 @@ fn write_model(
     path
 }
 
+/// `y = a + b` with `a: [n, 1]` and `b: [1, m]` (symbolic `n`, `m`): the
+/// output's size is the product of two input sizes.
+fn broadcast_add(dir: &Path) -> PathBuf {
+    write_model(
+        dir,
+        vec![node("Add", &["a", "b"], "y", vec![])],
+        vec![],
+        vec![
+            value("a", 1, Some(&[Err("n"), Ok(1)])),
+            value("b", 1, Some(&[Ok(1), Err("m")])),
+        ],
+        vec![value("y", 1, None)],
+    )
+}
+
 fn session(path: &Path, budget: BudgetLimits) -> RuntimeSession {
     let resolved =
         ResolvedModel::resolve(Model::open(path).unwrap(), &ResolveOptions::default()).unwrap();
@@ -204,16 +219,7 @@ fn run_direct(path: &Path, inputs: &[(&str, Tensor)]) -> Result<Vec<Tensor>, Err
 #[test]
 fn broadcasting_two_large_inputs_is_a_budget_error() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write_model(
-        dir.path(),
-        vec![node("Add", &["a", "b"], "y", vec![])],
-        vec![],
-        vec![
-            value("a", 1, Some(&[Err("n"), Ok(1)])),
-            value("b", 1, Some(&[Ok(1), Err("m")])),
-        ],
-        vec![value("y", 1, None)],
-    );
+    let path = broadcast_add(dir.path());
     let n = 1 << 20;
     let inputs = [
         ("a", Tensor::from_f32(vec![n, 1], vec![1.0; n]).unwrap()),
@@ -258,16 +264,7 @@ fn broadcasting_two_large_inputs_is_a_budget_error() {
 #[test]
 fn a_session_budget_refuses_activation_buffers_before_they_exist() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write_model(
-        dir.path(),
-        vec![node("Add", &["a", "b"], "y", vec![])],
-        vec![],
-        vec![
-            value("a", 1, Some(&[Err("n"), Ok(1)])),
-            value("b", 1, Some(&[Ok(1), Err("m")])),
-        ],
-        vec![value("y", 1, None)],
-    );
+    let path = broadcast_add(dir.path());
     let s = session(
         &path,
         BudgetLimits::unlimited().with_domain(Domain::Execution, 1 << 20),
