@@ -34,6 +34,10 @@ pub enum Error {
     /// The worker threads could not be started.
     #[error(transparent)]
     Threads(#[from] crate::scheduler::SpawnError),
+    /// The prepared cache is corrupt, incomplete under `RequireComplete`,
+    /// or cannot be read or written.
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
 }
 
 /// The graph cannot be resolved: a node has no kernel, a value is undefined,
@@ -283,6 +287,8 @@ pub enum ErrorKind {
     Cancelled,
     /// The system refused a resource other than memory (a thread).
     System,
+    /// See [`Error::Cache`].
+    Cache,
 }
 
 impl Error {
@@ -299,6 +305,7 @@ impl Error {
             Error::Run(_) => ErrorKind::Input,
             Error::Arena(_) => ErrorKind::Budget,
             Error::Threads(_) => ErrorKind::System,
+            Error::Cache(_) => ErrorKind::Cache,
         }
     }
 }

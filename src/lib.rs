@@ -31,6 +31,8 @@
 //! * [`model`]: ONNX protobuf, metadata-only loading, external-data
 //!   validation, payload reading, and resolution of nodes to kernels
 //!   ([`ResolvedModel`]).
+//! * [`cache`]: the prepared cache — a companion ONNX model holding packed
+//!   weights for the next process, with its policies.
 //! * [`plan`]: the scoped plan (tasks, requirements, steps) built once per
 //!   resolved model.
 //! * [`session`]: the asynchronous session ([`RuntimeSession`],
@@ -62,6 +64,7 @@ macro_rules! internal {
 
 internal!(arena, scheduler, state, store, sync);
 
+pub mod cache;
 pub mod decoder;
 pub mod error;
 pub mod limits;
@@ -71,12 +74,13 @@ pub mod plan;
 pub mod session;
 
 pub use arena::{ArenaError, BudgetLimits, BudgetReport, Domain, DomainReport, UNLIMITED};
+pub use cache::{PreparedModelPolicy, PreparedModelStore};
 pub use error::{Error, ErrorKind};
 pub use model::{ChecksumPolicy, Model, ResolveOptions, ResolvedModel};
 pub use onnx_prepared_kernels::{CpuFeatures, ElementType, Tensor};
 pub use plan::PreparedExecutionPlan;
 pub use scheduler::{LookAheadOptions, SpawnError, WorkerPool, WorkerPoolOptions};
 pub use session::{
-    Diagnostics, ExecutionError, ExecutionHandle, ResidencyReport, RuntimeContext, RuntimeSession,
-    SessionOptions, Status, Trace,
+    Diagnostics, ExecutionError, ExecutionHandle, PreparationStats, ResidencyReport,
+    RuntimeContext, RuntimeSession, SessionOptions, Status, Trace,
 };

@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+use onnx_prepared::model::{Model, Requirement, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::{
     PackedEntries, PreparedExecutionPlan, PreparedKey, Recipe, RequirementId, TaskId, TaskKind,
     TaskScope,
@@ -187,8 +187,11 @@ fn a_cached_packed_entry_replaces_read_and_prepack() {
     /// An in-memory cache: key → packed bytes.
     struct Cache(HashMap<PreparedKey, Vec<u8>>);
     impl PackedEntries for Cache {
-        fn packed_bytes(&self, key: &PreparedKey) -> Option<u64> {
-            self.0.get(key).map(|b| b.len() as u64)
+        fn packed_bytes(&self, _: &ResolvedModel, r: &Requirement) -> Result<u64, String> {
+            self.0
+                .get(&r.key)
+                .map(|b| b.len() as u64)
+                .ok_or_else(|| "absent".into())
         }
     }
     let mut cache = Cache(HashMap::new());

@@ -131,7 +131,7 @@ fn parse_checksum(tensor: &str, value: &str) -> Result<Checksum, E> {
 
 /// Opens `path` for reading without following a final symbolic link and
 /// without blocking on a FIFO or device.
-fn open_no_follow(path: &Path) -> std::io::Result<File> {
+pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<File> {
     use rustix::fs::{Mode, OFlags};
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     Ok(File::from(rustix::fs::open(path, flags, Mode::empty())?))

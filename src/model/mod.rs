@@ -30,6 +30,7 @@ use onnx_prepared_proto::{GraphProto, Message, ModelProto, TensorProto};
 pub use attrs::NodeAttributes;
 pub use dtype::{ElementType, element_type_from_onnx, element_type_to_onnx, onnx_type_name};
 pub use error::{ExternalDataError, ModelError, PayloadError};
+pub(crate) use external::open_no_follow;
 pub(crate) use inputs::graph_input;
 pub use inputs::{Dim, GraphInput};
 pub(crate) use payload::read_verified;
@@ -37,6 +38,7 @@ pub use payload::{
     ChecksumPolicy, FaultInjectingSource, FileSource, MmapSource, PayloadSource, ReadCounters,
     ReadFault, read_to_vec,
 };
+pub(crate) use resolve::hash_source_identity;
 pub use resolve::{
     InlineId, Operand, PayloadManifest, PreparedKey, Requirement, RequirementIndex, ResolveOptions,
     ResolvedModel, ResolvedNode, SOURCE_LAYOUT, ValueId, scope_of,
@@ -59,6 +61,8 @@ use external::{ExternalFiles, Roots};
 #[derive(Debug, Clone)]
 pub struct Model {
     path: PathBuf,
+    /// XXH3-128 of the `.onnx` file's bytes.
+    identity: u128,
     proto: ModelProto,
     weights: Arc<[WeightDescriptor]>,
     by_name: HashMap<String, WeightId>,
@@ -91,6 +95,7 @@ impl Model {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref().to_path_buf();
         let buffer = read_model_file(&path)?;
+        let identity = xxhash_rust::xxh3::xxh3_128(&buffer);
         check_wire(&path, &buffer)?;
         let mut proto = ModelProto::decode(buffer).map_err(|source| ModelError::Decode {
             path: path.clone(),
@@ -131,11 +136,19 @@ impl Model {
         }
         Ok(Self {
             path,
+            identity,
             proto,
             weights: weights.into(),
             by_name,
             external_files: files.files,
         })
+    }
+
+    /// The model file's identity (XXH3-128 of its bytes): names its
+    /// companion model in a prepared cache. Only partitions the cache;
+    /// entries are validated by their source lineage.
+    pub fn identity(&self) -> u128 {
+        self.identity
     }
 
     /// The path the model was opened from.

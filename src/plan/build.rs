@@ -10,7 +10,8 @@ use super::{
     Csr, PreparedExecutionPlan, Priority, Recipe, RequirementId, RequirementTable, ResourceClass,
     Step, TaskId, TaskKind, TaskScope, TaskTable,
 };
-use crate::model::{PreparedKey, ResolvedModel, WeightId};
+use crate::cache::{CacheError, PreparedModelPolicy, PreparedModelStore};
+use crate::model::{Requirement, ResolvedModel, WeightId};
 
 /// The plan cannot be built.
 #[derive(Debug, thiserror::Error)]
@@ -37,16 +38,42 @@ pub enum PlanError {
     Invalid(String),
 }
 
-/// Packed entries available from a prepared cache, by key.
+/// Packed entries available from a prepared cache.
 pub trait PackedEntries {
-    /// Bytes of a compatible packed entry for `key`, if one exists.
-    fn packed_bytes(&self, key: &PreparedKey) -> Option<u64>;
+    /// Bytes of a compatible packed entry for `requirement` of `resolved`,
+    /// or why there is none.
+    fn packed_bytes(
+        &self,
+        resolved: &ResolvedModel,
+        requirement: &Requirement,
+    ) -> Result<u64, String>;
+
+    /// Whether a requirement without an entry fails the build.
+    fn require_complete(&self) -> bool {
+        false
+    }
 }
 
 /// No prepared cache.
 impl PackedEntries for () {
-    fn packed_bytes(&self, _: &PreparedKey) -> Option<u64> {
-        None
+    fn packed_bytes(&self, _: &ResolvedModel, _: &Requirement) -> Result<u64, String> {
+        Err("no prepared cache".into())
+    }
+}
+
+/// The prepared cache's generation (hits and misses are counted).
+impl PackedEntries for PreparedModelStore {
+    fn packed_bytes(&self, resolved: &ResolvedModel, r: &Requirement) -> Result<u64, String> {
+        let found = self
+            .lookup(resolved.model(), r)
+            .map(|e| e.length)
+            .map_err(|miss| miss.to_string());
+        self.count_planned(found.is_ok());
+        found
+    }
+
+    fn require_complete(&self) -> bool {
+        self.policy() == PreparedModelPolicy::RequireComplete
     }
 }
 
@@ -190,8 +217,24 @@ impl PreparedExecutionPlan {
         Self::build_with(resolved, &())
     }
 
+    /// Builds the plan against the prepared cache `cache`: requirements
+    /// with a compatible entry are read packed; the plan keeps `cache` (one
+    /// generation for the plan and the sessions that run it).
+    ///
+    /// # Errors
+    /// Under [`PreparedModelPolicy::RequireComplete`], any requirement
+    /// without a compatible entry ([`CacheError::Incomplete`] names each).
+    pub fn build_cached(
+        resolved: ResolvedModel,
+        cache: Arc<PreparedModelStore>,
+    ) -> Result<Self, crate::Error> {
+        let mut plan = Self::build_with(resolved, &*cache)?;
+        plan.cache = Some(cache);
+        Ok(plan)
+    }
+
     /// Builds the plan; `cache` makes `ReadPackedPayload` eligible for the
-    /// keys it holds.
+    /// requirements it has entries for.
     pub fn build_with(
         resolved: ResolvedModel,
         cache: &dyn PackedEntries,
@@ -203,6 +246,7 @@ impl PreparedExecutionPlan {
 
         // Recipes, cheapest first.
         let mut recipes = Vec::with_capacity(reqs.len());
+        let mut missing = Vec::new();
         for r in reqs {
             for &w in &r.sources {
                 let d = &weights[w.index()];
@@ -215,10 +259,14 @@ impl PreparedExecutionPlan {
                 }
             }
             let mut list = Vec::new();
-            if r.prepack.is_some()
-                && let Some(bytes) = cache.packed_bytes(&r.key)
-            {
-                list.push(Recipe::ReadPackedPayload { bytes });
+            if !r.sources.is_empty() {
+                match cache.packed_bytes(&resolved, r) {
+                    Ok(bytes) => list.push(Recipe::ReadPackedPayload { bytes }),
+                    Err(why) if cache.require_complete() => {
+                        missing.push(format!("`{}` ({}): {why}", r.name, r.key));
+                    }
+                    Err(_) => {}
+                }
             }
             if !r.sources.is_empty() {
                 list.push(Recipe::ReadSourceAndPrepack);
@@ -233,6 +281,9 @@ impl PreparedExecutionPlan {
                 .into());
             }
             recipes.push(list);
+        }
+        if cache.require_complete() && !missing.is_empty() {
+            return Err(CacheError::Incomplete { missing }.into());
         }
 
         // Steps and the order requirements are first needed in. Graph
@@ -438,6 +489,7 @@ impl PreparedExecutionPlan {
         }
         let plan = Self {
             resolved,
+            cache: None,
             tasks,
             requirements,
             steps,

@@ -22,6 +22,7 @@ pub use build::{PackedEntries, PlanError};
 pub use csr::Csr;
 pub use dump::PlanDump;
 
+use crate::cache::PreparedModelStore;
 pub use crate::model::PreparedKey;
 use crate::model::{ResolvedModel, WeightId};
 
@@ -52,8 +53,9 @@ pub enum TaskKind {
     Prepack,
     /// Read already-packed bytes from the prepared cache and publish them.
     ReadPacked,
-    /// Write a packed object to the prepared cache (background). Not
-    /// planned yet: the prepared cache's writer (issue 14) schedules it.
+    /// Write a packed object to the prepared cache (background). Never a
+    /// plan task: a session submits one per object a prepack built under
+    /// `BuildIfMissing`, at background priority.
     Persist,
     /// Execute a range of nodes.
     Execute,
@@ -230,6 +232,8 @@ pub struct Step {
 #[derive(Debug)]
 pub struct PreparedExecutionPlan {
     resolved: Arc<ResolvedModel>,
+    /// The prepared cache generation the plan was built against.
+    cache: Option<Arc<PreparedModelStore>>,
     tasks: TaskTable,
     requirements: RequirementTable,
     steps: Vec<Step>,
@@ -243,6 +247,12 @@ impl PreparedExecutionPlan {
     /// `u32::MAX` for graph outputs and unread values.
     pub fn activation_last_use(&self) -> &[u32] {
         &self.value_last_use
+    }
+
+    /// The prepared cache the plan was built against (its sessions read and
+    /// write that generation).
+    pub fn cache(&self) -> Option<&Arc<PreparedModelStore>> {
+        self.cache.as_ref()
     }
 
     /// The resolved model the plan was built from.

@@ -65,6 +65,7 @@
 mod context;
 mod handle;
 mod options;
+mod persist;
 mod preparation;
 pub mod report;
 mod resident;
@@ -82,11 +83,13 @@ pub use options::SessionOptions;
 pub use status::{Diagnostics, ExecutionError, ResidencyReport, Status};
 pub use trace::{Trace, TraceEvent, TraceLane};
 
+use persist::BackgroundWriter;
 use preparation::{Holder, Preparation};
 use run::RunContinuation;
 
 use crate::Error;
 use crate::arena::{BudgetReport, MemoryBudget};
+use crate::cache::{CacheStats, PreparedModelPolicy, PreparedModelStore};
 use crate::error::RunError;
 use crate::model::{FileSource, Model, PayloadSource, ResolvedModel};
 use crate::plan::{Csr, PreparedExecutionPlan, Priority, ResourceClass, TaskId};
@@ -114,6 +117,8 @@ struct SessionInner {
     /// Finished run submissions kept for reuse (protocol "resubmit"): a
     /// steady stream of runs allocates no submission.
     free_runs: Lock<Vec<(Arc<RunContinuation>, Submission)>>,
+    /// The prepared cache's background writes (with a cache).
+    writer: Option<Arc<BackgroundWriter>>,
 }
 
 /// Run submissions kept for reuse per session.
@@ -193,8 +198,17 @@ impl RuntimeSession {
     /// started.
     pub fn open(path: impl AsRef<Path>, options: SessionOptions) -> Result<Self, Error> {
         let model = Model::open(path)?;
+        let cache = match (&options.cache_dir, options.cache_policy) {
+            (Some(dir), policy) if policy != PreparedModelPolicy::Disabled => Some(
+                PreparedModelStore::open(dir, policy, &model, options.resolve.cpu)?,
+            ),
+            _ => None,
+        };
         let resolved = ResolvedModel::resolve(model, &options.resolve)?;
-        let plan = PreparedExecutionPlan::build(resolved)?;
+        let plan = match cache {
+            Some(cache) => PreparedExecutionPlan::build_cached(resolved, cache)?,
+            None => PreparedExecutionPlan::build(resolved)?,
+        };
         Self::new(plan, options)
     }
 
@@ -242,9 +256,18 @@ impl RuntimeSession {
         )
         .map_err(plan_error)?;
         let budget = MemoryBudget::new(options.budget);
-        let state = Arc::new(
-            PreparedExecutionState::new(plan, source, budget).with_checksums(options.checksums),
-        );
+        let writer = match plan.cache() {
+            Some(_) => Some(Arc::new(
+                BackgroundWriter::new(pool.clone()).map_err(plan_error)?,
+            )),
+            None => None,
+        };
+        let mut state =
+            PreparedExecutionState::new(plan, source, budget).with_checksums(options.checksums);
+        if let Some(w) = &writer {
+            state = state.with_persist_sink(w.clone());
+        }
+        let state = Arc::new(state);
         Ok(Self {
             inner: Arc::new(SessionInner {
                 state,
@@ -257,6 +280,7 @@ impl RuntimeSession {
                 trace: options.trace.then(|| Arc::new(Trace::new())),
                 runs: AtomicU64::new(0),
                 free_runs: Lock::new(Vec::with_capacity(FREE_RUNS)),
+                writer,
                 options,
                 run_graph: Arc::new(run_graph),
             }),
@@ -451,6 +475,51 @@ impl RuntimeSession {
     /// the hot path).
     pub fn is_hot(&self) -> bool {
         self.inner.is_hot()
+    }
+
+    /// The prepared cache the session reads (and, under
+    /// [`PreparedModelPolicy::BuildIfMissing`], writes).
+    pub fn cache(&self) -> Option<&Arc<PreparedModelStore>> {
+        self.plan().cache()
+    }
+
+    /// Waits for every prepared-cache write submitted so far (they run in
+    /// the background after the objects they write were published).
+    pub fn flush_cache(&self) {
+        if let Some(w) = &self.inner.writer {
+            w.flush();
+        }
+    }
+
+    /// What the session's preparation did so far: source bytes read,
+    /// objects packed, and the prepared cache's counters.
+    pub fn preparation_stats(&self) -> PreparationStats {
+        let state = &self.inner.state;
+        PreparationStats {
+            source_bytes_read: state.source_bytes_read(),
+            prepacks: state.prepacks(),
+            cache: self.cache().map(|c| c.stats()).unwrap_or_default(),
+        }
+    }
+}
+
+/// What a session's preparation did (see
+/// [`RuntimeSession::preparation_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PreparationStats {
+    /// Bytes of source weights read.
+    pub source_bytes_read: u64,
+    /// Objects packed from their sources.
+    pub prepacks: u64,
+    /// The prepared cache's counters (zero without a cache).
+    pub cache: CacheStats,
+}
+
+/// Dropping a session waits for its prepared-cache writes, so a process
+/// that ends after dropping it leaves its cache complete.
+impl Drop for RuntimeSession {
+    fn drop(&mut self) {
+        self.flush_cache();
     }
 }
 

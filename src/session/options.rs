@@ -2,10 +2,12 @@
 //! [`RuntimeSession::open`](super::RuntimeSession::open) resolves its
 //! model), and the worker pool it makes when it is not given one.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::Error;
 use crate::arena::BudgetLimits;
+use crate::cache::PreparedModelPolicy;
 use crate::model::{ChecksumPolicy, ResolveOptions};
 use crate::scheduler::{LookAheadOptions, WorkerPool, WorkerPoolOptions};
 
@@ -68,6 +70,14 @@ pub struct SessionOptions {
     /// ([`RuntimeSession::new`](super::RuntimeSession::new)) ignores it: the
     /// plan was resolved already.
     pub resolve: ResolveOptions,
+    /// The prepared cache's directory (`None`: no cache). Used by
+    /// [`RuntimeSession::open`](super::RuntimeSession::open); a session made
+    /// from a plan uses the cache the plan was built against
+    /// ([`PreparedExecutionPlan::build_cached`](crate::plan::PreparedExecutionPlan::build_cached)).
+    pub cache_dir: Option<PathBuf>,
+    /// What the session does with the prepared cache (default
+    /// [`PreparedModelPolicy::Disabled`]).
+    pub cache_policy: PreparedModelPolicy,
 }
 
 impl Default for SessionOptions {
@@ -83,6 +93,8 @@ impl Default for SessionOptions {
             intra_op_threads: None,
             checksums: ChecksumPolicy::Strict,
             resolve: ResolveOptions::default(),
+            cache_dir: None,
+            cache_policy: PreparedModelPolicy::Disabled,
         }
     }
 }

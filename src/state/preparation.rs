@@ -22,14 +22,15 @@ use onnx_prepared_kernels::Tensor;
 use super::PreparedObject;
 use super::object::{prepare, source_tensor};
 use crate::Error;
+use crate::cache::{Decoded, PersistObject, PersistSink, PreparedModelPolicy, PreparedModelStore};
 use crate::arena::{
     Domain, MemoryBudget, PreparationArena, PreparedAllocation, PreparedArena, Reservation,
 };
 use crate::error::RunError;
-use crate::model::{ChecksumPolicy, PayloadSource, read_verified};
+use crate::model::{ChecksumPolicy, PayloadSource, WeightId, read_verified};
 use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
 use crate::store::{LoadAttempt, LoadClaim, GenerationOutcome, PreparedObjectStore, Waiter};
-use crate::sync::Lock;
+use crate::sync::{AtomicU64, Lock, Ordering};
 
 /// A resident prepared object and the prepared-arena bytes it holds.
 #[derive(Debug)]
@@ -131,6 +132,12 @@ pub(super) struct Producer {
     checksums: ChecksumPolicy,
     /// Per requirement, why its latest failed generation failed (cold).
     failures: Box<[Lock<Option<String>>]>,
+    /// The plan's prepared cache.
+    cache: Option<Arc<PreparedModelStore>>,
+    /// Where persist jobs go (`None`: they run on the producing thread).
+    sink: Option<Arc<dyn PersistSink>>,
+    /// Objects packed from their sources.
+    prepacks: AtomicU64,
 }
 
 impl Producer {
@@ -143,6 +150,9 @@ impl Producer {
         checksums: ChecksumPolicy,
     ) -> Self {
         Self {
+            cache: plan.cache().cloned(),
+            sink: None,
+            prepacks: AtomicU64::new(0),
             store: PreparedObjectStore::new(plan.requirements().len()),
             failures: (0..plan.requirements().len())
                 .map(|_| Lock::new(None))
@@ -159,6 +169,21 @@ impl Producer {
     /// Sets whether reads verify declared weight digests.
     pub(super) fn set_checksums(&mut self, checksums: ChecksumPolicy) {
         self.checksums = checksums;
+    }
+
+    /// Sends persist jobs to `sink` (a session's background writer).
+    pub(super) fn set_persist_sink(&mut self, sink: Arc<dyn PersistSink>) {
+        self.sink = Some(sink);
+    }
+
+    /// Objects packed from their sources so far.
+    pub(super) fn prepacks(&self) -> u64 {
+        self.prepacks.load(Ordering::Relaxed)
+    }
+
+    /// Source bytes read through the payload source so far.
+    pub(super) fn source_bytes_read(&self) -> u64 {
+        self.source.counters().total()
     }
 
     /// The plan.
@@ -215,8 +240,9 @@ impl Producer {
         match tasks.kind[publisher.0 as usize] {
             TaskKind::ReadSource => Ok(std::slice::from_ref(publisher)),
             TaskKind::Prepack => Ok(tasks.deps.row(publisher.0 as usize)),
+            TaskKind::ReadPacked => Ok(&[]),
             other => Err(RunError::Unsupported {
-                what: format!("executing a {} task without a prepared cache", other.name()),
+                what: format!("producing an object with a {} task", other.name()),
             }
             .into()),
         }
@@ -227,10 +253,22 @@ impl Producer {
     /// decoded bytes in the preparation domain.
     pub(super) fn read(&self, t: TaskId) -> Result<Source, Error> {
         let w = self.plan.tasks().reads[t.0 as usize].expect("read tasks name their weight");
+        self.read_weight(w)
+    }
+
+    /// [`read`](Self::read) of weight `w`. When the prepared cache writes
+    /// and knows no digest of `w`, the read computes and records one.
+    fn read_weight(&self, w: WeightId) -> Result<Source, Error> {
         let weight = &self.plan.resolved().model().weights()[w.index()];
         let len = weight.byte_len() as usize;
         let mut buffer = self.preparation.alloc_zeroed(len)?;
         read_verified(&*self.source, weight, &mut buffer, self.checksums)?;
+        if let Some(cache) = &self.cache
+            && cache.wants_digest(weight)
+        {
+            use sha2::Digest;
+            cache.record_digest(weight, sha2::Sha256::digest(&buffer).into());
+        }
         let tensor = Arc::new(source_tensor(self.plan.resolved(), w, &buffer)?);
         // The decoded tensor replaces the read buffer in the preparation domain.
         let reservation = self.budget.reserve(Domain::Preparation, len)?;
@@ -256,7 +294,11 @@ impl Producer {
         inputs: &mut impl Inputs,
     ) -> Result<(), Error> {
         match self.build(&claim, r, inputs) {
-            Ok((object, allocation, bytes)) => {
+            Ok((object, allocation, bytes, packed_here)) => {
+                let persist = packed_here.then(|| match &object {
+                    PreparedObject::Source(t) => PersistObject::Tensor(t.clone()),
+                    PreparedObject::Packed(p) => PersistObject::Packed(p.clone()),
+                });
                 claim.publish(
                     ResidentObject {
                         object,
@@ -266,6 +308,21 @@ impl Producer {
                 );
                 if let Ok(reads) = self.reads_of(r) {
                     inputs.settled(self, r, reads);
+                }
+                // The object is published first; its cache write follows
+                // off the critical path.
+                if let (Some(object), Some(cache)) = (persist, &self.cache)
+                    && let Some(job) = cache.persist_job(
+                        self.plan.resolved().model(),
+                        &self.plan.resolved().requirements()[r.0 as usize],
+                        object,
+                    )
+                {
+                    match &self.sink {
+                        Some(sink) => sink.submit(job),
+                        // Reported in the cache's diagnostics.
+                        None => drop(job.run()),
+                    }
                 }
                 Ok(())
             }
@@ -280,24 +337,84 @@ impl Producer {
     }
 
     /// [`produce`](Self::produce) up to the publication: the object, its
-    /// prepared-arena allocation and its bytes.
+    /// prepared-arena allocation, its bytes, and whether it was built from
+    /// its sources (so the cache may persist it).
     fn build(
         &self,
         claim: &LoadClaim<'_, ResidentObject>,
         r: RequirementId,
         inputs: &mut impl Inputs,
-    ) -> Result<(PreparedObject, PreparedAllocation, usize), Error> {
-        let reads = self.reads_of(r)?;
-        let mut sources = Vec::with_capacity(reads.len());
-        for &t in reads {
-            sources.push(inputs.source(self, t)?);
-        }
-        claim.set_preparing();
-        let requirement = &self.plan.resolved().requirements()[r.0 as usize];
-        let object = prepare(requirement, &sources)?;
+    ) -> Result<(PreparedObject, PreparedAllocation, usize, bool), Error> {
+        let publisher = self.plan.requirements().publisher[r.0 as usize];
+        let (object, packed_here) = if self.plan.tasks().kind[publisher.0 as usize]
+            == TaskKind::ReadPacked
+        {
+            claim.set_preparing();
+            self.read_packed(r)?
+        } else {
+            let reads = self.reads_of(r)?;
+            let mut sources = Vec::with_capacity(reads.len());
+            for &t in reads {
+                sources.push(inputs.source(self, t)?);
+            }
+            claim.set_preparing();
+            (self.prepare_counted(r, &sources)?, true)
+        };
         let bytes = object.byte_len();
         let allocation = self.prepared.admit(bytes)?;
-        Ok((object, allocation, bytes))
+        Ok((object, allocation, bytes, packed_here))
+    }
+
+    /// Builds `r`'s object from decoded sources, counting prepacks.
+    fn prepare_counted(&self, r: RequirementId, sources: &[Arc<Tensor>]) -> Result<PreparedObject, Error> {
+        let requirement = &self.plan.resolved().requirements()[r.0 as usize];
+        let object = prepare(requirement, sources)?;
+        if requirement.prepack.is_some() {
+            self.prepacks.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(object)
+    }
+
+    /// The read-packed recipe: `r`'s payload from the prepared cache,
+    /// charged to the preparation domain while it is decoded. A damaged
+    /// payload is reported and the object is built from its sources
+    /// instead (`true`: persist it again), except under
+    /// `RequireComplete`, where it is an error.
+    fn read_packed(&self, r: RequirementId) -> Result<(PreparedObject, bool), Error> {
+        let requirement = &self.plan.resolved().requirements()[r.0 as usize];
+        let model = self.plan.resolved().model();
+        let cache = self.cache.as_ref().ok_or_else(|| -> Error {
+            RunError::Unsupported {
+                what: "a read-packed task in a plan built without a prepared cache".into(),
+            }
+            .into()
+        })?;
+        let bytes = self.plan.tasks().estimated_input_bytes
+            [self.plan.requirements().publisher[r.0 as usize].0 as usize];
+        let charge = self.budget.reserve(Domain::Preparation, bytes as usize)?;
+        match cache.read(model, requirement) {
+            Ok(decoded) => {
+                drop(charge);
+                Ok((
+                    match decoded {
+                        Decoded::Tensor(t) => PreparedObject::Source(Arc::new(t)),
+                        Decoded::Packed(p) => PreparedObject::Packed(Arc::new(p)),
+                    },
+                    false,
+                ))
+            }
+            Err(e) if cache.policy() == PreparedModelPolicy::RequireComplete => Err(e.into()),
+            Err(e) => {
+                drop(charge);
+                cache.report_damaged(&e);
+                let mut held = Vec::with_capacity(requirement.sources.len());
+                for &w in &requirement.sources {
+                    held.push(self.read_weight(w)?);
+                }
+                let sources: Vec<Arc<Tensor>> = held.iter().map(|s| s.tensor.clone()).collect();
+                Ok((self.prepare_counted(r, &sources)?, true))
+            }
+        }
     }
 
     /// Makes requirement `r` resident on the calling thread (on-demand

@@ -111,6 +111,23 @@ impl PreparedExecutionState {
         self
     }
 
+    /// Sends the prepared cache's persist jobs to `sink` instead of running
+    /// them on the producing thread.
+    pub fn with_persist_sink(mut self, sink: Arc<dyn crate::cache::PersistSink>) -> Self {
+        self.producer.set_persist_sink(sink);
+        self
+    }
+
+    /// Objects packed from their sources so far (cache hits pack nothing).
+    pub fn prepacks(&self) -> u64 {
+        self.producer.prepacks()
+    }
+
+    /// Bytes of source weights read so far.
+    pub fn source_bytes_read(&self) -> u64 {
+        self.producer.source_bytes_read()
+    }
+
     /// The plan.
     pub fn plan(&self) -> &Arc<PreparedExecutionPlan> {
         self.producer.plan()

@@ -55,6 +55,9 @@
 //!    (and marks them, so a sibling's later share is dropped too), and the
 //!    session releases what a finished or cancelled preparation still
 //!    holds ([`SessionTasks::release_held`]).
+//! 4. **Read packed** task publishing `q`: claim `q` (resident or in
+//!    flight means done), then read the payload from the prepared cache,
+//!    check it, and publish it under the claim.
 //!
 //! Why the skip in 1(b)–(c) is safe: deciding "no consumer" only saves the
 //! read; a prepack that finds its requirement absent after all falls back to
@@ -309,8 +312,8 @@ impl<'a> SessionTasks<'a> {
         self.inbox.iter().map(FreeList::len).sum()
     }
 
-    /// Runs session task `task`: a `ReadSource` (protocol 1) or a `Prepack`
-    /// (protocol 2). Call it at most once per task, after its dependencies
+    /// Runs session task `task`: a `ReadSource` (protocol 1), a `Prepack`
+    /// (protocol 2) or a `ReadPacked` (protocol 4). Call it at most once per task, after its dependencies
     /// returned `Ok`, for the work to be done once; any order is correct.
     ///
     /// # Errors
@@ -328,6 +331,7 @@ impl<'a> SessionTasks<'a> {
         let result = match (tasks.scope[t], tasks.kind[t]) {
             (TaskScope::Session, TaskKind::ReadSource) => self.read(task),
             (TaskScope::Session, TaskKind::Prepack) => self.prepack(task),
+            (TaskScope::Session, TaskKind::ReadPacked) => self.read_packed(task),
             (_, kind) => Err(RunError::Unsupported {
                 what: format!(
                     "executing task {t} `{}` ({}) as a session read or prepack",
@@ -445,6 +449,30 @@ impl<'a> SessionTasks<'a> {
                 fresh: Vec::new(),
             },
         )
+    }
+}
+
+impl SessionTasks<'_> {
+    /// Protocol 4: claim the requirement (resident or in flight: done),
+    /// then read, check and publish its packed payload.
+    fn read_packed(&self, task: TaskId) -> Result<(), Error> {
+        let state = &*self.state;
+        let q = state.plan().tasks().publishes[task.0 as usize]
+            .expect("read-packed tasks publish a requirement");
+        match state.producer.claim(q, &mut Retry::Once)? {
+            Role::Produce(claim) => state.producer.produce(claim, q, &mut NoSources),
+            Role::InFlight(_) | Role::Resident => Ok(()),
+        }
+    }
+}
+
+/// A read-packed task's inputs: it has no source (a damaged payload's
+/// fallback reads its sources itself).
+struct NoSources;
+
+impl Inputs for NoSources {
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error> {
+        Ok(p.read(t)?.tensor.clone())
     }
 }
 

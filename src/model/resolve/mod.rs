@@ -19,6 +19,7 @@ use crate::error::{ResolveError, UnsupportedOperator};
 
 mod probe;
 
+pub(crate) use probe::hash_source_identity;
 use probe::{ProbeView, embedded_tensor, hash_source, probe_evaluate};
 
 /// Index of a value (graph input or node output) of a [`ResolvedModel`].

@@ -53,17 +53,11 @@ impl<'a> ProbeView<'a> {
 /// Content identity of one source for its lineage digest.
 pub(super) fn hash_source(h: &mut Sha256, model: &Model, w: WeightId) {
     let d = &model.weights()[w.index()];
-    let mut field = |bytes: &[u8]| {
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
-    };
-    field(d.name().as_bytes());
-    field(d.element_type().name().as_bytes());
-    let dims: Vec<u8> = d.dims().iter().flat_map(|x| x.to_le_bytes()).collect();
-    field(&dims);
     match (d.checksum().and_then(|c| c.tensor_sha256()), d.source()) {
-        (Some(digest), _) => field(digest),
-        (None, WeightSource::Embedded { bytes }) => field(&Sha256::digest(bytes)),
+        (Some(digest), _) => hash_source_identity(h, d, digest),
+        (None, WeightSource::Embedded { bytes }) => {
+            hash_source_identity(h, d, &Sha256::digest(bytes).into());
+        }
         (
             None,
             WeightSource::External {
@@ -72,10 +66,13 @@ pub(super) fn hash_source(h: &mut Sha256, model: &Model, w: WeightId) {
                 length,
             },
         ) => {
-            // No digest: identify by location, range and file size.
+            // No digest: identify by location, range and file size (an
+            // in-process identity; the prepared cache never trusts it).
+            hash_source_fields(h, d);
             let f = &model.external_files()[file.index()];
-            field(f.location().as_bytes());
+            field(h, f.location().as_bytes());
             field(
+                h,
                 &[
                     offset.to_le_bytes(),
                     length.to_le_bytes(),
@@ -85,6 +82,27 @@ pub(super) fn hash_source(h: &mut Sha256, model: &Model, w: WeightId) {
             );
         }
     }
+}
+
+fn field(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
+}
+
+fn hash_source_fields(h: &mut Sha256, d: &WeightDescriptor) {
+    field(h, d.name().as_bytes());
+    field(h, d.element_type().name().as_bytes());
+    let dims: Vec<u8> = d.dims().iter().flat_map(|x| x.to_le_bytes()).collect();
+    field(h, &dims);
+}
+
+/// Hashes one source of a lineage: its name, element type, dims and the
+/// SHA-256 digest of its bytes. The prepared cache's lineage digest and a
+/// [`PreparedKey`](super::PreparedKey) of digested sources hash the same
+/// fields, so the two agree.
+pub(crate) fn hash_source_identity(h: &mut Sha256, d: &WeightDescriptor, digest: &[u8; 32]) {
+    hash_source_fields(h, d);
+    field(h, digest);
 }
 
 /// Most elements a probe value may hold: probe values are shapes, indices

@@ -1,0 +1,170 @@
+//! Cache files on disk (cold path): atomic publication and safe reads.
+//!
+//! # Protocol "write" (one payload, then one manifest generation)
+//! 1. The payload goes to a temp file `.tmp-<pid>-<n>-<name>` in the
+//!    payload folder (created new, never an existing path), is written
+//!    whole and fsynced.
+//! 2. It is renamed to its content-addressed name with `RENAME_NOREPLACE`:
+//!    a live payload is never replaced (one with that name holds the same
+//!    bytes); if the name exists the temp file is removed.
+//! 3. The new manifest goes to a temp file in the cache directory, is
+//!    fsynced, and renamed over the old manifest (an atomic replace).
+//! 4. The directory is fsynced, so the rename is durable.
+//!
+//! A process killed at any point leaves the previous complete manifest or
+//! the new complete one; a payload no manifest names yet is harmless (and
+//! reused by content), a temp file is ignored and removed by `prune`.
+//!
+//! Fault injection: with `ONNX_PREPARED_CACHE_PAUSE_AT=<step>` in the
+//! environment the writer stops at that step (`payload-temp`,
+//! `payload-rename`, `manifest-temp`, `manifest-rename`, `dir-sync`), prints
+//! `onnx-prepared: cache write paused at <step>` to stderr and sleeps, so a
+//! test can kill the process exactly there.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use super::CacheError;
+
+/// The environment variable naming the step to pause at (tests only).
+pub const PAUSE_ENV: &str = "ONNX_PREPARED_CACHE_PAUSE_AT";
+
+fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> CacheError + 'a {
+    move |source| CacheError::Io {
+        path: path.to_owned(),
+        what,
+        source,
+    }
+}
+
+/// Fault injection: pauses for good at `step` when the environment asks.
+pub fn pause_point(step: &str) {
+    if std::env::var_os(PAUSE_ENV).is_some_and(|v| v == step) {
+        eprintln!("onnx-prepared: cache write paused at {step}");
+        loop {
+            crate::sync::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+}
+
+/// Protocol step 1: `bytes` in a new, fsynced temp file in `dir` (a name
+/// no other writer uses: process id, clock and a counter, created new).
+fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, CacheError> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut n = 0u32;
+    let (temp, mut f) = loop {
+        let temp = dir.join(format!(".tmp-{}-{nanos}-{n}-{name}", std::process::id()));
+        match File::options().write(true).create_new(true).open(&temp) {
+            Ok(f) => break (temp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 64 => n += 1,
+            Err(e) => return Err(io(&temp, "create a temp file")(e)),
+        }
+    };
+    let written = f
+        .write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(io(&temp, "write a temp file"));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
+    Ok(temp)
+}
+
+/// Protocol steps 1–2: publishes a payload under `name` in `dir` unless a
+/// payload of that name exists. Returns whether this call wrote it.
+pub fn publish_payload(dir: &Path, name: &str, bytes: &[u8]) -> Result<bool, CacheError> {
+    std::fs::create_dir_all(dir).map_err(io(dir, "create the payload folder"))?;
+    let target = dir.join(name);
+    if target.exists() {
+        return Ok(false);
+    }
+    let temp = write_temp(dir, name, bytes)?;
+    pause_point("payload-temp");
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    let renamed = renameat_with(CWD, &temp, CWD, &target, RenameFlags::NOREPLACE);
+    let wrote = match renamed {
+        Ok(()) => true,
+        Err(rustix::io::Errno::EXIST) => false,
+        Err(e) => {
+            let _ = std::fs::remove_file(&temp);
+            return Err(CacheError::Io {
+                path: target,
+                what: "publish a payload",
+                source: e.into(),
+            });
+        }
+    };
+    if !wrote {
+        let _ = std::fs::remove_file(&temp);
+    }
+    pause_point("payload-rename");
+    Ok(wrote)
+}
+
+/// Protocol steps 3–4: `bytes` replace the manifest at `path` atomically.
+pub fn publish_manifest(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("manifest");
+    let temp = write_temp(dir, name, bytes)?;
+    pause_point("manifest-temp");
+    if let Err(e) = std::fs::rename(&temp, path) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(io(path, "publish the manifest")(e));
+    }
+    pause_point("manifest-rename");
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir, "sync the cache directory"))?;
+    pause_point("dir-sync");
+    Ok(())
+}
+
+/// Reads at most `limit` bytes of the regular file at `path` without
+/// following a final symbolic link; `None` when it does not exist.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, CacheError> {
+    let file = match crate::model::open_no_follow(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(path, "open")(e)),
+    };
+    let meta = file.metadata().map_err(io(path, "stat"))?;
+    if !meta.is_file() {
+        return Err(CacheError::Corrupt {
+            path: path.to_owned(),
+            detail: "not a regular file".into(),
+        });
+    }
+    if meta.len() > limit {
+        return Err(CacheError::Corrupt {
+            path: path.to_owned(),
+            detail: format!("{} bytes, more than the {limit} expected", meta.len()),
+        });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io(path, "read"))?;
+    if bytes.len() as u64 > limit {
+        return Err(CacheError::Corrupt {
+            path: path.to_owned(),
+            detail: format!("grew past the {limit} bytes expected while read"),
+        });
+    }
+    Ok(Some(bytes))
+}
+
+/// `<size>:<mtime ns>` of a data file: change detection for recorded
+/// source digests (never their identity).
+pub fn stamp(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    let mtime = meta.modified().ok()?;
+    let ns = mtime.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    Some(format!("{}:{ns}", meta.len()))
+}

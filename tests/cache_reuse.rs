@@ -1,0 +1,85 @@
+//! The prepared cache across sessions: a session under build-if-missing
+//! persists every prepared object; a later session under require-complete
+//! reads no source byte, packs nothing and computes the same outputs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use onnx_prepared::cache::{CacheError, PreparedModelPolicy};
+use onnx_prepared::{Error, RuntimeContext, RuntimeSession, SessionOptions, Tensor};
+use onnx_prepared_fixtures::{TinyLlmConfig, WriteMode, tiny_llm, write_fixture};
+
+fn tiny_llm_in(dir: &Path) -> PathBuf {
+    let fixture = tiny_llm(&TinyLlmConfig::default()).expect("generates");
+    write_fixture(dir, &fixture, WriteMode::Verify).expect("writes")[0].clone()
+}
+
+fn options(cache: &Path, policy: PreparedModelPolicy) -> SessionOptions {
+    SessionOptions {
+        cpu_threads: 1,
+        io_workers: 1,
+        cache_dir: Some(cache.to_owned()),
+        cache_policy: policy,
+        ..SessionOptions::default()
+    }
+}
+
+fn run(session: &RuntimeSession) -> Vec<(String, Tensor)> {
+    let mut ctx = RuntimeContext::new(session);
+    for (name, t) in common::tiny_llm_prefill(8) {
+        ctx = ctx.with_input(&name, t).unwrap();
+    }
+    session.run(ctx).unwrap().outputs().to_vec()
+}
+
+#[test]
+fn a_complete_cache_replaces_every_read_and_prepack() {
+    let dir = common::tempdir();
+    let model = tiny_llm_in(dir.path());
+    let cache = dir.path().join("cache");
+
+    let reference = {
+        let s = RuntimeSession::open(&model, SessionOptions::default()).unwrap();
+        run(&s)
+    };
+
+    // Under require-complete an empty cache fails before any inference,
+    // naming every missing object.
+    let err = RuntimeSession::open(
+        &model,
+        options(&cache, PreparedModelPolicy::RequireComplete),
+    )
+    .unwrap_err();
+    let Error::Cache(CacheError::Incomplete { missing }) = &err else {
+        panic!("expected an incomplete cache, got {err}");
+    };
+    let first =
+        RuntimeSession::open(&model, options(&cache, PreparedModelPolicy::BuildIfMissing)).unwrap();
+    let objects = first.plan().requirements().len();
+    assert_eq!(missing.len(), objects);
+    assert_eq!(run(&first), reference);
+    first.flush_cache();
+    let stats = first.preparation_stats();
+    assert!(stats.prepacks > 0 && stats.source_bytes_read > 0);
+    assert_eq!(stats.cache.writes as usize, objects);
+    assert_eq!(stats.cache.hits, 0);
+    drop(first);
+
+    let second = RuntimeSession::open(
+        &model,
+        options(&cache, PreparedModelPolicy::RequireComplete),
+    )
+    .unwrap();
+    assert_eq!(run(&second), reference);
+    let stats = second.preparation_stats();
+    assert_eq!(
+        stats.source_bytes_read, 0,
+        "a cached session reads no source byte"
+    );
+    assert_eq!(stats.prepacks, 0, "a cached session packs nothing");
+    assert_eq!(stats.cache.hits as usize, objects);
+    assert!(stats.cache.packed_bytes_read > 0);
+    assert_eq!(stats.cache.writes, 0);
+    assert!(second.cache().unwrap().diagnostics().is_empty());
+}
