@@ -6,7 +6,9 @@
 //!    whole and fsynced.
 //! 2. It is renamed to its content-addressed name with `RENAME_NOREPLACE`:
 //!    a live payload is never replaced (one with that name holds the same
-//!    bytes); if the name exists the temp file is removed.
+//!    bytes); if the name exists the temp file is removed. Only a file of
+//!    that name whose bytes do not match its name (damaged) is replaced,
+//!    atomically.
 //! 3. The new manifest goes to a temp file in the cache directory, is
 //!    fsynced, and renamed over the old manifest (an atomic replace).
 //! 4. The directory is fsynced, so the rename is durable.
@@ -74,19 +76,38 @@ fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, CacheErro
     Ok(temp)
 }
 
-/// Protocol steps 1–2: publishes a payload under `name` in `dir` unless a
-/// payload of that name exists. Returns whether this call wrote it.
-pub fn publish_payload(dir: &Path, name: &str, bytes: &[u8]) -> Result<bool, CacheError> {
+/// Protocol steps 1–2: publishes a payload under `name` in `dir`. A file
+/// of that name holding exactly these bytes (checked by `checksum`, the
+/// XXH3-128 its name is made of) is kept; a damaged one (truncated, a
+/// flipped byte) is replaced atomically. Returns whether this call wrote.
+pub fn publish_payload(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    checksum: u128,
+) -> Result<bool, CacheError> {
     std::fs::create_dir_all(dir).map_err(io(dir, "create the payload folder"))?;
     let target = dir.join(name);
-    if target.exists() {
+    let intact = |path: &Path| {
+        matches!(read_bounded(path, bytes.len() as u64), Ok(Some(b))
+            if b.len() == bytes.len() && xxhash_rust::xxh3::xxh3_128(&b) == checksum)
+    };
+    let exists = std::fs::symlink_metadata(&target).is_ok();
+    if exists && intact(&target) {
         return Ok(false);
     }
     let temp = write_temp(dir, name, bytes)?;
     pause_point("payload-temp");
     use rustix::fs::{CWD, RenameFlags, renameat_with};
-    let renamed = renameat_with(CWD, &temp, CWD, &target, RenameFlags::NOREPLACE);
-    let wrote = match renamed {
+    // A new name is published without replacing anything (a concurrent
+    // writer's payload wins: it holds the same bytes); a damaged one is
+    // replaced.
+    let flags = if exists {
+        RenameFlags::empty()
+    } else {
+        RenameFlags::NOREPLACE
+    };
+    let wrote = match renameat_with(CWD, &temp, CWD, &target, flags) {
         Ok(()) => true,
         Err(rustix::io::Errno::EXIST) => false,
         Err(e) => {

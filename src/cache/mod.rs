@@ -605,7 +605,7 @@ impl PersistJob {
         let checksum = xxhash_rust::xxh3::xxh3_128(&bytes);
         let location = CacheEntry::location_for(checksum);
         let (dir, name) = location.split_once('/').expect("payloads/<name>");
-        files::publish_payload(&self.store.dir.join(dir), name, &bytes)?;
+        files::publish_payload(&self.store.dir.join(dir), name, &bytes, checksum)?;
         self.store.written.with(|w| {
             w.push(CacheEntry {
                 key: self.key.clone(),
