@@ -66,6 +66,7 @@ internal!(arena, scheduler, state, store, sync);
 
 pub mod cache;
 pub mod decoder;
+pub mod durable;
 pub mod error;
 pub mod limits;
 pub mod model;

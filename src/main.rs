@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod cli;
+
 use clap::{Parser, Subcommand};
+use cli::CacheArgs;
 use onnx_prepared::decoder::{self, Lengths};
 use onnx_prepared::limits::{MAX_CLI_THREADS, MAX_NEW_TOKENS, MAX_REPEAT};
 use onnx_prepared::model::Model;
@@ -77,6 +80,11 @@ enum Command {
         /// How the outputs are made: `eager` (prepare, then run), `streaming` (a cold run, weights loading behind it) or `hot` (the second run of a prepared session).
         #[arg(long, value_enum, default_value_t = RunMode::Eager)]
         mode: RunMode,
+        /// Write JSON counters (source and packed bytes read, prepacks, cache hits, misses and writes, time to first output from process start) to this file.
+        #[arg(long, value_name = "FILE")]
+        stats: Option<PathBuf>,
+        #[command(flatten)]
+        cache: CacheArgs,
     },
     /// Measure the four ways to a first output (eager, streaming, prepared, hot), each in a fresh session.
     Bench {
@@ -97,6 +105,8 @@ enum Command {
         /// Write the streaming mode's Chrome trace to this file.
         #[arg(long)]
         trace: Option<PathBuf>,
+        #[command(flatten)]
+        cache: CacheArgs,
     },
     /// Greedy decoding for a decoder model with a past/present KV cache: prints the new token ids, time to first token and tokens/s.
     Generate {
@@ -114,6 +124,8 @@ enum Command {
         /// Print `{"tokens": [...], "time_to_first_token_s": ..., "tokens_per_s": ...}`.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        cache: CacheArgs,
     },
     /// Generate the fixture models if missing, measure tiny-llm's four modes, show the streaming timeline and decode a few tokens.
     Demo {
@@ -123,21 +135,43 @@ enum Command {
         /// Write the streaming mode's Chrome trace to this file.
         #[arg(long)]
         trace: Option<PathBuf>,
+        /// The prepared cache of the demo's second, cached session (default: target/prepared-cache).
+        #[arg(long = "cache", value_name = "DIR")]
+        cache: Option<PathBuf>,
     },
+    /// Inspect, verify or prune a prepared cache directory.
+    #[command(subcommand)]
+    Cache(cli::cache::CacheCommand),
 }
 
 fn main() -> ExitCode {
+    // Time to first output is measured from here (the process's start, but
+    // for the loader).
+    let started = Instant::now();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect { model, json } => inspect(model, json),
-        Command::Demo { fixtures, trace } => demo(fixtures, trace),
+        Command::Demo {
+            fixtures,
+            trace,
+            cache,
+        } => demo(fixtures, trace, cache),
+        Command::Cache(command) => cli::cache::main(command),
         Command::Generate {
             model,
             prompt_ids,
             max_new_tokens,
             threads,
             json,
-        } => generate(&model, &prompt_ids, max_new_tokens, threads.into(), json),
+            cache,
+        } => generate(
+            &model,
+            &prompt_ids,
+            max_new_tokens,
+            threads.into(),
+            json,
+            &cache,
+        ),
         Command::Bench {
             model,
             json,
@@ -145,6 +179,7 @@ fn main() -> ExitCode {
             inputs,
             dims,
             trace,
+            cache,
         } => bench(BenchArgs {
             model,
             json,
@@ -152,6 +187,7 @@ fn main() -> ExitCode {
             inputs,
             dims,
             trace,
+            cache,
         }),
         Command::Plan {
             model,
@@ -168,6 +204,8 @@ fn main() -> ExitCode {
             portable,
             trace,
             mode,
+            stats,
+            cache,
         } => run(RunArgs {
             model,
             inputs,
@@ -178,6 +216,9 @@ fn main() -> ExitCode {
             portable,
             trace,
             mode,
+            stats,
+            cache,
+            started,
         }),
     };
     match result {
@@ -262,6 +303,10 @@ struct RunArgs {
     portable: bool,
     trace: Option<PathBuf>,
     mode: RunMode,
+    stats: Option<PathBuf>,
+    cache: CacheArgs,
+    /// When the process started.
+    started: Instant,
 }
 
 fn all_cores() -> usize {
@@ -296,7 +341,7 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let session = RuntimeSession::open(
         &args.model,
-        SessionOptions {
+        args.cache.apply(SessionOptions {
             // `--threads N`: this thread runs the inference (`run` is
             // synchronous) with N - 1 CPU workers helping its kernels.
             cpu_threads: args.threads.saturating_sub(1).max(1),
@@ -307,7 +352,7 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
                 ..ResolveOptions::default()
             },
             ..SessionOptions::default()
-        },
+        })?,
     )?;
     if args.mode != RunMode::Streaming {
         session.prepare()?;
@@ -324,10 +369,16 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     let first = Instant::now();
     let mut ctx = session.run(ctx)?;
     let first = first.elapsed();
+    let first_output = args.started.elapsed();
     if args.mode == RunMode::Hot {
         ctx = session.run(ctx)?;
     }
     let outputs = ctx.take_outputs();
+    if let Some(path) = &args.stats {
+        // Cache writes run behind the first output; count them all.
+        session.flush_cache();
+        cli::write_stats(path, &session, first_output)?;
+    }
     let mut times = Vec::with_capacity(args.repeat);
     for _ in 0..args.repeat {
         let t = Instant::now();
@@ -370,14 +421,15 @@ fn generate(
     max_new_tokens: usize,
     threads: usize,
     json: bool,
+    cache: &CacheArgs,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let session = RuntimeSession::open(
         path,
-        SessionOptions {
+        cache.apply(SessionOptions {
             cpu_threads: threads.saturating_sub(1).max(1),
             intra_op_threads: Some(threads),
             ..SessionOptions::default()
-        },
+        })?,
     )?;
     // A GenAI-builder model runs in the cache form its config names.
     let cache = decoder::genai_kv_cache(path).unwrap_or(decoder::KvCache::Growing);
@@ -410,6 +462,7 @@ struct BenchArgs {
     inputs: Option<PathBuf>,
     dims: Vec<(String, usize)>,
     trace: Option<PathBuf>,
+    cache: CacheArgs,
 }
 
 /// Generated bench inputs: a 128-token prefill with no past.
@@ -432,6 +485,7 @@ fn bench_modes(
     threads: usize,
     inputs: Option<&Path>,
     dims: &[(String, usize)],
+    cache: Option<&Path>,
 ) -> Result<BenchRun, Box<dyn std::error::Error>> {
     let model = Model::open(model)?;
     let inputs = match inputs {
@@ -443,6 +497,7 @@ fn bench_modes(
     };
     let options = SessionOptions {
         cpu_threads: threads,
+        cache_dir: cache.map(Path::to_owned),
         ..SessionOptions::default()
     };
     Ok(run_modes(
@@ -457,11 +512,15 @@ const WARM_CACHE_NOTE: &str = "each mode runs in a fresh session (empty store, f
      the OS page cache is warm, so reads come from memory";
 
 fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    if args.cache.policy != None && args.cache.dir.is_none() {
+        return Err("--cache-policy needs --cache DIR".into());
+    }
     let run = bench_modes(
         &args.model,
         args.threads,
         args.inputs.as_deref(),
         &args.dims,
+        args.cache.dir.as_deref(),
     )?;
     if let Some(path) = &args.trace {
         write_trace(path, &run.streaming_trace)?;
@@ -514,8 +573,13 @@ fn inspect(path: PathBuf, json: bool) -> Result<(), Box<dyn std::error::Error>> 
     Ok(())
 }
 
-fn demo(dir: Option<PathBuf>, trace: Option<PathBuf>) -> Result<(), Box<dyn std::error::Error>> {
+fn demo(
+    dir: Option<PathBuf>,
+    trace: Option<PathBuf>,
+    cache: Option<PathBuf>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let dir = dir.unwrap_or_else(onnx_prepared_fixtures::default_dir);
+    let cache = cache.unwrap_or_else(|| dir.parent().unwrap_or(&dir).join("prepared-cache"));
     let start = Instant::now();
     let models = onnx_prepared_fixtures::ensure_all(&dir)?;
     println!(
@@ -538,12 +602,17 @@ fn demo(dir: Option<PathBuf>, trace: Option<PathBuf>) -> Result<(), Box<dyn std:
         );
     }
     let threads = all_cores();
-    let run = bench_modes(&dir.join("tiny-llm.onnx"), threads, None, &[])?;
+    let run = bench_modes(&dir.join("tiny-llm.onnx"), threads, None, &[], Some(&cache))?;
     println!(
         "\ntiny-llm, prefill T={} P=0, {threads} threads: {WARM_CACHE_NOTE}\n",
         BENCH_DIMS.tokens
     );
     print!("{}", run.report.table());
+    println!(
+        "\n`cached` is a second process's session: it reads packed weights from the prepared cache in {} \
+         (a companion ONNX model + payloads) instead of reading and packing the sources",
+        cache.display()
+    );
     println!("\nstreaming mode: I/O, prepacks and inference overlap\n");
     print!("{}", run.streaming_trace.timeline(72));
     if let Some(path) = &trace {

@@ -489,20 +489,7 @@ pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<(), NpzErro
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let (tmp, file) = (0u32..)
-        .map(|n| dir.join(format!(".{name}.{}.{n}.tmp", std::process::id())))
-        .find_map(|tmp| {
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-            {
-                Ok(file) => Some(Ok((tmp, file))),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
-                Err(e) => Some(Err(io(e))),
-            }
-        })
-        .expect("an unused temporary name")?;
+    let (tmp, file) = crate::durable::create_temp(dir, &name).map_err(io)?;
     let result = (|| {
         let file = write_zip(path, file, arrays)?;
         file.sync_all().map_err(io)?;

@@ -1,7 +1,7 @@
 //! Cache files on disk (cold path): atomic publication and safe reads.
 //!
 //! # Protocol "write" (one payload, then one manifest generation)
-//! 1. The payload goes to a temp file `.tmp-<pid>-<n>-<name>` in the
+//! 1. The payload goes to a temp file `.<name>.<pid>.<n>.tmp` in the
 //!    payload folder (created new, never an existing path), is written
 //!    whole and fsynced.
 //! 2. It is renamed to its content-addressed name with `RENAME_NOREPLACE`:
@@ -24,7 +24,7 @@
 //! test can kill the process exactly there.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::CacheError;
@@ -50,30 +50,9 @@ pub fn pause_point(step: &str) {
     }
 }
 
-/// Protocol step 1: `bytes` in a new, fsynced temp file in `dir` (a name
-/// no other writer uses: process id, clock and a counter, created new).
+/// Protocol step 1: `bytes` in a new, fsynced temp file in `dir`.
 fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, CacheError> {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let mut n = 0u32;
-    let (temp, mut f) = loop {
-        let temp = dir.join(format!(".tmp-{}-{nanos}-{n}-{name}", std::process::id()));
-        match File::options().write(true).create_new(true).open(&temp) {
-            Ok(f) => break (temp, f),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 64 => n += 1,
-            Err(e) => return Err(io(&temp, "create a temp file")(e)),
-        }
-    };
-    let written = f
-        .write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(io(&temp, "write a temp file"));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&temp);
-        return Err(e);
-    }
-    Ok(temp)
+    crate::durable::write_temp(dir, name, bytes).map_err(io(dir, "write a temp file"))
 }
 
 /// Protocol steps 1–2: publishes a payload under `name` in `dir`. A file

@@ -1,0 +1,77 @@
+//! Modules of the `onnx-prepared` command-line tool (the binary only).
+
+pub mod cache;
+
+use std::path::PathBuf;
+
+use onnx_prepared::SessionOptions;
+use onnx_prepared::cache::PreparedModelPolicy;
+
+/// `--cache DIR` and `--cache-policy P`, shared by `run`, `bench`,
+/// `generate` and `demo`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct CacheArgs {
+    /// Prepared cache directory: packed weights are read from it, and written to it for the next process.
+    #[arg(long = "cache", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// What to do with the cache: disabled, read-only, build-if-missing (default with --cache) or require-complete.
+    #[arg(long = "cache-policy", value_name = "POLICY", value_parser = parse_policy)]
+    pub policy: Option<PreparedModelPolicy>,
+}
+
+fn parse_policy(s: &str) -> Result<PreparedModelPolicy, String> {
+    PreparedModelPolicy::parse(s).ok_or_else(|| {
+        format!("`{s}` is not a cache policy: disabled, read-only, build-if-missing or require-complete")
+    })
+}
+
+impl CacheArgs {
+    /// The policy in effect: the given one, build-if-missing with a
+    /// directory, disabled without.
+    pub fn policy(&self) -> PreparedModelPolicy {
+        match (&self.dir, self.policy) {
+            (_, Some(p)) => p,
+            (Some(_), None) => PreparedModelPolicy::BuildIfMissing,
+            (None, None) => PreparedModelPolicy::Disabled,
+        }
+    }
+
+    /// `options` with this cache.
+    pub fn apply(&self, options: SessionOptions) -> Result<SessionOptions, String> {
+        let policy = self.policy();
+        if self.dir.is_none() && policy != PreparedModelPolicy::Disabled {
+            return Err(format!(
+                "--cache-policy {} needs --cache DIR",
+                policy.name()
+            ));
+        }
+        Ok(SessionOptions {
+            cache_dir: self.dir.clone(),
+            cache_policy: policy,
+            ..options
+        })
+    }
+}
+
+/// `run --stats FILE`: the session's preparation counters and the time to
+/// first output from process start, as JSON.
+pub fn write_stats(
+    path: &std::path::Path,
+    session: &onnx_prepared::RuntimeSession,
+    first_output: std::time::Duration,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let s = session.preparation_stats();
+    let json = serde_json::json!({
+        "source_bytes_read": s.source_bytes_read,
+        "packed_bytes_read": s.cache.packed_bytes_read,
+        "prepacks": s.prepacks,
+        "cache_hits": s.cache.hits,
+        "cache_misses": s.cache.misses,
+        "cache_writes": s.cache.writes,
+        "time_to_first_output_s": first_output.as_secs_f64(),
+        "cache_diagnostics": session.cache().map(|c| c.diagnostics()).unwrap_or_default(),
+    });
+    onnx_prepared::durable::replace_file(path, (serde_json::to_string_pretty(&json)? + "\n").as_bytes())
+        .map_err(|e| format!("writing the stats to {}: {e}", path.display()))?;
+    Ok(())
+}
