@@ -83,3 +83,58 @@ fn a_complete_cache_replaces_every_read_and_prepack() {
     assert_eq!(stats.cache.writes, 0);
     assert!(second.cache().unwrap().diagnostics().is_empty());
 }
+
+#[test]
+fn sessions_sharing_prepared_objects_hold_one_copy() {
+    let dir = common::tempdir();
+    let model = tiny_llm_in(dir.path());
+    let sharing = SessionOptions {
+        cpu_threads: 1,
+        io_workers: 1,
+        share_prepared: true,
+        ..SessionOptions::default()
+    };
+    let first = RuntimeSession::open(&model, sharing.clone()).unwrap();
+    first.prepare().unwrap();
+    let weights = first.memory().domain(onnx_prepared::Domain::Prepared).live;
+    assert!(weights > 0);
+    let reference = run(&first);
+
+    let second = RuntimeSession::open(&model, sharing).unwrap();
+    second.prepare().unwrap();
+    assert!(second.is_hot());
+    let stats = second.preparation_stats();
+    assert_eq!(
+        stats.source_bytes_read, 0,
+        "the second session reads nothing"
+    );
+    assert_eq!(stats.prepacks, 0, "the second session packs nothing");
+    assert_eq!(
+        second.memory().domain(onnx_prepared::Domain::Prepared).live,
+        0,
+        "the second session's weights cost no memory of its own"
+    );
+    assert_eq!(run(&second), reference);
+
+    // A session that does not share has objects of its own.
+    let own = RuntimeSession::open(
+        &model,
+        SessionOptions {
+            cpu_threads: 1,
+            io_workers: 1,
+            ..SessionOptions::default()
+        },
+    )
+    .unwrap();
+    own.prepare().unwrap();
+    assert_eq!(
+        own.memory().domain(onnx_prepared::Domain::Prepared).live,
+        weights
+    );
+    assert!(own.preparation_stats().source_bytes_read > 0);
+
+    // The objects outlive the session that built them while another holds
+    // them.
+    drop(first);
+    assert_eq!(run(&second), reference);
+}

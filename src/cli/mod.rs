@@ -21,7 +21,9 @@ pub struct CacheArgs {
 
 fn parse_policy(s: &str) -> Result<PreparedModelPolicy, String> {
     PreparedModelPolicy::parse(s).ok_or_else(|| {
-        format!("`{s}` is not a cache policy: disabled, read-only, build-if-missing or require-complete")
+        format!(
+            "`{s}` is not a cache policy: disabled, read-only, build-if-missing or require-complete"
+        )
     })
 }
 
@@ -71,7 +73,10 @@ pub fn write_stats(
         "time_to_first_output_s": first_output.as_secs_f64(),
         "cache_diagnostics": session.cache().map(|c| c.diagnostics()).unwrap_or_default(),
     });
-    onnx_prepared::durable::replace_file(path, (serde_json::to_string_pretty(&json)? + "\n").as_bytes())
-        .map_err(|e| format!("writing the stats to {}: {e}", path.display()))?;
+    onnx_prepared::durable::replace_file(
+        path,
+        (serde_json::to_string_pretty(&json)? + "\n").as_bytes(),
+    )
+    .map_err(|e| format!("writing the stats to {}: {e}", path.display()))?;
     Ok(())
 }

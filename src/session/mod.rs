@@ -267,6 +267,9 @@ impl RuntimeSession {
         if let Some(w) = &writer {
             state = state.with_persist_sink(w.clone());
         }
+        if options.share_prepared {
+            state = state.with_shared_objects();
+        }
         let state = Arc::new(state);
         Ok(Self {
             inner: Arc::new(SessionInner {

@@ -78,6 +78,14 @@ pub struct SessionOptions {
     /// What the session does with the prepared cache (default
     /// [`PreparedModelPolicy::Disabled`]).
     pub cache_policy: PreparedModelPolicy,
+    /// Share prepared objects through the process-wide prepared store
+    /// (default `false`): a sharing session whose model needs an object
+    /// another live sharing session published (same sources, layout and
+    /// device) uses it at once, with no read, prepack or extra memory (the
+    /// bytes stay charged to the session that built them). Off by default
+    /// so that a session's reads, faults, evictions and memory accounting
+    /// are its own unless asked.
+    pub share_prepared: bool,
 }
 
 impl Default for SessionOptions {
@@ -95,6 +103,7 @@ impl Default for SessionOptions {
             resolve: ResolveOptions::default(),
             cache_dir: None,
             cache_policy: PreparedModelPolicy::Disabled,
+            share_prepared: false,
         }
     }
 }

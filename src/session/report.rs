@@ -380,6 +380,8 @@ pub fn run_modes(
     let options = SessionOptions {
         pool: Some(pool),
         trace: true,
+        // Each mode loads on its own.
+        share_prepared: false,
         ..options.clone()
     };
     let mut report = BenchReport::default();
@@ -388,19 +390,30 @@ pub fn run_modes(
     let cache = options.cache_dir.clone();
     if let Some(dir) = &cache {
         // The cached mode measures a complete cache: build what is missing.
-        let store = PreparedModelStore::open(dir, PreparedModelPolicy::BuildIfMissing, model, resolve.cpu)?;
-        let plan = PreparedExecutionPlan::build_cached(ResolvedModel::resolve(model.clone(), resolve)?, store)?;
+        let store =
+            PreparedModelStore::open(dir, PreparedModelPolicy::BuildIfMissing, model, resolve.cpu)?;
+        let plan = PreparedExecutionPlan::build_cached(
+            ResolvedModel::resolve(model.clone(), resolve)?,
+            store,
+        )?;
         let session = RuntimeSession::new(plan, options.clone())?;
         session.prepare().map_err(|e| e.error)?;
         session.flush_cache();
     }
-    let modes = BenchMode::ALL.into_iter().chain(cache.is_some().then_some(BenchMode::Cached));
+    let modes = BenchMode::ALL
+        .into_iter()
+        .chain(cache.is_some().then_some(BenchMode::Cached));
     for mode in modes {
         let resolved = ResolvedModel::resolve(model.clone(), resolve)?;
         let plan = match (&cache, mode) {
             (Some(dir), BenchMode::Cached) => PreparedExecutionPlan::build_cached(
                 resolved,
-                PreparedModelStore::open(dir, PreparedModelPolicy::RequireComplete, model, resolve.cpu)?,
+                PreparedModelStore::open(
+                    dir,
+                    PreparedModelPolicy::RequireComplete,
+                    model,
+                    resolve.cpu,
+                )?,
             )?,
             _ => PreparedExecutionPlan::build(resolved)?,
         };

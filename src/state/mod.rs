@@ -10,6 +10,7 @@ mod lowering;
 mod object;
 mod preparation;
 mod prepared;
+mod shared;
 mod tasks;
 
 pub use crate::model::{Dim, GraphInput};
@@ -18,4 +19,5 @@ pub(crate) use lowering::{execute_caught, tensor_bytes};
 pub use object::PreparedObject;
 pub use preparation::ResidentObject;
 pub use prepared::{InvocationState, PreparedExecutionState, RunProgress};
+pub use shared::SharedObject;
 pub use tasks::SessionTasks;

@@ -21,23 +21,33 @@ use onnx_prepared_kernels::Tensor;
 
 use super::PreparedObject;
 use super::object::{prepare, source_tensor};
+use super::shared::{self, SharedKey, SharedObject};
 use crate::Error;
 use crate::cache::{Decoded, PersistObject, PersistSink, PreparedModelPolicy, PreparedModelStore};
-use crate::arena::{
-    Domain, MemoryBudget, PreparationArena, PreparedAllocation, PreparedArena, Reservation,
-};
+use crate::arena::{Domain, MemoryBudget, PreparationArena, PreparedArena, Reservation};
 use crate::error::RunError;
 use crate::model::{ChecksumPolicy, PayloadSource, WeightId, read_verified};
 use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
 use crate::store::{LoadAttempt, LoadClaim, GenerationOutcome, PreparedObjectStore, Waiter};
 use crate::sync::{AtomicU64, Lock, Ordering};
 
-/// A resident prepared object and the prepared-arena bytes it holds.
+/// A resident prepared object, shared with every session of the process
+/// that publishes the same key (the bytes are charged once, see
+/// `shared.rs`).
 #[derive(Debug)]
 pub struct ResidentObject {
     /// The object.
     pub object: PreparedObject,
-    _allocation: PreparedAllocation,
+    _shared: Arc<SharedObject>,
+}
+
+impl ResidentObject {
+    fn new(shared: Arc<SharedObject>) -> Self {
+        Self {
+            object: shared.object.clone(),
+            _shared: shared,
+        }
+    }
 }
 
 /// A read task's decoded source and the preparation-domain bytes it holds;
@@ -138,6 +148,9 @@ pub(super) struct Producer {
     sink: Option<Arc<dyn PersistSink>>,
     /// Objects packed from their sources.
     prepacks: AtomicU64,
+    /// Per requirement, its key in the process-wide store (`None`: the
+    /// state neither looks objects up there nor registers them).
+    shared: Option<Box<[SharedKey]>>,
 }
 
 impl Producer {
@@ -152,6 +165,7 @@ impl Producer {
         Self {
             cache: plan.cache().cloned(),
             sink: None,
+            shared: None,
             prepacks: AtomicU64::new(0),
             store: PreparedObjectStore::new(plan.requirements().len()),
             failures: (0..plan.requirements().len())
@@ -174,6 +188,26 @@ impl Producer {
     /// Sends persist jobs to `sink` (a session's background writer).
     pub(super) fn set_persist_sink(&mut self, sink: Arc<dyn PersistSink>) {
         self.sink = Some(sink);
+    }
+
+    /// Shares objects with other states of the process (see `shared.rs`).
+    pub(super) fn share_objects(&mut self) {
+        let resolved = self.plan.resolved();
+        self.shared = Some(
+            resolved
+                .requirements()
+                .iter()
+                .map(|r| SharedKey::new(resolved.model(), r))
+                .collect(),
+        );
+    }
+
+    /// Whether another session of the process holds `r`'s object now (so
+    /// producing `r` needs no source).
+    pub(super) fn shared_elsewhere(&self, r: RequirementId) -> bool {
+        self.shared
+            .as_ref()
+            .is_some_and(|keys| shared::find(&keys[r.0 as usize]).is_some())
     }
 
     /// Objects packed from their sources so far.
@@ -294,18 +328,12 @@ impl Producer {
         inputs: &mut impl Inputs,
     ) -> Result<(), Error> {
         match self.build(&claim, r, inputs) {
-            Ok((object, allocation, bytes, packed_here)) => {
-                let persist = packed_here.then(|| match &object {
+            Ok((object, bytes, packed_here)) => {
+                let persist = packed_here.then(|| match &object.object {
                     PreparedObject::Source(t) => PersistObject::Tensor(t.clone()),
                     PreparedObject::Packed(p) => PersistObject::Packed(p.clone()),
                 });
-                claim.publish(
-                    ResidentObject {
-                        object,
-                        _allocation: allocation,
-                    },
-                    bytes,
-                );
+                claim.publish(ResidentObject::new(object), bytes);
                 if let Ok(reads) = self.reads_of(r) {
                     inputs.settled(self, r, reads);
                 }
@@ -336,15 +364,21 @@ impl Producer {
         }
     }
 
-    /// [`produce`](Self::produce) up to the publication: the object, its
-    /// prepared-arena allocation, its bytes, and whether it was built from
-    /// its sources (so the cache may persist it).
+    /// [`produce`](Self::produce) up to the publication: the object (with
+    /// its prepared-arena charge), its bytes, and whether it was built from
+    /// its sources (so the cache may persist it). An object another session
+    /// of the process published under the same key is reused as is.
     fn build(
         &self,
         claim: &LoadClaim<'_, ResidentObject>,
         r: RequirementId,
         inputs: &mut impl Inputs,
-    ) -> Result<(PreparedObject, PreparedAllocation, usize, bool), Error> {
+    ) -> Result<(Arc<SharedObject>, usize, bool), Error> {
+        let key = self.shared.as_ref().map(|keys| &keys[r.0 as usize]);
+        if let Some(found) = key.and_then(shared::find) {
+            let bytes = found.object.byte_len();
+            return Ok((found, bytes, false));
+        }
         let publisher = self.plan.requirements().publisher[r.0 as usize];
         let (object, packed_here) = if self.plan.tasks().kind[publisher.0 as usize]
             == TaskKind::ReadPacked
@@ -361,8 +395,11 @@ impl Producer {
             (self.prepare_counted(r, &sources)?, true)
         };
         let bytes = object.byte_len();
-        let allocation = self.prepared.admit(bytes)?;
-        Ok((object, allocation, bytes, packed_here))
+        let object = SharedObject::new(object, self.prepared.admit(bytes)?);
+        if let Some(key) = key {
+            shared::register(key.clone(), &object);
+        }
+        Ok((object, bytes, packed_here))
     }
 
     /// Builds `r`'s object from decoded sources, counting prepacks.

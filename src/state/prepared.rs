@@ -118,6 +118,14 @@ impl PreparedExecutionState {
         self
     }
 
+    /// Shares prepared objects with every other sharing state of the
+    /// process: an object published under the same key is reused, not
+    /// read and packed again (the process-wide prepared store).
+    pub fn with_shared_objects(mut self) -> Self {
+        self.producer.share_objects();
+        self
+    }
+
     /// Objects packed from their sources so far (cache hits pack nothing).
     pub fn prepacks(&self) -> u64 {
         self.producer.prepacks()

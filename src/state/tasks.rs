@@ -17,7 +17,8 @@
 //!    (store protocol 1; resident or in flight means someone else produces
 //!    it: no claim, no wait);
 //!    (b) the *consumers* are the prepack dependents whose requirement is
-//!    neither resident nor in flight now;
+//!    neither resident nor in flight now, nor held by another session of
+//!    the process (the prepack then publishes that session's object);
 //!    (c) with no claim and no consumer, return: nothing is read;
 //!    (d) read and decode `w` through the preparation arena;
 //!    (e) with a claim, the read is `r`'s production: publish `r` (an error
@@ -370,7 +371,7 @@ impl<'a> SessionTasks<'a> {
             tasks.kind[d] == TaskKind::Prepack
                 && tasks.publishes[d].is_some_and(|q| {
                     let now = state.store().snapshot(q.0 as usize);
-                    !now.is_resident() && !now.is_in_flight()
+                    !now.is_resident() && !now.is_in_flight() && !producer.shared_elsewhere(q)
                 })
         });
         if claim.is_none() && consumers.clone().next().is_none() {

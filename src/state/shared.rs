@@ -1,0 +1,106 @@
+//! One prepared store per process: every object a session publishes is
+//! also registered here under its [`SharedKey`], weakly, so another
+//! session of the same model (or of a model with a weight of the same
+//! lineage) publishes the same object instead of reading and packing it
+//! again, at no extra memory: the bytes stay charged to the session that
+//! built them, and are freed when the last session holding them lets go.
+//!
+//! Keys: a [`PreparedKey`] identifies an object by its sources' names,
+//! types, dims and digests. A source without a digest is identified by
+//! its data file's location, range and size, which only name the same
+//! bytes within one model folder: such keys also carry the data files'
+//! canonical paths and stamps.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use crate::arena::PreparedAllocation;
+use crate::model::{Model, PreparedKey, Requirement, WeightSource};
+use crate::sync::Lock;
+
+use super::PreparedObject;
+
+/// An object shared by the sessions that publish it, with the charge of
+/// its bytes (returned when the last holder drops it).
+#[derive(Debug)]
+pub struct SharedObject {
+    /// The object.
+    pub object: PreparedObject,
+    _allocation: PreparedAllocation,
+}
+
+impl SharedObject {
+    /// `object`, charged by `allocation`.
+    pub(super) fn new(object: PreparedObject, allocation: PreparedAllocation) -> Arc<Self> {
+        Arc::new(Self {
+            object,
+            _allocation: allocation,
+        })
+    }
+}
+
+/// The identity of an object across sessions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct SharedKey {
+    key: PreparedKey,
+    /// Canonical data file paths and stamps, when a source has no digest.
+    files: Option<String>,
+}
+
+impl SharedKey {
+    /// `r`'s key in `model`.
+    pub(super) fn new(model: &Model, r: &Requirement) -> Self {
+        let mut files = Vec::new();
+        for &w in &r.sources {
+            let d = &model.weights()[w.index()];
+            if d.checksum().and_then(|c| c.tensor_sha256()).is_some() {
+                continue;
+            }
+            if let WeightSource::External { file, .. } = d.source() {
+                let f = &model.external_files()[file.index()];
+                let stamp = std::fs::metadata(f.path())
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos());
+                files.push(format!("{}@{stamp}", f.path().display()));
+            }
+        }
+        Self {
+            key: r.key.clone(),
+            files: (!files.is_empty()).then(|| files.join("\n")),
+        }
+    }
+}
+
+type Registry = HashMap<SharedKey, Weak<SharedObject>>;
+
+#[cfg(not(loom))]
+fn registry() -> &'static Lock<Registry> {
+    static REGISTRY: std::sync::OnceLock<Lock<Registry>> = std::sync::OnceLock::new();
+    REGISTRY.get_or_init(|| Lock::new(HashMap::new()))
+}
+
+/// The object another session published under `key`, if it is alive.
+pub(super) fn find(key: &SharedKey) -> Option<Arc<SharedObject>> {
+    #[cfg(not(loom))]
+    return registry().with(|r| r.get(key).and_then(Weak::upgrade));
+    #[cfg(loom)]
+    {
+        let _ = key;
+        None
+    }
+}
+
+/// Registers `object` under `key` (dropping entries whose objects died).
+pub(super) fn register(key: SharedKey, object: &Arc<SharedObject>) {
+    #[cfg(not(loom))]
+    registry().with(|r| {
+        if r.len() >= 64 && r.len().is_power_of_two() {
+            r.retain(|_, w| w.strong_count() > 0);
+        }
+        r.insert(key, Arc::downgrade(object));
+    });
+    #[cfg(loom)]
+    let _ = (key, object);
+}
