@@ -183,6 +183,16 @@ fn expect_incomplete_at_open(fx: &Fixture) {
 /// equal the reference; diagnostics mention `mention` when given.
 fn expect_miss(fx: &Fixture, policy: Policy, miss: fn(&Miss) -> bool, mention: Option<&str>) {
     let s = open(fx, policy);
+    // The kind of miss, as the plan saw it (before any rewrite).
+    let store = s.cache().unwrap();
+    let resolved = s.plan().resolved();
+    let r = resolved
+        .requirements()
+        .iter()
+        .find(|r| r.name == fx.target.requirement)
+        .unwrap();
+    let found = store.lookup(resolved.model(), r);
+    assert!(found.as_ref().is_err_and(miss), "{policy:?}: {found:?}");
     assert_eq!(try_run(&s).unwrap(), fx.reference, "{policy:?}");
     s.flush_cache();
     let stats = s.preparation_stats();
@@ -193,19 +203,10 @@ fn expect_miss(fx: &Fixture, policy: Policy, miss: fn(&Miss) -> bool, mention: O
         stats.source_bytes_read, fx.target.source_bytes,
         "{policy:?}"
     );
-    let store = s.cache().unwrap();
     if let Some(m) = mention {
         let d = store.diagnostics();
         assert!(d.iter().any(|l| l.contains(m)), "{policy:?}: {d:?}");
     }
-    let resolved = s.plan().resolved();
-    let r = resolved
-        .requirements()
-        .iter()
-        .find(|r| r.name == fx.target.requirement)
-        .unwrap();
-    let found = store.lookup(resolved.model(), r);
-    assert!(found.as_ref().is_err_and(miss), "{policy:?}: {found:?}");
 }
 
 /// The shared expectations of a corruption found at plan build.
@@ -213,6 +214,8 @@ fn expect_planned_miss(fx: &Fixture, miss: fn(&Miss) -> bool, mention: Option<&s
     expect_incomplete_at_open(fx);
     expect_miss(fx, Policy::ReadOnly, miss, mention);
     expect_miss(fx, Policy::BuildIfMissing, miss, mention);
+    // Build-if-missing wrote the object again: the cache is complete.
+    expect_complete(fx);
 }
 
 #[test]

@@ -25,6 +25,7 @@
 //!   new manifest generation (protocol in `files.rs`).
 
 mod files;
+pub mod maintain;
 mod manifest;
 mod payload;
 
