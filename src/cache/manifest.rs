@@ -5,10 +5,12 @@
 //! the parse that validates it structurally.
 //!
 //! Model `metadata_props`: `onnx_prepared.cache_format_version`,
-//! `onnx_prepared.model_identity`, one `onnx_prepared.source_digest:<name>`
-//! per source digest computed by a read (sources that declare none), one
-//! `onnx_prepared.data_file:<location>` per data file those digests were
-//! computed from (`<size>:<mtime ns>`, change detection only).
+//! `onnx_prepared.model_identity`, and one
+//! `onnx_prepared.source_digest:<data file key>:<tensor>` per source digest
+//! computed by a read (sources that declare none). The data file key
+//! (XXH3-64 of the file's canonical path, size and modification time)
+//! says which file's bytes the digest was computed from: change detection
+//! only, never the identity of an entry (that is the digest).
 //!
 //! Initializer `metadata_props`: the design's
 //! `onnx_light.prepack.{source_lineage_digest, source_lineage, layout,
@@ -34,7 +36,6 @@ const P: &str = "onnx_light.prepack.";
 const K_FORMAT: &str = "onnx_prepared.cache_format_version";
 const K_IDENTITY: &str = "onnx_prepared.model_identity";
 const K_DIGEST: &str = "onnx_prepared.source_digest:";
-const K_STAMP: &str = "onnx_prepared.data_file:";
 const K_CHECKSUM: &str = "onnx_prepared.payload_checksum";
 const K_NAME: &str = "onnx_prepared.requirement";
 
@@ -115,10 +116,9 @@ pub struct Manifest {
     /// Entries that failed structural checks one by one (key text, why):
     /// ignored, reported.
     pub rejected: Vec<(String, String)>,
-    /// Digests computed by reads of sources that declare none.
+    /// Digests computed by reads of sources that declare none, by
+    /// `<data file key>:<tensor name>`.
     pub source_digests: BTreeMap<String, [u8; 32]>,
-    /// `<size>:<mtime ns>` of each data file those digests came from.
-    pub data_files: BTreeMap<String, String>,
 }
 
 /// Lowercase hex.
@@ -157,9 +157,6 @@ impl Manifest {
                 format!("{K_DIGEST}{name}"),
                 format!("sha256:{}", hex(digest)),
             ));
-        }
-        for (location, stamp) in &self.data_files {
-            props.push(prop(format!("{K_STAMP}{location}"), stamp.clone()));
         }
         let initializer = self
             .entries
@@ -238,8 +235,6 @@ impl Manifest {
                     corrupt(format!("source digest of `{name}` is not sha256:<64 hex>"))
                 })?;
                 m.source_digests.insert(name.to_owned(), digest);
-            } else if let Some(location) = k.strip_prefix(K_STAMP) {
-                m.data_files.insert(location.to_owned(), v.to_owned());
             }
         }
         match format.as_deref() {
@@ -353,8 +348,7 @@ mod tests {
             name: "w:gemm".into(),
         };
         m.entries.insert(e.key.clone(), e);
-        m.source_digests.insert("w".into(), [1; 32]);
-        m.data_files.insert("w.bin".into(), "10:20".into());
+        m.source_digests.insert("0123456789abcdef:w".into(), [1; 32]);
         m
     }
 

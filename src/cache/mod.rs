@@ -210,8 +210,9 @@ pub struct PreparedModelStore {
     model_identity: String,
     kernel_abi: String,
     generation: Manifest,
-    /// Data files of the model: (location, path), for stamps.
-    data_files: Vec<(String, PathBuf)>,
+    /// Per external data file of the model, its key for recorded digests
+    /// (see `manifest.rs`).
+    data_file_keys: Vec<String>,
     /// Digests computed this process (sources that declare none).
     recorded: Lock<BTreeMap<String, [u8; 32]>>,
     /// Entries this process persisted, not yet in a committed manifest.
@@ -280,27 +281,16 @@ impl PreparedModelStore {
         for (name, why) in &generation.rejected {
             diagnostics.push(format!("cache entry `{name}` ignored: {why}"));
         }
-        let data_files: Vec<(String, PathBuf)> = model
+        let data_file_keys = model
             .external_files()
             .iter()
-            .map(|f| (f.location().to_owned(), f.path().to_owned()))
+            .map(|f| {
+                let canonical = f.path().to_string_lossy();
+                let stamp = files::stamp(f.path()).unwrap_or_default();
+                let key = format!("{canonical}\n{stamp}");
+                format!("{:016x}", xxhash_rust::xxh3::xxh3_64(key.as_bytes()))
+            })
             .collect();
-        let mut generation = generation;
-        let changed = generation.data_files.iter().any(|(location, stamp)| {
-            data_files
-                .iter()
-                .find(|(l, _)| l == location)
-                .and_then(|(_, p)| files::stamp(p))
-                .as_ref()
-                != Some(stamp)
-        });
-        if changed {
-            diagnostics.push(
-                "a data file changed since its digests were recorded: recorded source digests dropped"
-                    .into(),
-            );
-            generation.source_digests.clear();
-        }
         Ok(Arc::new(Self {
             dir: dir.to_owned(),
             manifest_path,
@@ -308,7 +298,7 @@ impl PreparedModelStore {
             model_identity,
             kernel_abi: kernel_abi(cpu),
             generation,
-            data_files,
+            data_file_keys,
             recorded: Lock::new(BTreeMap::new()),
             written: Lock::new(Vec::new()),
             commit: Lock::new(()),
@@ -368,11 +358,19 @@ impl PreparedModelStore {
         }
         match d.source() {
             WeightSource::Embedded { bytes } => Some(Sha256::digest(bytes).into()),
-            WeightSource::External { .. } => self
-                .recorded
-                .with(|r| r.get(d.name()).copied())
-                .or_else(|| self.generation.source_digests.get(d.name()).copied()),
+            WeightSource::External { file, .. } => {
+                let key = self.recorded_key(d, file.index());
+                self.recorded
+                    .with(|r| r.get(&key).copied())
+                    .or_else(|| self.generation.source_digests.get(&key).copied())
+            }
         }
+    }
+
+    /// The key of `d`'s recorded digest: its data file's key and its name.
+    fn recorded_key(&self, d: &WeightDescriptor, file: usize) -> String {
+        let file = self.data_file_keys.get(file).map_or("", String::as_str);
+        format!("{file}:{}", d.name())
     }
 
     /// Whether a read of `d` should compute its digest (the cache writes
@@ -383,8 +381,10 @@ impl PreparedModelStore {
 
     /// Records the digest a read computed for `d`.
     pub fn record_digest(&self, d: &WeightDescriptor, digest: [u8; 32]) {
-        self.recorded
-            .with(|r| r.insert(d.name().to_owned(), digest));
+        if let WeightSource::External { file, .. } = d.source() {
+            let key = self.recorded_key(d, file.index());
+            self.recorded.with(|r| r.insert(key, digest));
+        }
     }
 
     /// The entry key and readable lineage of `r`, or the first source
@@ -571,11 +571,6 @@ impl PreparedModelStore {
                 m.entries.insert(e.key.clone(), e);
             }
             m.source_digests.extend(recorded);
-            for (location, path) in &self.data_files {
-                if let Some(stamp) = files::stamp(path) {
-                    m.data_files.insert(location.clone(), stamp);
-                }
-            }
             files::publish_manifest(&self.manifest_path, &m.to_bytes())
         })
     }
