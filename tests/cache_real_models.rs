@@ -97,7 +97,8 @@ fn a_changed_data_file_without_digests_never_serves_stale_entries() {
     let before = run(&first);
     drop(first);
     let objects = {
-        let s = RuntimeSession::open(&model, options(PreparedModelPolicy::RequireComplete)).unwrap();
+        let s =
+            RuntimeSession::open(&model, options(PreparedModelPolicy::RequireComplete)).unwrap();
         assert_eq!(run(&s), before);
         s.plan().requirements().len()
     };

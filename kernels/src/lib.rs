@@ -15,14 +15,14 @@ mod dispatch;
 mod error;
 pub mod op;
 pub mod ops;
+pub mod packed;
 pub mod par;
 pub mod registry;
 mod scratch;
 pub mod tensor;
 
 pub use error::KernelError;
-pub use op::{
-    Attributes, CpuFeatures, InputInfo, NodeSpec, Operator, OutputInfo, PackedWeight, Prepack,
-};
+pub use op::{Attributes, CpuFeatures, InputInfo, NodeSpec, Operator, OutputInfo, Prepack};
+pub use packed::{PackedPart, PackedWeight, SharedBytes};
 pub use par::{ParallelFor, Sequential, for_each_chunk_mut};
 pub use tensor::{ElementType, Tensor, TensorData, element_count};

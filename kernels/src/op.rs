@@ -8,7 +8,7 @@
 
 use std::fmt::Debug;
 
-use crate::{ElementType, KernelError, ParallelFor, Tensor, TensorData};
+use crate::{ElementType, KernelError, PackedWeight, ParallelFor, Tensor};
 
 /// Attribute access for one node, independent of the protobuf types.
 ///
@@ -160,26 +160,6 @@ impl CpuFeatures {
     /// No SIMD: the portable layouts and scalar kernels.
     pub fn portable() -> Self {
         Self::default()
-    }
-}
-
-/// A prepacked weight: the parts a fast kernel consumes, under the layout
-/// key that names every parameter that changed the bytes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PackedWeight {
-    /// The layout key, e.g. `matmul-nbits-q4-b32-avx2`.
-    pub layout: String,
-    /// The packed parts (typed, so kernels read them without casts).
-    pub parts: Vec<TensorData>,
-}
-
-impl PackedWeight {
-    /// Bytes held.
-    pub fn byte_len(&self) -> usize {
-        self.parts
-            .iter()
-            .map(|p| p.dtype().byte_len(p.len() as u64).unwrap_or(u64::MAX) as usize)
-            .sum()
     }
 }
 

@@ -792,7 +792,7 @@ fn f32_packing_is_deterministic() {
             .expect("nr")
             .parse()
             .expect("nr");
-        let TensorData::F32(panels) = &p1.parts[1] else {
+        let Some(panels) = p1.parts[1].as_f32() else {
             panic!("f32 panels")
         };
         assert_eq!(panels.len(), 45usize.div_ceil(nr) * 37 * nr);

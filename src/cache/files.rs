@@ -160,6 +160,47 @@ pub fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, CacheErr
     Ok(Some(bytes))
 }
 
+/// A payload file mapped read-only.
+#[derive(Debug)]
+pub struct MappedPayload(memmap2::Mmap);
+
+impl onnx_prepared_kernels::SharedBytes for MappedPayload {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Maps the regular file at `path` (not following a final link) when it
+/// holds exactly `length` bytes; `None` when it does not exist.
+pub fn map_payload(
+    path: &Path,
+    length: u64,
+) -> Result<Option<std::sync::Arc<MappedPayload>>, CacheError> {
+    let file = match crate::model::open_no_follow(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(path, "open")(e)),
+    };
+    let meta = file.metadata().map_err(io(path, "stat"))?;
+    if !meta.is_file() || meta.len() != length || length == 0 {
+        return Err(CacheError::Corrupt {
+            path: path.to_owned(),
+            detail: format!(
+                "not a regular file of the entry's {length} bytes ({} bytes)",
+                meta.len()
+            ),
+        });
+    }
+    // SAFETY: the mapping is read-only and read as plain bytes (the parts
+    // used in place are `u8`, `u64` and `f32`, valid for any bits). Payload
+    // files are published by rename and never written in place by this
+    // runtime (a damaged one is replaced by a new file), so the mapped
+    // inode never changes under the mapping; only another program
+    // truncating the file could fault it (SIGBUS), as with any mapped model.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io(path, "map"))?;
+    Ok(Some(std::sync::Arc::new(MappedPayload(map))))
+}
+
 /// `<size>:<mtime ns>` of a data file: change detection for recorded
 /// source digests (never their identity).
 pub fn stamp(path: &Path) -> Option<String> {

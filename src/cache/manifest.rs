@@ -348,7 +348,8 @@ mod tests {
             name: "w:gemm".into(),
         };
         m.entries.insert(e.key.clone(), e);
-        m.source_digests.insert("0123456789abcdef:w".into(), [1; 32]);
+        m.source_digests
+            .insert("0123456789abcdef:w".into(), [1; 32]);
         m
     }
 

@@ -15,8 +15,10 @@
 //!   computed from embedded bytes, or recorded by an earlier process that
 //!   read the source — never paths, sizes or timestamps. A source with no
 //!   digest makes the entry *unverified*: the source is read and packed.
-//! * **Read** (a read-packed task): the payload is read once, checked
-//!   against its XXH3-128 checksum and decoded. A corrupt payload is
+//! * **Read** (a read-packed task): the payload file is mapped read-only
+//!   and checked against its XXH3-128 checksum; a packed weight's parts are
+//!   then used in place from the mapping (no copy, no decode), a source
+//!   tensor is copied out once. A corrupt payload is
 //!   reported in the session's diagnostics and the object is built from
 //!   its sources instead (under [`PreparedModelPolicy::BuildIfMissing`] it
 //!   is rewritten).
@@ -33,7 +35,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use onnx_prepared_kernels::{CpuFeatures, PackedWeight, Tensor};
+use onnx_prepared_kernels::{CpuFeatures, PackedWeight, SharedBytes, Tensor};
 use sha2::{Digest, Sha256};
 
 pub use files::PAUSE_ENV;
@@ -146,6 +148,9 @@ pub struct CacheStats {
     pub misses: u64,
     /// Payload bytes read.
     pub packed_bytes_read: u64,
+    /// Bytes of packed parts used in place from a mapped payload (never
+    /// copied or decoded).
+    pub bytes_in_place: u64,
     /// Payloads persisted by this process.
     pub writes: u64,
 }
@@ -225,6 +230,7 @@ pub struct PreparedModelStore {
     hits: AtomicU64,
     misses: AtomicU64,
     packed_bytes_read: AtomicU64,
+    bytes_in_place: AtomicU64,
     writes: AtomicU64,
 }
 
@@ -307,6 +313,7 @@ impl PreparedModelStore {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             packed_bytes_read: AtomicU64::new(0),
+            bytes_in_place: AtomicU64::new(0),
             writes: AtomicU64::new(0),
         }))
     }
@@ -337,6 +344,7 @@ impl PreparedModelStore {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             packed_bytes_read: self.packed_bytes_read.load(Ordering::Relaxed),
+            bytes_in_place: self.bytes_in_place.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
         }
     }
@@ -475,8 +483,9 @@ impl PreparedModelStore {
         };
         let e = self.lookup(model, r).map_err(|m| bad(m.to_string()))?;
         let path = self.dir.join(&e.location);
-        let bytes = files::read_bounded(&path, e.length)?
+        let mapped = files::map_payload(&path, e.length)?
             .ok_or_else(|| bad(format!("payload `{}` is missing", e.location)))?;
+        let bytes = mapped.bytes();
         self.packed_bytes_read
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         if bytes.len() as u64 != e.length {
@@ -486,26 +495,38 @@ impl PreparedModelStore {
                 e.length
             )));
         }
-        let sum = xxhash_rust::xxh3::xxh3_128(&bytes);
+        // Every page is checked before any byte is used in place.
+        let sum = xxhash_rust::xxh3::xxh3_128(bytes);
         if sum != e.checksum {
             return Err(bad(format!(
                 "payload checksum {sum:032x} does not match the entry's {:032x}",
                 e.checksum
             )));
         }
-        let decoded = payload::decode(&bytes)?;
+        let decoded = payload::decode_shared(mapped)?;
         let layout_ok = match &decoded {
             Decoded::Tensor(t) => {
+                let source = &model.weights()[r.sources[0].index()];
                 r.prepack.is_none()
+                    && t.dtype() == source.element_type().compute()
                     && t.shape()
                         .iter()
                         .map(|&x| x as u64)
-                        .eq(model.weights()[r.sources[0].index()].dims().iter().copied())
+                        .eq(source.dims().iter().copied())
             }
             Decoded::Packed(p) => r.prepack.as_ref().is_some_and(|k| k.layout() == p.layout),
         };
         if !layout_ok {
             return Err(bad("the payload is not an object of this layout".into()));
+        }
+        if let Decoded::Packed(p) = &decoded {
+            let in_place: u64 = p
+                .parts
+                .iter()
+                .filter(|part| part.is_mapped())
+                .filter_map(|part| part.dtype().byte_len(part.len() as u64))
+                .sum();
+            self.bytes_in_place.fetch_add(in_place, Ordering::Relaxed);
         }
         Ok(decoded)
     }

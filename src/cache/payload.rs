@@ -15,7 +15,9 @@
 //! payload is a typed error, never a panic or an allocation larger than
 //! the payload itself.
 
-use onnx_prepared_kernels::{PackedWeight, Tensor, TensorData};
+use std::sync::Arc;
+
+use onnx_prepared_kernels::{PackedPart, PackedWeight, SharedBytes, Tensor, TensorData};
 
 use super::CacheError;
 use crate::model::{element_type_from_onnx, element_type_to_onnx};
@@ -42,7 +44,8 @@ pub fn encode_tensor(t: &Tensor) -> Vec<u8> {
 
 /// The payload of a packed weight.
 pub fn encode_packed(p: &PackedWeight) -> Vec<u8> {
-    let parts: Vec<&TensorData> = p.parts.iter().collect();
+    let owned: Vec<TensorData> = p.parts.iter().map(PackedPart::to_data).collect();
+    let parts: Vec<&TensorData> = owned.iter().collect();
     encode(KIND_PACKED, &p.layout, &[], &parts)
 }
 
@@ -137,11 +140,27 @@ fn bad(detail: &str) -> CacheError {
     }
 }
 
-/// Decodes a payload written by [`encode_tensor`] or [`encode_packed`].
+/// Decodes a payload written by [`encode_tensor`] or [`encode_packed`]
+/// into owned objects.
 ///
 /// # Errors
 /// [`CacheError::Payload`] for anything but a well-formed payload.
 pub fn decode(bytes: &[u8]) -> Result<Decoded, CacheError> {
+    decode_with(bytes, None)
+}
+
+/// [`decode`] of a payload held in shared bytes (a read-only mapping): a
+/// packed weight's parts are used in place where the type and alignment
+/// allow (no copy, no decode); a source tensor is copied out.
+///
+/// # Errors
+/// [`CacheError::Payload`] for anything but a well-formed payload.
+pub fn decode_shared(bytes: Arc<dyn SharedBytes>) -> Result<Decoded, CacheError> {
+    let view = bytes.clone();
+    decode_with(view.bytes(), Some(bytes))
+}
+
+fn decode_with(bytes: &[u8], shared: Option<Arc<dyn SharedBytes>>) -> Result<Decoded, CacheError> {
     let mut r = Reader { bytes, at: 0 };
     if r.take(MAGIC.len())? != MAGIC {
         return Err(bad("not an onnx-prepared payload (bad magic)"));
@@ -160,7 +179,7 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, CacheError> {
         let (code, _, elements, offset) = (r.u32()?, r.u32()?, r.u64()?, r.u64()?);
         table.push((code, elements, offset));
     }
-    let mut data = Vec::with_capacity(table.len());
+    let mut data: Vec<PackedPart> = Vec::with_capacity(table.len());
     let mut end = 0usize;
     for (code, elements, offset) in table {
         let dtype = element_type_from_onnx(code as i32)
@@ -179,18 +198,30 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, CacheError> {
             return Err(bad("parts overlap"));
         }
         end = stop;
-        data.push(
-            TensorData::from_le_bytes(dtype, &bytes[start..stop])
-                .ok_or_else(|| bad("a part's bytes do not match its type"))?,
-        );
+        let in_place = match (&shared, kind) {
+            (Some(shared), KIND_PACKED) => {
+                PackedPart::mapped(dtype, shared.clone(), start, elements as usize)
+            }
+            _ => None,
+        };
+        data.push(match in_place {
+            Some(part) => part,
+            None => TensorData::from_le_bytes(dtype, &bytes[start..stop])
+                .ok_or_else(|| bad("a part's bytes do not match its type"))?
+                .into(),
+        });
     }
     if end != bytes.len() {
         return Err(bad("trailing bytes after the last part"));
     }
     match kind {
         KIND_TENSOR => {
-            let [part] = <[TensorData; 1]>::try_from(data)
+            let [part] = <[PackedPart; 1]>::try_from(data)
                 .map_err(|_| bad("a tensor payload has one part"))?;
+            let part = match part {
+                PackedPart::Owned(d) => d,
+                mapped => mapped.to_data(),
+            };
             if !layout.is_empty() {
                 return Err(bad("a tensor payload names a layout"));
             }
@@ -214,10 +245,10 @@ mod tests {
         PackedWeight {
             layout: "test-layout".into(),
             parts: vec![
-                TensorData::U64(vec![1, 2, 3]),
-                TensorData::U8(vec![9; 5]),
-                TensorData::F32(vec![0.5, -1.25]),
-                TensorData::Bool(vec![true, false]),
+                TensorData::U64(vec![1, 2, 3]).into(),
+                TensorData::U8(vec![9; 5]).into(),
+                TensorData::F32(vec![0.5, -1.25]).into(),
+                TensorData::Bool(vec![true, false]).into(),
             ],
         }
     }
@@ -243,6 +274,32 @@ mod tests {
             let offset = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
             assert_eq!(offset % ALIGN as u64, 0);
         }
+    }
+
+    /// A payload in shared bytes at an aligned address.
+    #[derive(Debug)]
+    struct Shared(Vec<u64>, usize);
+
+    impl SharedBytes for Shared {
+        fn bytes(&self) -> &[u8] {
+            &bytemuck::cast_slice(&self.0)[..self.1]
+        }
+    }
+
+    #[test]
+    fn shared_payloads_are_used_in_place() {
+        let p = packed();
+        let bytes = encode_packed(&p);
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut(&mut words)[..bytes.len()].copy_from_slice(&bytes);
+        let shared: Arc<dyn SharedBytes> = Arc::new(Shared(words, bytes.len()));
+        let Decoded::Packed(back) = decode_shared(shared).unwrap() else {
+            panic!("a packed payload decodes to a packed weight");
+        };
+        assert_eq!(back, p);
+        let mapped: Vec<bool> = back.parts.iter().map(PackedPart::is_mapped).collect();
+        // u64, u8 and f32 parts are used in place; bool is copied out.
+        assert_eq!(mapped, [true, true, true, false]);
     }
 
     #[test]

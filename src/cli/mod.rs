@@ -66,6 +66,7 @@ pub fn write_stats(
     let json = serde_json::json!({
         "source_bytes_read": s.source_bytes_read,
         "packed_bytes_read": s.cache.packed_bytes_read,
+        "packed_bytes_in_place": s.cache.bytes_in_place,
         "prepacks": s.prepacks,
         "cache_hits": s.cache.hits,
         "cache_misses": s.cache.misses,

@@ -218,7 +218,10 @@ impl Prepack for F32PanelPrepack {
         ];
         Ok(PackedWeight {
             layout: self.layout.clone(),
-            parts: vec![TensorData::U64(header), TensorData::F32(panels)],
+            parts: vec![
+                TensorData::U64(header).into(),
+                TensorData::F32(panels).into(),
+            ],
         })
     }
 }
@@ -241,10 +244,16 @@ fn f32_panels<'a>(
         op,
         detail: format!("packed weight `{}`: {detail}", packed.layout),
     };
-    let [TensorData::U64(header), TensorData::F32(panels)] = packed.parts.as_slice() else {
+    let (Some(header), Some(panels)) = (
+        packed.parts.first().and_then(|p| p.as_u64()),
+        packed.parts.get(1).and_then(|p| p.as_f32()),
+    ) else {
         return Err(bad("not an f32 panel layout"));
     };
-    let &[magic, code, k, n, nr, trans_b] = header.as_slice() else {
+    if packed.parts.len() != 2 {
+        return Err(bad("not an f32 panel layout"));
+    }
+    let &[magic, code, k, n, nr, trans_b] = header else {
         return Err(bad("bad header"));
     };
     if magic != F32_MAGIC {

@@ -136,12 +136,12 @@ pub(crate) fn pack(
         nzs.is_some() as u64,
     ];
     let mut parts = vec![
-        TensorData::U64(header),
-        TensorData::U8(weights),
-        TensorData::F32(sc),
+        TensorData::U64(header).into(),
+        TensorData::U8(weights).into(),
+        TensorData::F32(sc).into(),
     ];
     if let Some(z) = nzs {
-        parts.push(TensorData::F32(z));
+        parts.push(TensorData::F32(z).into());
     }
     Ok(PackedWeight { layout, parts })
 }
@@ -164,17 +164,22 @@ pub(crate) fn view<'a>(
         op: "MatMulNBits",
         detail: format!("packed weight `{}`: {detail}", packed.layout),
     };
-    let (header, weights, scales, nzs) = match packed.parts.as_slice() {
-        [TensorData::U64(h), TensorData::U8(w), TensorData::F32(s)] => (h, w, s, None),
-        [
-            TensorData::U64(h),
-            TensorData::U8(w),
-            TensorData::F32(s),
-            TensorData::F32(z),
-        ] => (h, w, s, Some(&z[..])),
-        _ => return Err(bad("not a 4-bit packed layout")),
+    let parts = &packed.parts;
+    let (Some(header), Some(weights), Some(scales)) = (
+        parts.first().and_then(|p| p.as_u64()),
+        parts.get(1).and_then(|p| p.as_u8()),
+        parts.get(2).and_then(|p| p.as_f32()),
+    ) else {
+        return Err(bad("not a 4-bit packed layout"));
     };
-    let &[magic, code, k, n, bs, t, has_zp] = header.as_slice() else {
+    let nzs = match parts.get(3) {
+        None => None,
+        Some(z) => Some(z.as_f32().ok_or_else(|| bad("not a 4-bit packed layout"))?),
+    };
+    if parts.len() > 4 {
+        return Err(bad("not a 4-bit packed layout"));
+    }
+    let &[magic, code, k, n, bs, t, has_zp] = header else {
         return Err(bad("bad header"));
     };
     if magic != MAGIC {

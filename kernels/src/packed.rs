@@ -1,0 +1,170 @@
+//! Packed weights (cold path to build, hot path to read): the parts a fast
+//! kernel consumes, owned in memory or used in place from a read-only
+//! mapping of a prepared-cache payload.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use crate::{ElementType, TensorData};
+
+/// Read-only bytes a [`PackedPart`] may borrow, kept alive by the part
+/// (a mapping of a prepared-cache payload file, say).
+pub trait SharedBytes: Send + Sync + Debug {
+    /// The bytes.
+    fn bytes(&self) -> &[u8];
+}
+
+/// One part of a packed weight.
+#[derive(Debug, Clone)]
+pub enum PackedPart {
+    /// Elements owned in memory.
+    Owned(TensorData),
+    /// `elements` little-endian values of `dtype` at `offset` in `bytes`,
+    /// aligned for the type: used in place, never copied or decoded. Made
+    /// by [`PackedPart::mapped`], which checks all of that.
+    Mapped {
+        /// The element type (`U8`, `U64` or `F32`).
+        dtype: ElementType,
+        /// The bytes the part lies in.
+        bytes: Arc<dyn SharedBytes>,
+        /// Where the part starts in `bytes`.
+        offset: usize,
+        /// Elements.
+        elements: usize,
+    },
+}
+
+impl From<TensorData> for PackedPart {
+    fn from(data: TensorData) -> Self {
+        Self::Owned(data)
+    }
+}
+
+macro_rules! view {
+    ($($get:ident, $variant:ident, $t:ty;)*) => {$(
+        #[doc = concat!("The elements as `", stringify!($t), "`, if that is the type.")]
+        pub fn $get(&self) -> Option<&[$t]> {
+            match self {
+                Self::Owned(TensorData::$variant(v)) => Some(v),
+                Self::Owned(_) => None,
+                Self::Mapped { dtype, bytes, offset, elements } => {
+                    if *dtype != ElementType::$variant {
+                        return None;
+                    }
+                    let len = elements.checked_mul(std::mem::size_of::<$t>())?;
+                    let raw = bytes.bytes().get(*offset..offset.checked_add(len)?)?;
+                    bytemuck::try_cast_slice(raw).ok()
+                }
+            }
+        }
+    )*};
+}
+
+impl PackedPart {
+    view! {
+        as_u8, U8, u8;
+        as_u64, U64, u64;
+        as_f32, F32, f32;
+    }
+
+    /// A part used in place: `elements` values of `dtype` at `offset` in
+    /// `bytes`. `None` when the type is not one packed layouts use (`U8`,
+    /// `U64`, `F32`), the range leaves `bytes`, the start is misaligned for
+    /// the type, or the target is big-endian (the payload is little-endian).
+    pub fn mapped(
+        dtype: ElementType,
+        bytes: Arc<dyn SharedBytes>,
+        offset: usize,
+        elements: usize,
+    ) -> Option<Self> {
+        if cfg!(target_endian = "big")
+            || !matches!(dtype, ElementType::U8 | ElementType::U64 | ElementType::F32)
+        {
+            return None;
+        }
+        let part = Self::Mapped {
+            dtype,
+            bytes,
+            offset,
+            elements,
+        };
+        let readable = match dtype {
+            ElementType::U8 => part.as_u8().is_some(),
+            ElementType::U64 => part.as_u64().is_some(),
+            _ => part.as_f32().is_some(),
+        };
+        readable.then_some(part)
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> ElementType {
+        match self {
+            Self::Owned(d) => d.dtype(),
+            Self::Mapped { dtype, .. } => *dtype,
+        }
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Owned(d) => d.len(),
+            Self::Mapped { elements, .. } => *elements,
+        }
+    }
+
+    /// Whether the part has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the part is used in place from shared bytes.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self, Self::Mapped { .. })
+    }
+
+    /// The elements as owned data (a copy of a mapped part).
+    pub fn to_data(&self) -> TensorData {
+        match self {
+            Self::Owned(d) => d.clone(),
+            Self::Mapped { .. } => {
+                if let Some(v) = self.as_u8() {
+                    TensorData::U8(v.to_vec())
+                } else if let Some(v) = self.as_u64() {
+                    TensorData::U64(v.to_vec())
+                } else {
+                    TensorData::F32(self.as_f32().map(<[f32]>::to_vec).unwrap_or_default())
+                }
+            }
+        }
+    }
+}
+
+/// Parts are equal when they hold the same elements, owned or mapped.
+impl PartialEq for PackedPart {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Owned(a), Self::Owned(b)) => a == b,
+            _ => self.dtype() == other.dtype() && self.to_data() == other.to_data(),
+        }
+    }
+}
+
+/// A prepacked weight: the parts a fast kernel consumes, under the layout
+/// key that names every parameter that changed the bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PackedWeight {
+    /// The layout key, e.g. `matmul-nbits-q4-b32-avx2`.
+    pub layout: String,
+    /// The packed parts (typed, so kernels read them without casts).
+    pub parts: Vec<PackedPart>,
+}
+
+impl PackedWeight {
+    /// Bytes held.
+    pub fn byte_len(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| p.dtype().byte_len(p.len() as u64).unwrap_or(u64::MAX) as usize)
+            .sum()
+    }
+}
