@@ -168,8 +168,7 @@ fn expect_complete(fx: &Fixture) {
 /// Require-complete fails at open, naming only the target.
 fn expect_incomplete_at_open(fx: &Fixture) {
     let err = RuntimeSession::open(&fx.model, options(&fx.cache, Policy::RequireComplete))
-        .err()
-        .expect("require-complete refuses the damaged cache");
+        .expect_err("require-complete refuses the damaged cache");
     assert_eq!(err.kind(), ErrorKind::Cache);
     let Error::Cache(CacheError::Incomplete { missing }) = &err else {
         panic!("expected Incomplete, got {err}");

@@ -101,7 +101,7 @@ fn kill_at(args: &[String], step: &str) {
         .unwrap();
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    onnx_prepared::sync::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if tx.send(line).is_err() {
                 return;

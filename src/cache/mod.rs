@@ -40,7 +40,7 @@ use sha2::{Digest, Sha256};
 
 pub use files::PAUSE_ENV;
 pub use manifest::{CacheEntry, EntryKey, FORMAT_VERSION, Manifest};
-pub use payload::{Decoded, encode_packed, encode_tensor};
+pub use payload::{Decoded, decode as decode_payload, encode_packed, encode_tensor};
 
 use crate::model::{Model, Requirement, WeightDescriptor, WeightSource};
 use crate::sync::{AtomicU64, AtomicUsize, Lock, Ordering};

@@ -54,10 +54,12 @@
 //! [`RuntimeContext`]. `status.rs`: [`Status`], [`Diagnostics`],
 //! [`ExecutionError`]. `preparation.rs`: protocols "preparation" and
 //! "interest". `resident.rs`: "prepared". `run.rs`: "run". `handle.rs`:
-//! "handles" ([`ExecutionHandle`]). `trace.rs`: [`Trace`]. `report.rs`: the
-//! `bench` measurements. The files use one another only in the order trace,
+//! "handles" ([`ExecutionHandle`]). `trace.rs`: [`Trace`]. `persist.rs`: the
+//! prepared cache's background writer. `report.rs`: the `bench`
+//! measurements. The files use one another only in the order trace,
 //! options, context, status, preparation, resident, run, handle, report
-//! (never back: no import cycle); any of them may use this one.
+//! (never back: no import cycle; `persist.rs` uses none of them); any of
+//! them may use this one.
 //!
 //! [`prepare_async`]: RuntimeSession::prepare_async
 //! [`run_async`]: RuntimeSession::run_async

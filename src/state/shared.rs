@@ -11,12 +11,10 @@
 //! bytes within one model folder: such keys also carry the data files'
 //! canonical paths and stamps.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use crate::arena::PreparedAllocation;
 use crate::model::{Model, PreparedKey, Requirement, WeightSource};
-use crate::sync::Lock;
 
 use super::PreparedObject;
 
@@ -73,34 +71,55 @@ impl SharedKey {
     }
 }
 
-type Registry = HashMap<SharedKey, Weak<SharedObject>>;
-
+/// The process's registry (no loom model runs sessions: under loom there is
+/// none, and nothing is shared).
 #[cfg(not(loom))]
-fn registry() -> &'static Lock<Registry> {
-    static REGISTRY: std::sync::OnceLock<Lock<Registry>> = std::sync::OnceLock::new();
-    REGISTRY.get_or_init(|| Lock::new(HashMap::new()))
+mod registry {
+    use std::collections::HashMap;
+    use std::sync::{Arc, OnceLock, Weak};
+
+    use super::{SharedKey, SharedObject};
+    use crate::sync::Lock;
+
+    fn registry() -> &'static Lock<HashMap<SharedKey, Weak<SharedObject>>> {
+        static REGISTRY: OnceLock<Lock<HashMap<SharedKey, Weak<SharedObject>>>> = OnceLock::new();
+        REGISTRY.get_or_init(|| Lock::new(HashMap::new()))
+    }
+
+    pub(in crate::state) fn find(key: &SharedKey) -> Option<Arc<SharedObject>> {
+        registry().with(|r| r.get(key).and_then(Weak::upgrade))
+    }
+
+    pub(in crate::state) fn register(key: SharedKey, object: &Arc<SharedObject>) {
+        registry().with(|r| {
+            // Entries whose objects died go when the map doubles.
+            if r.len() >= 64 && r.len().is_power_of_two() {
+                r.retain(|_, w| w.strong_count() > 0);
+            }
+            r.insert(key, Arc::downgrade(object));
+        });
+    }
+}
+
+#[cfg(loom)]
+mod registry {
+    use std::sync::Arc;
+
+    use super::{SharedKey, SharedObject};
+
+    pub(in crate::state) fn find(_: &SharedKey) -> Option<Arc<SharedObject>> {
+        None
+    }
+
+    pub(in crate::state) fn register(_: SharedKey, _: &Arc<SharedObject>) {}
 }
 
 /// The object another session published under `key`, if it is alive.
 pub(super) fn find(key: &SharedKey) -> Option<Arc<SharedObject>> {
-    #[cfg(not(loom))]
-    return registry().with(|r| r.get(key).and_then(Weak::upgrade));
-    #[cfg(loom)]
-    {
-        let _ = key;
-        None
-    }
+    registry::find(key)
 }
 
-/// Registers `object` under `key` (dropping entries whose objects died).
+/// Registers `object` under `key`.
 pub(super) fn register(key: SharedKey, object: &Arc<SharedObject>) {
-    #[cfg(not(loom))]
-    registry().with(|r| {
-        if r.len() >= 64 && r.len().is_power_of_two() {
-            r.retain(|_, w| w.strong_count() > 0);
-        }
-        r.insert(key, Arc::downgrade(object));
-    });
-    #[cfg(loom)]
-    let _ = (key, object);
+    registry::register(key, object);
 }
