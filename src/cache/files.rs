@@ -9,8 +9,10 @@
 //!    bytes); if the name exists the temp file is removed. Only a file of
 //!    that name whose bytes do not match its name (damaged) is replaced,
 //!    atomically.
-//! 3. The new manifest goes to a temp file in the cache directory, is
-//!    fsynced, and renamed over the old manifest (an atomic replace).
+//! 3. Once the payload folder is fsynced (so every payload a manifest may
+//!    name is durable), the new manifest goes to a temp file in the cache
+//!    directory, is fsynced, and renamed over the old manifest (an atomic
+//!    replace).
 //! 4. The directory is fsynced, so the rename is durable.
 //!
 //! A process killed at any point leaves the previous complete manifest or
@@ -105,6 +107,13 @@ pub fn publish_payload(
     Ok(wrote)
 }
 
+/// Fsyncs the folder `dir` (its entries: renames into it are durable).
+pub fn sync_dir(dir: &Path) -> Result<(), CacheError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir, "sync the folder"))
+}
+
 /// Protocol steps 3–4: `bytes` replace the manifest at `path` atomically.
 pub fn publish_manifest(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -119,9 +128,7 @@ pub fn publish_manifest(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
         return Err(io(path, "publish the manifest")(e));
     }
     pause_point("manifest-rename");
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir, "sync the cache directory"))?;
+    sync_dir(dir)?;
     pause_point("dir-sync");
     Ok(())
 }

@@ -592,6 +592,11 @@ impl PreparedModelStore {
                 m.entries.insert(e.key.clone(), e);
             }
             m.source_digests.extend(recorded);
+            // The payloads' names are durable before a manifest names them.
+            let payloads = self.dir.join(manifest::PAYLOAD_DIR);
+            if payloads.is_dir() {
+                files::sync_dir(&payloads)?;
+            }
             files::publish_manifest(&self.manifest_path, &m.to_bytes())
         })
     }

@@ -121,8 +121,9 @@ pub enum Recipe {
     /// Dormant: read the sources and run the node's portable kernel on them
     /// unpacked. Listed last for packed requirements so a packed layout that
     /// cannot run (an entry for another CPU) still leaves a way to compute.
-    /// Never executed yet: kept for the prepared cache's incompatible
-    /// entries (issue 14) and the cold-start path (issue 15).
+    /// Never executed yet (a prepared-cache entry that is incompatible is
+    /// a miss, built by [`Recipe::ReadSourceAndPrepack`]): kept for a cold
+    /// start that runs before its prepacks (issue 15).
     PortableFallback,
 }
 
