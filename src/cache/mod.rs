@@ -25,6 +25,34 @@
 //! * **Write** (after a prepack published its object, under
 //!   `BuildIfMissing`): a background job writes the payload and then a
 //!   new manifest generation (protocol in `files.rs`).
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = onnx_prepared_fixtures::default_dir();
+//! # onnx_prepared_fixtures::ensure_all(&dir)?;
+//! # let cache = tempfile::tempdir()?;
+//! use onnx_prepared::{PreparedModelPolicy, RuntimeSession, SessionOptions};
+//!
+//! let options = |policy| SessionOptions {
+//!     cache_dir: Some(cache.path().to_owned()),
+//!     cache_policy: policy,
+//!     ..SessionOptions::default()
+//! };
+//! let model = dir.join("gemm-chain.onnx");
+//! // The first process reads, packs, and persists in the background.
+//! let first = RuntimeSession::open(&model, options(PreparedModelPolicy::BuildIfMissing))?;
+//! first.prepare()?;
+//! first.flush_cache();
+//! assert!(first.preparation_stats().prepacks > 0);
+//! drop(first);
+//!
+//! // The next one reads packed payloads only.
+//! let next = RuntimeSession::open(&model, options(PreparedModelPolicy::RequireComplete))?;
+//! next.prepare()?;
+//! let stats = next.preparation_stats();
+//! assert_eq!((stats.source_bytes_read, stats.prepacks), (0, 0));
+//! # Ok(()) }
+//! ```
 
 mod files;
 pub mod maintain;
