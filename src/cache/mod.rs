@@ -631,20 +631,19 @@ impl PreparedModelStore {
 }
 
 impl PersistJob {
-    /// Writes the payload, then (when no other job of the store is still
-    /// running) a new manifest generation.
+    /// Writes the payload; then, when no other job of the store is still
+    /// pending, a new manifest generation (the commit runs as the job is
+    /// dropped, so a job dropped unrun still lets the others commit).
     ///
     /// # Errors
-    /// A file could not be written; nothing half-written becomes visible.
+    /// The payload could not be written; nothing half-written becomes
+    /// visible (the failure is also in the store's diagnostics).
     pub fn run(self) -> Result<(), CacheError> {
-        let store = self.store.clone();
         let result = self.write();
-        let last = store.outstanding.fetch_sub(1, Ordering::SeqCst) == 1;
-        let committed = if last { store.commit() } else { Ok(()) };
-        if let Err(e) = result.as_ref().and(committed.as_ref()) {
-            store.report(format!("cache write failed: {e}"));
+        if let Err(e) = &result {
+            self.store.report(format!("cache write failed: {e}"));
         }
-        result.and(committed)
+        result
     }
 
     fn write(&self) -> Result<(), CacheError> {
@@ -670,5 +669,16 @@ impl PersistJob {
         });
         self.store.writes.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// The last pending job of a store commits its manifest.
+impl Drop for PersistJob {
+    fn drop(&mut self) {
+        if self.store.outstanding.fetch_sub(1, Ordering::SeqCst) == 1
+            && let Err(e) = self.store.commit()
+        {
+            self.store.report(format!("cache write failed: {e}"));
+        }
     }
 }
