@@ -1,7 +1,14 @@
 //! `Producer`: the one producer of each prepared object (cold path) —
-//! claim (store protocol 1, retrying a failed generation once) → read the
-//! sources (verified, decoded, charged to the preparation domain) → build →
-//! admit in the prepared arena → publish under the claim.
+//! claim (store protocol 1, retrying a failed generation once) → obtain the
+//! object by its recipe → admit in the prepared arena → publish under the
+//! claim → (after a build from sources, under the cache's
+//! build-if-missing) hand a persist job to the session's background writer.
+//!
+//! Recipes: read the sources (verified, decoded, charged to the
+//! preparation domain) and build; or read the packed payload from the
+//! prepared cache (a damaged one falls back to the sources); or, for a
+//! state that shares objects, take the one another session of the process
+//! published under the same key (`shared.rs`).
 //!
 //! Two callers share it: on-demand sequential production
 //! (`PreparedExecutionState`'s `prepare`,

@@ -15,6 +15,8 @@ both runtimes. Each round, interleaved:
     `time_to_first_output_s` counts from the process's start.
   * ours, cached: the same with `--cache DIR --cache-policy require-complete`
     (the cache was completed once before the rounds).
+  * `bench --cache DIR --json`: its `streaming` and `cached` modes (time from
+    the first call on a created session, in one process).
 Prints the medians and the ratios ours/ORT (ours includes process start-up,
 ORT does not). It reports; it does not judge. Timings on a shared machine
 are noisy: compare ratios from one run.
@@ -77,6 +79,14 @@ def ours_first_output(binary: str, model: Path, inputs: Path, threads: int, tmp:
     return json.loads(stats.read_text())
 
 
+def ours_bench(binary: str, model: Path, inputs: Path, threads: int, cache: Path) -> dict:
+    out = subprocess.run(bin_command(binary) + [
+        "bench", str(model), "--inputs", str(inputs), "--threads", str(threads),
+        "--cache", str(cache), "--json"], check=True, capture_output=True, text=True)
+    modes = json.loads(out.stdout)["modes"]
+    return {m["mode"]: m["time_to_first_output_s"] for m in modes}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", required=True)
@@ -101,7 +111,8 @@ def main() -> int:
         subprocess.run(bin_command(args.bin) + [
             "run", str(model), "--inputs", str(inputs), "--cache", str(cache),
             "--cache-policy", "build-if-missing"], check=True, capture_output=True)
-        rows = {"ort": [], "ort_prepacked": [], "ours": [], "ours_cached": []}
+        rows = {"ort": [], "ort_prepacked": [], "ours": [], "ours_cached": [],
+                "bench_streaming": [], "bench_cached": []}
         counters = {}
         for _ in range(args.rounds):
             rows["ort"].append(ort_first_output(model, feeds, args.threads))
@@ -111,6 +122,9 @@ def main() -> int:
             c = ours_first_output(args.bin, model, inputs, args.threads, tmp, cache)
             rows["ours_cached"].append(c["time_to_first_output_s"])
             counters = {"uncached": s, "cached": c}
+            b = ours_bench(args.bin, model, inputs, args.threads, cache)
+            rows["bench_streaming"].append(b["streaming"])
+            rows["bench_cached"].append(b["cached"])
     med = {k: statistics.median(v) * 1e3 for k, v in rows.items()}
     print(f"{model.name}, prefill T={PREFILL_T}, {args.threads} threads, median of {args.rounds} "
           "(ms to the first output; ours from process start, ORT in-process create + run)")
@@ -121,6 +135,8 @@ def main() -> int:
     print(f"  ours, streaming, cached           {med['ours_cached']:8.1f}   "
           f"{med['ours_cached'] / med['ort_prepacked']:.2f}x ORT prepacked, "
           f"{med['ours_cached'] / med['ours']:.2f}x uncached")
+    print(f"  bench --cache: streaming {med['bench_streaming']:.1f}, cached {med['bench_cached']:.1f} "
+          f"({med['bench_cached'] / med['bench_streaming']:.2f}x; from the first call on a created session)")
     cached = counters["cached"]
     print(f"  cached run: {cached['source_bytes_read']} source bytes, {cached['prepacks']} prepacks, "
           f"{cached['packed_bytes_read']} packed bytes ({cached['packed_bytes_in_place']} in place)")
