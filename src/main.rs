@@ -77,10 +77,10 @@ enum Command {
         /// Write the session's Chrome trace (reads, prepacks, steps) to this file.
         #[arg(long)]
         trace: Option<PathBuf>,
-        /// How the outputs are made: `eager` (prepare, then run), `streaming` (a cold run, weights loading behind it) or `hot` (the second run of a prepared session).
-        #[arg(long, value_enum, default_value_t = RunMode::Eager)]
+        /// How the outputs are made: `streaming` (a cold run, weights loading behind it; the default), `eager` (prepare, then run) or `hot` (the second run of a prepared session).
+        #[arg(long, value_enum, default_value_t = RunMode::Streaming)]
         mode: RunMode,
-        /// Write JSON counters (source and packed bytes read, prepacks, cache hits, misses and writes, time to first output from process start) to this file.
+        /// Write JSON counters (source and packed bytes read, prepacks, cache hits, misses and writes, time to first output from process start, peak live bytes per memory domain, peak resident set size) to this file.
         #[arg(long, value_name = "FILE")]
         stats: Option<PathBuf>,
         #[command(flatten)]
@@ -408,7 +408,12 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         for (name, t) in &outputs {
             println!("{name:<24} {:<5} {:?}", t.dtype().name(), t.shape());
         }
-        eprintln!("loaded and prepacked in {load:.2?}, first run {first:.2?}");
+        match args.mode {
+            RunMode::Streaming => eprintln!(
+                "opened in {load:.2?}; first run (weights loading behind it) {first:.2?}"
+            ),
+            _ => eprintln!("loaded and prepacked in {load:.2?}, first run {first:.2?}"),
+        }
     }
     Ok(())
 }

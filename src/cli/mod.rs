@@ -63,6 +63,11 @@ pub fn write_stats(
     first_output: std::time::Duration,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let s = session.preparation_stats();
+    let memory = session.memory();
+    let peaks: serde_json::Map<String, serde_json::Value> = onnx_prepared::Domain::ALL
+        .iter()
+        .map(|&d| (d.name().to_owned(), memory.domain(d).peak.into()))
+        .collect();
     let json = serde_json::json!({
         "source_bytes_read": s.source_bytes_read,
         "packed_bytes_read": s.cache.packed_bytes_read,
@@ -72,6 +77,8 @@ pub fn write_stats(
         "cache_misses": s.cache.misses,
         "cache_writes": s.cache.writes,
         "time_to_first_output_s": first_output.as_secs_f64(),
+        "peak_live_bytes": peaks,
+        "peak_rss_bytes": peak_rss_bytes(),
         "cache_diagnostics": session.cache().map(|c| c.diagnostics()).unwrap_or_default(),
     });
     onnx_prepared::durable::replace_file(
@@ -80,4 +87,13 @@ pub fn write_stats(
     )
     .map_err(|e| format!("writing the stats to {}: {e}", path.display()))?;
     Ok(())
+}
+
+/// The process's peak resident set size (`VmHWM` of `/proc/self/status`),
+/// when the system reports it.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
