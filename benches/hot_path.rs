@@ -10,9 +10,13 @@
 //!   iteration is one whole run: readiness-epoch check, run-level guard,
 //!   replay, outputs.
 //!
-//! Models: tiny-llm decode (T = 1 after P = 128) and many-small-nodes
-//! (1,000 small Gemm/Add/Mul nodes on a [1, 16] value). Setup (open,
-//! prepare, first run) is outside the measured loop.
+//! * `hot_path/<model>/session_async`: `run_async(ctx).wait()` on the same
+//!   session (a submission handed to the CPU worker, the caller parked).
+//!
+//! Models: tiny-llm decode (T = 1 after P = 128), many-small-nodes
+//! (1,000 small Gemm/Add/Mul nodes on a [1, 16] value) and one-node (one
+//! Relu on a [1, 16] value: the fixed cost of a run). Setup (open, prepare,
+//! first run) is outside the measured loop.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -55,15 +59,72 @@ fn many_inputs() -> Vec<(String, Tensor)> {
     )]
 }
 
+/// A model of one Relu on `x: f32[1, 16]`, written into `dir`.
+fn one_node(dir: &std::path::Path) -> std::path::PathBuf {
+    use onnx_prepared::model::proto::tensor_proto::DataType;
+    use onnx_prepared::model::proto::{
+        GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto,
+        TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
+    };
+    let value = |name: &str| ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(DataType::Float as i32),
+                shape: Some(TensorShapeProto {
+                    dim: [1, 16]
+                        .map(|d| tensor_shape_proto::Dimension {
+                            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
+                            ..Default::default()
+                        })
+                        .to_vec(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let model = ModelProto {
+        ir_version: Some(10),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(21),
+        }],
+        graph: Some(GraphProto {
+            name: Some("one-node".into()),
+            node: vec![NodeProto {
+                op_type: Some("Relu".into()),
+                input: vec!["x".into()],
+                output: vec!["y".into()],
+                ..Default::default()
+            }],
+            input: vec![value("x")],
+            output: vec![value("y")],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let path = dir.join("one-node.onnx");
+    std::fs::write(&path, model.encode_to_vec()).expect("writes");
+    path
+}
+
 fn hot_path(c: &mut Criterion) {
     let dir = onnx_prepared_fixtures::default_dir();
     onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let one = one_node(scratch.path());
     let mut group = c.benchmark_group("hot_path");
     for (name, inputs) in [
         ("tiny-llm", decode_inputs()),
         ("many-small-nodes", many_inputs()),
+        ("one-node", many_inputs()),
     ] {
-        let model = Model::open(dir.join(format!("{name}.onnx"))).expect("opens");
+        let path = match name {
+            "one-node" => one.clone(),
+            _ => dir.join(format!("{name}.onnx")),
+        };
+        let model = Model::open(path).expect("opens");
         let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
 
         let source = FileSource::open(&model).expect("source");
@@ -105,6 +166,13 @@ fn hot_path(c: &mut Criterion) {
         group.bench_function(format!("{name}/session"), |b| {
             b.iter(|| {
                 let done = session.run(ctx.take().unwrap()).expect("runs");
+                black_box(done.outputs());
+                ctx = Some(done);
+            })
+        });
+        group.bench_function(format!("{name}/session_async"), |b| {
+            b.iter(|| {
+                let done = session.run_async(ctx.take().unwrap()).wait().expect("runs");
                 black_box(done.outputs());
                 ctx = Some(done);
             })

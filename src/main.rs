@@ -409,9 +409,9 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
             println!("{name:<24} {:<5} {:?}", t.dtype().name(), t.shape());
         }
         match args.mode {
-            RunMode::Streaming => eprintln!(
-                "opened in {load:.2?}; first run (weights loading behind it) {first:.2?}"
-            ),
+            RunMode::Streaming => {
+                eprintln!("opened in {load:.2?}; first run (weights loading behind it) {first:.2?}")
+            }
             _ => eprintln!("loaded and prepacked in {load:.2?}, first run {first:.2?}"),
         }
     }

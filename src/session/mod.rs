@@ -21,7 +21,10 @@
 //! **Run** (one suspendable continuation per inference, not a task per
 //! node):
 //! 1. `run_async` moves the [`RuntimeContext`] into a one-task submission
-//!    on the CPU lane; it never blocks and never waits for preparation.
+//!    on the CPU lane; it never blocks and never waits for preparation. A
+//!    CPU worker is woken to run it; a handle's `wait` that finds it still
+//!    queued runs it on the waiting thread (protocol "help"), as `run`
+//!    always does.
 //! 2. The task lowers (once per input shapes) and loads the inputs. If the
 //!    session's readiness epoch equals the store's (every object resident
 //!    since the last publish or eviction), it replays every action under one
@@ -436,7 +439,11 @@ impl RuntimeSession {
     /// running.
     pub fn run_async(&self, ctx: RuntimeContext) -> ExecutionHandle<RuntimeContext> {
         let (runner, submission) = run::start(&self.inner, ctx, true);
-        ExecutionHandle::for_run(self.inner.clone(), submission, runner, false)
+        // A worker is woken to run it; a `wait` that comes before the
+        // worker claimed it runs it on the waiting thread instead (protocol
+        // "help"), so `run_async(ctx).wait()` costs one wake-up call, not
+        // two cross-thread hand-offs.
+        ExecutionHandle::for_run(self.inner.clone(), submission, runner, true)
     }
 
     /// `run_async(ctx).wait()`.
