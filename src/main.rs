@@ -8,7 +8,7 @@ use std::time::Instant;
 mod cli;
 
 use clap::{Parser, Subcommand};
-use cli::CacheArgs;
+use cli::{CacheArgs, LimitArgs};
 use onnx_prepared::decoder::{self, Lengths};
 use onnx_prepared::limits::{MAX_CLI_THREADS, MAX_NEW_TOKENS, MAX_REPEAT};
 use onnx_prepared::model::Model;
@@ -85,6 +85,8 @@ enum Command {
         stats: Option<PathBuf>,
         #[command(flatten)]
         cache: CacheArgs,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Measure the four ways to a first output (eager, streaming, prepared, hot), each in a fresh session.
     Bench {
@@ -206,6 +208,7 @@ fn main() -> ExitCode {
             mode,
             stats,
             cache,
+            limits,
         } => run(RunArgs {
             model,
             inputs,
@@ -218,6 +221,7 @@ fn main() -> ExitCode {
             mode,
             stats,
             cache,
+            limits,
             started,
         }),
     };
@@ -305,6 +309,7 @@ struct RunArgs {
     mode: RunMode,
     stats: Option<PathBuf>,
     cache: CacheArgs,
+    limits: LimitArgs,
     /// When the process started.
     started: Instant,
 }
@@ -341,7 +346,7 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let session = RuntimeSession::open(
         &args.model,
-        args.cache.apply(SessionOptions {
+        args.cache.apply(args.limits.apply(SessionOptions {
             // `--threads N`: this thread runs the inference (`run` is
             // synchronous) with N - 1 CPU workers helping its kernels.
             cpu_threads: args.threads.saturating_sub(1).max(1),
@@ -352,7 +357,7 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
                 ..ResolveOptions::default()
             },
             ..SessionOptions::default()
-        })?,
+        }))?,
     )?;
     if args.mode != RunMode::Streaming {
         session.prepare()?;

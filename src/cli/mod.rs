@@ -97,3 +97,94 @@ fn peak_rss_bytes() -> Option<u64> {
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
+
+/// `--limit DOMAIN=SIZE` (repeatable): a memory limit per domain
+/// (`preparation`, `prepared`, `execution`, `io`) or for all of them
+/// (`total`); sizes in bytes or with `KiB`, `MiB`, `GiB`, `kB`, `MB`, `GB`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct LimitArgs {
+    /// A memory limit, e.g. `--limit preparation=4MiB` or `--limit total=64MiB` (repeatable; domains: preparation, prepared, execution, io, total).
+    #[arg(long = "limit", value_name = "DOMAIN=SIZE", value_parser = parse_limit)]
+    pub limits: Vec<(Option<onnx_prepared::Domain>, usize)>,
+}
+
+fn parse_limit(s: &str) -> Result<(Option<onnx_prepared::Domain>, usize), String> {
+    let (name, size) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not DOMAIN=SIZE"))?;
+    let domain = match name {
+        "total" => None,
+        _ => Some(
+            onnx_prepared::Domain::ALL
+                .into_iter()
+                .find(|d| d.name() == name)
+                .ok_or_else(|| {
+                    format!(
+                        "`{name}` is not a memory domain: preparation, prepared, execution, io or total"
+                    )
+                })?,
+        ),
+    };
+    Ok((domain, parse_size(size)?))
+}
+
+/// `123`, `4KiB`, `5MiB`, `1GiB`, `10kB`, `5MB`, `1GB`.
+fn parse_size(s: &str) -> Result<usize, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (e.g. 4096, 64KiB, 5MiB)"))?;
+    let scale: u64 = match unit {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => {
+            return Err(format!(
+                "`{unit}` is not a size unit (KiB, MiB, GiB, kB, MB, GB)"
+            ));
+        }
+    };
+    n.checked_mul(scale)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+impl LimitArgs {
+    /// `options` with these limits.
+    pub fn apply(&self, options: SessionOptions) -> SessionOptions {
+        let budget = self
+            .limits
+            .iter()
+            .fold(options.budget, |b, &(domain, bytes)| match domain {
+                Some(d) => b.with_domain(d, bytes),
+                None => b.with_global(bytes),
+            });
+        SessionOptions { budget, ..options }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_parse() {
+        assert_eq!(parse_size("5MiB"), Ok(5 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("2kB"), Ok(2000));
+        assert!(parse_size("5 MiB").is_err());
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("99999999999999GiB").is_err());
+        assert_eq!(
+            parse_limit("preparation=1KiB"),
+            Ok((Some(onnx_prepared::Domain::Preparation), 1024))
+        );
+        assert_eq!(parse_limit("total=1"), Ok((None, 1)));
+        assert!(parse_limit("disk=1").is_err());
+    }
+}
