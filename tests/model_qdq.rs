@@ -163,7 +163,7 @@ fn qdq_weights_become_prepacked_objects() {
         ctx.set_input("a", Tensor::from_f32(vec![M, K], a.clone()).unwrap())
             .unwrap();
         let ctx = session.run(ctx).map_err(|e| e.error).unwrap();
-        let TensorData::F32(y) = ctx.output("y").unwrap().data() else {
+        let onnx_prepared_kernels::DataRef::F32(y) = ctx.output("y").unwrap().data() else {
             panic!("f32 output")
         };
 

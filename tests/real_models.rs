@@ -109,7 +109,7 @@ fn prefill_argmax(session: &RuntimeSession, ids: &[i64]) -> i64 {
     }
     let ctx = session.run(ctx).map_err(|e| e.error).unwrap();
     let logits = ctx.output("logits").unwrap();
-    let TensorData::F32(v) = logits.data() else {
+    let onnx_prepared_kernels::DataRef::F32(v) = logits.data() else {
         panic!("f32 logits")
     };
     let width = *logits.shape().last().unwrap();
@@ -161,14 +161,14 @@ fn generated_inputs_follow_the_roles() {
         match input_role(name) {
             InputRole::TokenIds => {
                 assert_eq!(t.shape(), [1, 3]);
-                let TensorData::I64(v) = t.data() else {
+                let onnx_prepared_kernels::DataRef::I64(v) = t.data() else {
                     panic!()
                 };
                 assert!(v.iter().all(|&x| (0..256).contains(&x)), "{v:?}");
             }
             InputRole::AttentionMask => {
                 assert_eq!(t.shape(), [1, 8]);
-                let TensorData::I64(v) = t.data() else {
+                let onnx_prepared_kernels::DataRef::I64(v) = t.data() else {
                     panic!()
                 };
                 assert!(v.iter().all(|&x| x == 1));
