@@ -83,6 +83,9 @@ enum Command {
         /// Write JSON counters (source and packed bytes read, prepacks, cache hits, misses and writes, time to first output from process start) to this file.
         #[arg(long, value_name = "FILE")]
         stats: Option<PathBuf>,
+        /// Map external data files read-only and use suitably aligned weights in place (no read buffer, copy or decode); a data file truncated by another program while mapped kills the process.
+        #[arg(long)]
+        map_weights: bool,
         #[command(flatten)]
         cache: CacheArgs,
     },
@@ -105,6 +108,9 @@ enum Command {
         /// Write the streaming mode's Chrome trace to this file.
         #[arg(long)]
         trace: Option<PathBuf>,
+        /// Map external data files read-only and use suitably aligned weights in place (no read buffer, copy or decode); a data file truncated by another program while mapped kills the process.
+        #[arg(long)]
+        map_weights: bool,
         #[command(flatten)]
         cache: CacheArgs,
     },
@@ -124,6 +130,9 @@ enum Command {
         /// Print `{"tokens": [...], "time_to_first_token_s": ..., "tokens_per_s": ...}`.
         #[arg(long)]
         json: bool,
+        /// Map external data files read-only and use suitably aligned weights in place (no read buffer, copy or decode); a data file truncated by another program while mapped kills the process.
+        #[arg(long)]
+        map_weights: bool,
         #[command(flatten)]
         cache: CacheArgs,
     },
@@ -163,6 +172,7 @@ fn main() -> ExitCode {
             max_new_tokens,
             threads,
             json,
+            map_weights,
             cache,
         } => generate(
             &model,
@@ -170,6 +180,7 @@ fn main() -> ExitCode {
             max_new_tokens,
             threads.into(),
             json,
+            map_weights,
             &cache,
         ),
         Command::Bench {
@@ -179,6 +190,7 @@ fn main() -> ExitCode {
             inputs,
             dims,
             trace,
+            map_weights,
             cache,
         } => bench(BenchArgs {
             model,
@@ -187,6 +199,7 @@ fn main() -> ExitCode {
             inputs,
             dims,
             trace,
+            map_weights,
             cache,
         }),
         Command::Plan {
@@ -205,6 +218,7 @@ fn main() -> ExitCode {
             trace,
             mode,
             stats,
+            map_weights,
             cache,
         } => run(RunArgs {
             model,
@@ -217,6 +231,7 @@ fn main() -> ExitCode {
             trace,
             mode,
             stats,
+            map_weights,
             cache,
             started,
         }),
@@ -304,6 +319,7 @@ struct RunArgs {
     trace: Option<PathBuf>,
     mode: RunMode,
     stats: Option<PathBuf>,
+    map_weights: bool,
     cache: CacheArgs,
     /// When the process started.
     started: Instant,
@@ -351,6 +367,7 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
                 cpu,
                 ..ResolveOptions::default()
             },
+            map_weights: args.map_weights,
             ..SessionOptions::default()
         })?,
     )?;
@@ -421,6 +438,7 @@ fn generate(
     max_new_tokens: usize,
     threads: usize,
     json: bool,
+    map_weights: bool,
     cache: &CacheArgs,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let session = RuntimeSession::open(
@@ -428,6 +446,7 @@ fn generate(
         cache.apply(SessionOptions {
             cpu_threads: threads.saturating_sub(1).max(1),
             intra_op_threads: Some(threads),
+            map_weights,
             ..SessionOptions::default()
         })?,
     )?;
@@ -462,6 +481,7 @@ struct BenchArgs {
     inputs: Option<PathBuf>,
     dims: Vec<(String, usize)>,
     trace: Option<PathBuf>,
+    map_weights: bool,
     cache: CacheArgs,
 }
 
@@ -486,6 +506,7 @@ fn bench_modes(
     inputs: Option<&Path>,
     dims: &[(String, usize)],
     cache: Option<&Path>,
+    map_weights: bool,
 ) -> Result<BenchRun, Box<dyn std::error::Error>> {
     let model = Model::open(model)?;
     let inputs = match inputs {
@@ -498,6 +519,7 @@ fn bench_modes(
     let options = SessionOptions {
         cpu_threads: threads,
         cache_dir: cache.map(Path::to_owned),
+        map_weights,
         ..SessionOptions::default()
     };
     Ok(run_modes(
@@ -521,6 +543,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         args.inputs.as_deref(),
         &args.dims,
         args.cache.dir.as_deref(),
+        args.map_weights,
     )?;
     if let Some(path) = &args.trace {
         write_trace(path, &run.streaming_trace)?;
@@ -602,7 +625,14 @@ fn demo(
         );
     }
     let threads = all_cores();
-    let run = bench_modes(&dir.join("tiny-llm.onnx"), threads, None, &[], Some(&cache))?;
+    let run = bench_modes(
+        &dir.join("tiny-llm.onnx"),
+        threads,
+        None,
+        &[],
+        Some(&cache),
+        false,
+    )?;
     println!(
         "\ntiny-llm, prefill T={} P=0, {threads} threads: {WARM_CACHE_NOTE}\n",
         BENCH_DIMS.tokens

@@ -33,7 +33,7 @@ pub use error::{ExternalDataError, ModelError, PayloadError};
 pub(crate) use external::open_no_follow;
 pub(crate) use inputs::graph_input;
 pub use inputs::{Dim, GraphInput};
-pub(crate) use payload::read_verified;
+pub(crate) use payload::{read_verified, verify};
 pub use payload::{
     ChecksumPolicy, FaultInjectingSource, FileSource, MmapSource, PayloadSource, ReadCounters,
     ReadFault, read_to_vec,
