@@ -112,7 +112,9 @@ fn unsuitable_bytes_fall_back_to_a_decoded_copy() {
         .iter()
         .find(|w| w.name() == "embed.weight")
         .unwrap();
-    let (bytes, offset) = source.shared(embed.id()).expect("an external weight is mapped");
+    let (bytes, offset) = source
+        .shared(embed.id())
+        .expect("an external weight is mapped");
     let dims: Vec<usize> = embed.dims().iter().map(|&d| d as usize).collect();
     assert!(Tensor::shared(dims.clone(), ElementType::F16, bytes.clone(), offset).is_some());
     // One byte off: misaligned for f16, so the session reads and decodes.
@@ -151,7 +153,10 @@ fn a_cached_session_uses_its_source_tensors_in_place() {
     assert!(!held.is_empty());
     // Every source tensor lies in a mapped payload (tiny-llm has no bool or
     // 4-bit source), and bytes_in_place counts them with the packed parts.
-    assert!(held.iter().all(|(n, t)| t.is_shared() || panic!("{n} was copied")));
+    assert!(
+        held.iter()
+            .all(|(n, t)| t.is_shared() || panic!("{n} was copied"))
+    );
     let store = second.internals().store();
     let packed: u64 = (0..store.len())
         .filter_map(|r| store.pin(r))

@@ -213,8 +213,8 @@ fn decode_with(bytes: &[u8], shared: Option<Arc<dyn SharedBytes>>) -> Result<Dec
     };
     match kind {
         KIND_TENSOR => {
-            let [(dtype, elements, start, stop)] = <[_; 1]>::try_from(checked)
-                .map_err(|_| bad("a tensor payload has one part"))?;
+            let [(dtype, elements, start, stop)] =
+                <[_; 1]>::try_from(checked).map_err(|_| bad("a tensor payload has one part"))?;
             if !layout.is_empty() {
                 return Err(bad("a tensor payload names a layout"));
             }
@@ -318,7 +318,8 @@ mod tests {
             let bytes = encode_tensor(&t);
             let mut words = vec![0u64; bytes.len().div_ceil(8)];
             bytemuck::cast_slice_mut(&mut words)[..bytes.len()].copy_from_slice(&bytes);
-            let Decoded::Tensor(back) = decode_shared(Arc::new(Shared(words, bytes.len()))).unwrap()
+            let Decoded::Tensor(back) =
+                decode_shared(Arc::new(Shared(words, bytes.len()))).unwrap()
             else {
                 panic!("a tensor payload decodes to a tensor");
             };

@@ -285,7 +285,9 @@ impl MmapSource {
                 // value, so any content is valid. The remaining hazard,
                 // another process truncating the file while it is mapped
                 // (SIGBUS), is the documented reason this source is opt-in.
-                Some(Arc::new(MappedFile(unsafe { Mmap::map(file) }.map_err(io)?)))
+                Some(Arc::new(MappedFile(
+                    unsafe { Mmap::map(file) }.map_err(io)?,
+                )))
             };
             maps.push((map, f.path().to_path_buf()));
         }

@@ -1,7 +1,9 @@
 //! Shared pieces of the basic operators: attribute parsing (cold path),
 //! input checks (cold path) and typed tensor access (hot path).
 
-use crate::{Attributes, DataRef, ElementType, InputInfo, KernelError, NodeSpec, Tensor, TensorData};
+use crate::{
+    Attributes, DataRef, ElementType, InputInfo, KernelError, NodeSpec, Tensor, TensorData,
+};
 
 /// The highest rank the strided kernels (broadcasting, Transpose, Slice)
 /// handle; they keep strides in fixed arrays of this length so `execute`

@@ -10,8 +10,8 @@ use crate::ops::basic::common::{
     typed, typed_mut,
 };
 use crate::{
-    DataRef, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor, Tensor,
-    TensorData,
+    DataRef, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
+    Tensor, TensorData,
 };
 
 /// ConstantOfShape: a tensor of the input's shape filled with `value`

@@ -291,7 +291,14 @@ impl QdqMatMul {
     ) -> Result<PackedWeight, KernelError> {
         let (b, scales, zps) = self.nbits_sources(kb, w, scale, zp)?;
         let layout = self.layout(kb, zp.is_some(), isa);
-        q4::pack(&self.params(kb), isa, layout, &b, &scales, zps.as_ref().map(TensorData::view))
+        q4::pack(
+            &self.params(kb),
+            isa,
+            layout,
+            &b,
+            &scales,
+            zps.as_ref().map(TensorData::view),
+        )
     }
 }
 
