@@ -161,16 +161,12 @@ fn generated_inputs_follow_the_roles() {
         match input_role(name) {
             InputRole::TokenIds => {
                 assert_eq!(t.shape(), [1, 3]);
-                let DataRef::I64(v) = t.data() else {
-                    panic!()
-                };
+                let DataRef::I64(v) = t.data() else { panic!() };
                 assert!(v.iter().all(|&x| (0..256).contains(&x)), "{v:?}");
             }
             InputRole::AttentionMask => {
                 assert_eq!(t.shape(), [1, 8]);
-                let DataRef::I64(v) = t.data() else {
-                    panic!()
-                };
+                let DataRef::I64(v) = t.data() else { panic!() };
                 assert!(v.iter().all(|&x| x == 1));
             }
             InputRole::PastKv => assert_eq!(t.shape(), [1, 2, 5, 16], "{name}"),
