@@ -166,3 +166,120 @@ fn a_cached_session_uses_its_source_tensors_in_place() {
     let stats = second.preparation_stats();
     assert_eq!(stats.cache.bytes_in_place, packed + tensors);
 }
+
+#[test]
+fn mapped_weights_are_checked_against_their_digest() {
+    use onnx_prepared::model::WeightSource;
+    use onnx_prepared::{ChecksumPolicy, Error};
+    use onnx_prepared_fixtures::{GEMM_CHAIN, gemm_fixtures};
+    // gemm-chain: every external weight declares a `sha256:` digest.
+    let dir = common::tempdir();
+    let fixture = gemm_fixtures()
+        .into_iter()
+        .find(|f| f.name == GEMM_CHAIN)
+        .unwrap();
+    let path = write_fixture(dir.path(), &fixture, WriteMode::Verify).unwrap()[0].clone();
+    let model = Model::open(&path).unwrap();
+    let w = model.weight_by_name("chain1.weight").unwrap();
+    let WeightSource::External { file, offset, .. } = w.source() else {
+        panic!("chain1.weight is external");
+    };
+    let data = model.external_files()[file.index()].path().to_path_buf();
+    let intact = || {
+        let s = RuntimeSession::open(&path, options(true)).unwrap();
+        s.prepare().unwrap();
+        s
+    };
+    let s = intact();
+    assert!(
+        sources(&s).iter().any(|(_, t)| t.is_shared()),
+        "gemm-chain has a source used in place"
+    );
+    drop(s);
+    // One flipped byte (the file keeps its size): the mapped weight fails
+    // its digest like a read one, naming the tensor.
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes[*offset as usize + 5] ^= 0x40;
+    std::fs::write(&data, bytes).unwrap();
+    let failed = RuntimeSession::open(&path, options(true))
+        .unwrap()
+        .prepare()
+        .unwrap_err();
+    let (task, why) = failed.diagnostics.failed_task.clone().unwrap();
+    assert!(task.contains("chain1.weight"), "{task}");
+    assert!(
+        why.contains("does not match the declared checksum"),
+        "{why}"
+    );
+    // Under ChecksumPolicy::Off the mapped bytes are used unchecked.
+    let off = SessionOptions {
+        checksums: ChecksumPolicy::Off,
+        ..options(true)
+    };
+    let r: Result<(), Error> = RuntimeSession::open(&path, off)
+        .unwrap()
+        .prepare()
+        .map_err(|e| e.error);
+    r.unwrap();
+}
+
+#[test]
+fn a_session_decodes_what_it_cannot_use_in_place() {
+    use common::{Init, model_bytes, write_data};
+    use onnx_prepared::model::proto::tensor_proto::DataType;
+    use onnx_prepared::model::proto::{Message, ModelProto, TypeProto, ValueInfoProto, type_proto};
+    let dir = common::tempdir();
+    write_data(dir.path(), "w.bin", 256);
+    // f32 at offset 2 (misaligned), bool, and f32 at an aligned offset,
+    // each the input of an Identity whose output is a graph output.
+    let inits = [
+        Init::external(
+            "odd",
+            &[8],
+            &[("location", "w.bin"), ("offset", "2"), ("length", "32")],
+        ),
+        Init::external(
+            "flags",
+            &[8],
+            &[("location", "w.bin"), ("offset", "64"), ("length", "8")],
+        )
+        .data_type(DataType::Bool),
+        Init::external(
+            "even",
+            &[8],
+            &[("location", "w.bin"), ("offset", "128"), ("length", "32")],
+        ),
+    ];
+    let mut model = ModelProto::decode(&model_bytes(&inits)[..]).unwrap();
+    let graph = model.graph.as_mut().unwrap();
+    graph.output = inits
+        .iter()
+        .map(|i| ValueInfoProto {
+            name: Some(format!("{}.out", i.name)),
+            r#type: Some(TypeProto {
+                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                    elem_type: Some(i.data_type),
+                    shape: None,
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let path = dir.path().join("model.onnx");
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    let held = |map_weights| {
+        let s = RuntimeSession::open(&path, options(map_weights)).unwrap();
+        s.prepare().unwrap();
+        let mut v = sources(&s);
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    let (mapped, owned) = (held(true), held(false));
+    let shared: Vec<(&str, bool)> = mapped
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.is_shared()))
+        .collect();
+    assert_eq!(shared, [("even", true), ("flags", false), ("odd", false)]);
+    assert_eq!(mapped, owned, "the same values either way");
+}
