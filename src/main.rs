@@ -83,6 +83,9 @@ enum Command {
         /// Write JSON counters (source and packed bytes read, prepacks, cache hits, misses and writes, time to first output from process start, peak live bytes per memory domain, peak resident set size) to this file.
         #[arg(long, value_name = "FILE")]
         stats: Option<PathBuf>,
+        /// Map external data files read-only and use suitably aligned weights in place (no read buffer, copy or decode); a data file truncated by another program while mapped kills the process.
+        #[arg(long)]
+        map_weights: bool,
         #[command(flatten)]
         cache: CacheArgs,
         #[command(flatten)]
@@ -107,6 +110,9 @@ enum Command {
         /// Write the streaming mode's Chrome trace to this file.
         #[arg(long)]
         trace: Option<PathBuf>,
+        /// Map external data files read-only and use suitably aligned weights in place (no read buffer, copy or decode); a data file truncated by another program while mapped kills the process.
+        #[arg(long)]
+        map_weights: bool,
         #[command(flatten)]
         cache: CacheArgs,
     },
@@ -126,6 +132,9 @@ enum Command {
         /// Print `{"tokens": [...], "time_to_first_token_s": ..., "tokens_per_s": ...}`.
         #[arg(long)]
         json: bool,
+        /// Map external data files read-only and use suitably aligned weights in place (no read buffer, copy or decode); a data file truncated by another program while mapped kills the process.
+        #[arg(long)]
+        map_weights: bool,
         #[command(flatten)]
         cache: CacheArgs,
     },
@@ -165,6 +174,7 @@ fn main() -> ExitCode {
             max_new_tokens,
             threads,
             json,
+            map_weights,
             cache,
         } => generate(
             &model,
@@ -172,6 +182,7 @@ fn main() -> ExitCode {
             max_new_tokens,
             threads.into(),
             json,
+            map_weights,
             &cache,
         ),
         Command::Bench {
@@ -181,6 +192,7 @@ fn main() -> ExitCode {
             inputs,
             dims,
             trace,
+            map_weights,
             cache,
         } => bench(BenchArgs {
             model,
@@ -189,6 +201,7 @@ fn main() -> ExitCode {
             inputs,
             dims,
             trace,
+            map_weights,
             cache,
         }),
         Command::Plan {
@@ -207,6 +220,7 @@ fn main() -> ExitCode {
             trace,
             mode,
             stats,
+            map_weights,
             cache,
             limits,
         } => run(RunArgs {
@@ -220,6 +234,7 @@ fn main() -> ExitCode {
             trace,
             mode,
             stats,
+            map_weights,
             cache,
             limits,
             started,
@@ -308,6 +323,7 @@ struct RunArgs {
     trace: Option<PathBuf>,
     mode: RunMode,
     stats: Option<PathBuf>,
+    map_weights: bool,
     cache: CacheArgs,
     limits: LimitArgs,
     /// When the process started.
@@ -356,6 +372,7 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
                 cpu,
                 ..ResolveOptions::default()
             },
+            map_weights: args.map_weights,
             ..SessionOptions::default()
         }))?,
     )?;
@@ -431,6 +448,7 @@ fn generate(
     max_new_tokens: usize,
     threads: usize,
     json: bool,
+    map_weights: bool,
     cache: &CacheArgs,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let session = RuntimeSession::open(
@@ -438,6 +456,7 @@ fn generate(
         cache.apply(SessionOptions {
             cpu_threads: threads.saturating_sub(1).max(1),
             intra_op_threads: Some(threads),
+            map_weights,
             ..SessionOptions::default()
         })?,
     )?;
@@ -472,6 +491,7 @@ struct BenchArgs {
     inputs: Option<PathBuf>,
     dims: Vec<(String, usize)>,
     trace: Option<PathBuf>,
+    map_weights: bool,
     cache: CacheArgs,
 }
 
@@ -496,6 +516,7 @@ fn bench_modes(
     inputs: Option<&Path>,
     dims: &[(String, usize)],
     cache: Option<&Path>,
+    map_weights: bool,
 ) -> Result<BenchRun, Box<dyn std::error::Error>> {
     let model = Model::open(model)?;
     let inputs = match inputs {
@@ -508,6 +529,7 @@ fn bench_modes(
     let options = SessionOptions {
         cpu_threads: threads,
         cache_dir: cache.map(Path::to_owned),
+        map_weights,
         ..SessionOptions::default()
     };
     Ok(run_modes(
@@ -531,6 +553,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         args.inputs.as_deref(),
         &args.dims,
         args.cache.dir.as_deref(),
+        args.map_weights,
     )?;
     if let Some(path) = &args.trace {
         write_trace(path, &run.streaming_trace)?;
@@ -612,7 +635,14 @@ fn demo(
         );
     }
     let threads = all_cores();
-    let run = bench_modes(&dir.join("tiny-llm.onnx"), threads, None, &[], Some(&cache))?;
+    let run = bench_modes(
+        &dir.join("tiny-llm.onnx"),
+        threads,
+        None,
+        &[],
+        Some(&cache),
+        false,
+    )?;
     println!(
         "\ntiny-llm, prefill T={} P=0, {threads} threads: {WARM_CACHE_NOTE}\n",
         BENCH_DIMS.tokens

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use half::{bf16, f16};
 
 use crate::limits::{MAX_NPY_HEADER_BYTES, MAX_NPZ_BYTES};
-use onnx_prepared_kernels::{ElementType, Tensor, TensorData};
+use onnx_prepared_kernels::{DataRef, ElementType, Tensor, TensorData};
 
 /// Reading or writing an `.npz` failed.
 #[derive(Debug, thiserror::Error)]
@@ -315,41 +315,41 @@ pub fn write_npy(name: &str, tensor: &Tensor) -> Result<Vec<u8>, NpzError> {
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
     match tensor.data() {
-        TensorData::F32(v) => v
+        DataRef::F32(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::F64(v) => v
+        DataRef::F64(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::F16(v) => v
+        DataRef::F16(v) => v
             .iter()
             .for_each(|x: &f16| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::BF16(v) => v
+        DataRef::BF16(v) => v
             .iter()
             .for_each(|x: &bf16| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::I8(v) => v
+        DataRef::I8(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::I16(v) => v
+        DataRef::I16(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::I32(v) => v
+        DataRef::I32(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::I64(v) => v
+        DataRef::I64(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::U8(v) => out.extend_from_slice(v),
-        TensorData::U16(v) => v
+        DataRef::U8(v) => out.extend_from_slice(v),
+        DataRef::U16(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::U32(v) => v
+        DataRef::U32(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::U64(v) => v
+        DataRef::U64(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::Bool(v) => v.iter().for_each(|&x| out.push(x as u8)),
+        DataRef::Bool(v) => v.iter().for_each(|&x| out.push(x as u8)),
     }
     Ok(out)
 }

@@ -81,15 +81,19 @@ fn a_complete_cache_replaces_every_read_and_prepack() {
     assert_eq!(stats.cache.hits as usize, objects);
     assert!(stats.cache.packed_bytes_read > 0);
     assert_eq!(stats.cache.writes, 0);
-    // Packed weights are used in place from the mapped payloads: every
-    // packed byte the session holds lies in a mapping.
+    // Packed weights and source tensors are used in place from the mapped
+    // payloads: every byte of them the session holds lies in a mapping.
     let store = second.internals().store();
     let packed: u64 = (0..store.len())
         .filter_map(|r| store.pin(r))
         .filter_map(|pin| pin.object.as_packed().map(|p| p.byte_len() as u64))
         .sum();
-    assert!(packed > 0);
-    assert_eq!(stats.cache.bytes_in_place, packed);
+    let sources: u64 = (0..store.len())
+        .filter_map(|r| store.pin(r))
+        .filter_map(|pin| pin.object.as_source().map(|t| t.byte_len() as u64))
+        .sum();
+    assert!(packed > 0 && sources > 0);
+    assert_eq!(stats.cache.bytes_in_place, packed + sources);
     assert!(second.cache().unwrap().diagnostics().is_empty());
 }
 

@@ -60,6 +60,27 @@ fn generate_prints_tokens_and_timings_as_json() {
         .collect();
     let json_ids: Vec<i64> = tokens.iter().map(|t| t.as_i64().unwrap()).collect();
     assert_eq!(ids, json_ids);
+
+    // Weights used in place from a mapping of the data file give the same
+    // tokens.
+    let mapped = cli(&[
+        "generate",
+        m.to_str().unwrap(),
+        "--prompt-ids",
+        "3,1,4,1,5",
+        "--max-new-tokens",
+        "6",
+        "--map-weights",
+    ]);
+    assert!(
+        mapped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&mapped.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&mapped.stdout),
+        String::from_utf8_lossy(&plain.stdout)
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use onnx_prepared::model::proto::{
 use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
-use onnx_prepared_kernels::{Tensor, TensorData};
+use onnx_prepared_kernels::{DataRef, Tensor};
 
 const K: usize = 288; // 9 blocks of 32
 const N: usize = 480;
@@ -163,7 +163,7 @@ fn qdq_weights_become_prepacked_objects() {
         ctx.set_input("a", Tensor::from_f32(vec![M, K], a.clone()).unwrap())
             .unwrap();
         let ctx = session.run(ctx).map_err(|e| e.error).unwrap();
-        let TensorData::F32(y) = ctx.output("y").unwrap().data() else {
+        let DataRef::F32(y) = ctx.output("y").unwrap().data() else {
             panic!("f32 output")
         };
 

@@ -10,7 +10,7 @@ use onnx_prepared::decoder::{self, InputRole, Lengths, input_role};
 use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
-use onnx_prepared_kernels::TensorData;
+use onnx_prepared_kernels::DataRef;
 
 fn models() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/real");
@@ -109,7 +109,7 @@ fn prefill_argmax(session: &RuntimeSession, ids: &[i64]) -> i64 {
     }
     let ctx = session.run(ctx).map_err(|e| e.error).unwrap();
     let logits = ctx.output("logits").unwrap();
-    let TensorData::F32(v) = logits.data() else {
+    let DataRef::F32(v) = logits.data() else {
         panic!("f32 logits")
     };
     let width = *logits.shape().last().unwrap();
@@ -161,16 +161,12 @@ fn generated_inputs_follow_the_roles() {
         match input_role(name) {
             InputRole::TokenIds => {
                 assert_eq!(t.shape(), [1, 3]);
-                let TensorData::I64(v) = t.data() else {
-                    panic!()
-                };
+                let DataRef::I64(v) = t.data() else { panic!() };
                 assert!(v.iter().all(|&x| (0..256).contains(&x)), "{v:?}");
             }
             InputRole::AttentionMask => {
                 assert_eq!(t.shape(), [1, 8]);
-                let TensorData::I64(v) = t.data() else {
-                    panic!()
-                };
+                let DataRef::I64(v) = t.data() else { panic!() };
                 assert!(v.iter().all(|&x| x == 1));
             }
             InputRole::PastKv => assert_eq!(t.shape(), [1, 2, 5, 16], "{name}"),

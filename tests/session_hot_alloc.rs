@@ -69,10 +69,19 @@ fn decode(session: &RuntimeSession) -> RuntimeContext {
     ctx
 }
 
+/// Both sources in one test: the allocation counter is process-wide, so
+/// the two must not run concurrently.
 #[test]
 fn hot_runs_allocate_nothing() {
     let dir = onnx_prepared_fixtures::default_dir();
     onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
+    // Weights decoded from reads, then used in place from the mapping.
+    for map_weights in [false, true] {
+        hot_runs_allocate_nothing_with(&dir, map_weights);
+    }
+}
+
+fn hot_runs_allocate_nothing_with(dir: &std::path::Path, map_weights: bool) {
     let model = Model::open(dir.join("tiny-llm.onnx")).unwrap();
     let resolved = ResolvedModel::resolve(model, &ResolveOptions::default()).unwrap();
     let plan = PreparedExecutionPlan::build(resolved).unwrap();
@@ -81,6 +90,7 @@ fn hot_runs_allocate_nothing() {
         SessionOptions {
             cpu_threads: 2,
             io_workers: 1,
+            map_weights,
             ..SessionOptions::default()
         },
     )
@@ -110,13 +120,15 @@ fn hot_runs_allocate_nothing() {
         per_run.push((allocs() - before) as f64 / runs as f64);
     }
     assert_eq!(ctx.outputs(), expected.as_slice(), "hot runs stay exact");
-    eprintln!("allocations per hot run: {per_run:?} (cloning the outputs: {outputs_cost})");
+    eprintln!(
+        "map_weights {map_weights}: allocations per hot run: {per_run:?} (cloning the outputs: {outputs_cost})"
+    );
     for (runs, cost) in [100, 1000].iter().zip(&per_run) {
         // The context's output tensors are reused: a hot run allocates
         // nothing at all.
         assert!(
             *cost == 0.0,
-            "{runs} hot runs: {cost} allocations per run (cloning the outputs costs {outputs_cost})"
+            "map_weights {map_weights}, {runs} hot runs: {cost} allocations per run (cloning the outputs costs {outputs_cost})"
         );
     }
 }

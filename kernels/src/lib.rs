@@ -25,4 +25,4 @@ pub use error::KernelError;
 pub use op::{Attributes, CpuFeatures, InputInfo, NodeSpec, Operator, OutputInfo, Prepack};
 pub use packed::{PackedPart, PackedWeight, SharedBytes};
 pub use par::{ParallelFor, Sequential, for_each_chunk_mut};
-pub use tensor::{ElementType, Tensor, TensorData, element_count};
+pub use tensor::{DataRef, ElementType, Tensor, TensorData, element_count};

@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use crate::{ElementType, TensorData};
 
-/// Read-only bytes a [`PackedPart`] may borrow, kept alive by the part
-/// (a mapping of a prepared-cache payload file, say).
+/// Read-only bytes a [`PackedPart`] or a shared [`Tensor`](crate::Tensor)
+/// may borrow, kept alive by it (a mapping of a prepared-cache payload or of
+/// a model's external data file, say).
 pub trait SharedBytes: Send + Sync + Debug {
-    /// The bytes.
+    /// The bytes: the same slice (address and length) on every call, which
+    /// views checked once at construction rely on.
     fn bytes(&self) -> &[u8];
 }
 

@@ -364,7 +364,7 @@ fn f16_inputs() {
         ])
         .unwrap();
     let got: Vec<f32> = match y.data() {
-        TensorData::F16(v) => v.iter().map(|v| v.to_f32()).collect(),
+        onnx_prepared_kernels::DataRef::F16(v) => v.iter().map(|v| v.to_f32()).collect(),
         _ => panic!("f16 output expected"),
     };
     let z = c.z;

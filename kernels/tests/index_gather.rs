@@ -412,7 +412,7 @@ fn cumsum_matches_naive() {
                 .unwrap();
             assert_eq!(
                 y.data(),
-                &TensorData::F64(naive_cumsum(&x, &shape, axis, e == 1, r == 1)),
+                TensorData::F64(naive_cumsum(&x, &shape, axis, e == 1, r == 1)).view(),
                 "axis {axis} exclusive {e} reverse {r}"
             );
         }

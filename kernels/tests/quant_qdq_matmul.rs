@@ -61,8 +61,8 @@ impl Case {
 
     fn quant(t: &Tensor) -> Vec<i32> {
         match t.data() {
-            TensorData::I8(v) => v.iter().map(|&x| x as i32).collect(),
-            TensorData::U8(v) => v.iter().map(|&x| x as i32).collect(),
+            onnx_prepared_kernels::DataRef::I8(v) => v.iter().map(|&x| x as i32).collect(),
+            onnx_prepared_kernels::DataRef::U8(v) => v.iter().map(|&x| x as i32).collect(),
             _ => panic!("not a quantized tensor"),
         }
     }

@@ -176,8 +176,8 @@ pub struct CacheStats {
     pub misses: u64,
     /// Payload bytes read.
     pub packed_bytes_read: u64,
-    /// Bytes of packed parts used in place from a mapped payload (never
-    /// copied or decoded).
+    /// Bytes of packed parts and source tensors used in place from a
+    /// mapped payload (never copied or decoded).
     pub bytes_in_place: u64,
     /// Payloads persisted by this process.
     pub writes: u64,
@@ -547,15 +547,17 @@ impl PreparedModelStore {
         if !layout_ok {
             return Err(bad("the payload is not an object of this layout".into()));
         }
-        if let Decoded::Packed(p) = &decoded {
-            let in_place: u64 = p
+        let in_place: u64 = match &decoded {
+            Decoded::Packed(p) => p
                 .parts
                 .iter()
                 .filter(|part| part.is_mapped())
                 .filter_map(|part| part.dtype().byte_len(part.len() as u64))
-                .sum();
-            self.bytes_in_place.fetch_add(in_place, Ordering::Relaxed);
-        }
+                .sum(),
+            Decoded::Tensor(t) if t.is_shared() => t.byte_len() as u64,
+            Decoded::Tensor(_) => 0,
+        };
+        self.bytes_in_place.fetch_add(in_place, Ordering::Relaxed);
         Ok(decoded)
     }
 

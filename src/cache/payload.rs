@@ -17,7 +17,9 @@
 
 use std::sync::Arc;
 
-use onnx_prepared_kernels::{PackedPart, PackedWeight, SharedBytes, Tensor, TensorData};
+use onnx_prepared_kernels::{
+    DataRef, PackedPart, PackedWeight, SharedBytes, Tensor, TensorData, element_count,
+};
 
 use super::CacheError;
 use crate::model::{element_type_from_onnx, element_type_to_onnx};
@@ -45,7 +47,7 @@ pub fn encode_tensor(t: &Tensor) -> Vec<u8> {
 /// The payload of a packed weight.
 pub fn encode_packed(p: &PackedWeight) -> Vec<u8> {
     let owned: Vec<TensorData> = p.parts.iter().map(PackedPart::to_data).collect();
-    let parts: Vec<&TensorData> = owned.iter().collect();
+    let parts: Vec<DataRef<'_>> = owned.iter().map(TensorData::view).collect();
     encode(KIND_PACKED, &p.layout, &[], &parts)
 }
 
@@ -53,7 +55,7 @@ fn pad(out: &mut Vec<u8>) {
     out.resize(out.len().next_multiple_of(ALIGN), 0);
 }
 
-fn encode(kind: u32, layout: &str, dims: &[usize], parts: &[&TensorData]) -> Vec<u8> {
+fn encode(kind: u32, layout: &str, dims: &[usize], parts: &[DataRef<'_>]) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
     for v in [
@@ -74,7 +76,7 @@ fn encode(kind: u32, layout: &str, dims: &[usize], parts: &[&TensorData]) -> Vec
     for (i, part) in parts.iter().enumerate() {
         pad(&mut out);
         let offset = out.len() as u64;
-        append_le(&mut out, part);
+        append_le(&mut out, *part);
         let row = &mut out[table + i * 24..table + (i + 1) * 24];
         row[..4].copy_from_slice(&(element_type_to_onnx(part.dtype()) as u32).to_le_bytes());
         row[8..16].copy_from_slice(&(part.len() as u64).to_le_bytes());
@@ -84,7 +86,7 @@ fn encode(kind: u32, layout: &str, dims: &[usize], parts: &[&TensorData]) -> Vec
 }
 
 /// Appends `data`'s elements, little endian.
-fn append_le(out: &mut Vec<u8>, data: &TensorData) {
+fn append_le(out: &mut Vec<u8>, data: DataRef<'_>) {
     macro_rules! le {
         ($v:expr) => {{
             out.reserve(std::mem::size_of_val(&$v[..]));
@@ -94,19 +96,19 @@ fn append_le(out: &mut Vec<u8>, data: &TensorData) {
         }};
     }
     match data {
-        TensorData::F32(v) => le!(v),
-        TensorData::F64(v) => le!(v),
-        TensorData::F16(v) => le!(v),
-        TensorData::BF16(v) => le!(v),
-        TensorData::I8(v) => le!(v),
-        TensorData::I16(v) => le!(v),
-        TensorData::I32(v) => le!(v),
-        TensorData::I64(v) => le!(v),
-        TensorData::U8(v) => out.extend_from_slice(v),
-        TensorData::U16(v) => le!(v),
-        TensorData::U32(v) => le!(v),
-        TensorData::U64(v) => le!(v),
-        TensorData::Bool(v) => out.extend(v.iter().map(|&b| b as u8)),
+        DataRef::F32(v) => le!(v),
+        DataRef::F64(v) => le!(v),
+        DataRef::F16(v) => le!(v),
+        DataRef::BF16(v) => le!(v),
+        DataRef::I8(v) => le!(v),
+        DataRef::I16(v) => le!(v),
+        DataRef::I32(v) => le!(v),
+        DataRef::I64(v) => le!(v),
+        DataRef::U8(v) => out.extend_from_slice(v),
+        DataRef::U16(v) => le!(v),
+        DataRef::U32(v) => le!(v),
+        DataRef::U64(v) => le!(v),
+        DataRef::Bool(v) => out.extend(v.iter().map(|&b| b as u8)),
     }
 }
 
@@ -150,8 +152,8 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, CacheError> {
 }
 
 /// [`decode`] of a payload held in shared bytes (a read-only mapping): a
-/// packed weight's parts are used in place where the type and alignment
-/// allow (no copy, no decode); a source tensor is copied out.
+/// packed weight's parts and a source tensor are used in place where the
+/// type and alignment allow (no copy, no decode), and decoded otherwise.
 ///
 /// # Errors
 /// [`CacheError::Payload`] for anything but a well-formed payload.
@@ -179,7 +181,8 @@ fn decode_with(bytes: &[u8], shared: Option<Arc<dyn SharedBytes>>) -> Result<Dec
         let (code, _, elements, offset) = (r.u32()?, r.u32()?, r.u64()?, r.u64()?);
         table.push((code, elements, offset));
     }
-    let mut data: Vec<PackedPart> = Vec::with_capacity(table.len());
+    // Checked first: every part's type and byte range.
+    let mut checked = Vec::with_capacity(table.len());
     let mut end = 0usize;
     for (code, elements, offset) in table {
         let dtype = element_type_from_onnx(code as i32)
@@ -198,41 +201,49 @@ fn decode_with(bytes: &[u8], shared: Option<Arc<dyn SharedBytes>>) -> Result<Dec
             return Err(bad("parts overlap"));
         }
         end = stop;
-        let in_place = match (&shared, kind) {
-            (Some(shared), KIND_PACKED) => {
-                PackedPart::mapped(dtype, shared.clone(), start, elements as usize)
-            }
-            _ => None,
-        };
-        data.push(match in_place {
-            Some(part) => part,
-            None => TensorData::from_le_bytes(dtype, &bytes[start..stop])
-                .ok_or_else(|| bad("a part's bytes do not match its type"))?
-                .into(),
-        });
+        // `elements` fits: its bytes lie inside the payload.
+        checked.push((dtype, elements as usize, start, stop));
     }
     if end != bytes.len() {
         return Err(bad("trailing bytes after the last part"));
     }
+    let owned = |dtype, start: usize, stop: usize| {
+        TensorData::from_le_bytes(dtype, &bytes[start..stop])
+            .ok_or_else(|| bad("a part's bytes do not match its type"))
+    };
     match kind {
         KIND_TENSOR => {
-            let [part] = <[PackedPart; 1]>::try_from(data)
-                .map_err(|_| bad("a tensor payload has one part"))?;
-            let part = match part {
-                PackedPart::Owned(d) => d,
-                mapped => mapped.to_data(),
-            };
+            let [(dtype, elements, start, stop)] =
+                <[_; 1]>::try_from(checked).map_err(|_| bad("a tensor payload has one part"))?;
             if !layout.is_empty() {
                 return Err(bad("a tensor payload names a layout"));
             }
-            Tensor::new(dims, part)
-                .map(Decoded::Tensor)
-                .map_err(|e| bad(&format!("the tensor is inconsistent: {e}")))
+            if element_count(&dims) != Some(elements) {
+                return Err(bad(&format!(
+                    "the tensor is inconsistent: shape {dims:?} with {elements} elements"
+                )));
+            }
+            let in_place = shared.and_then(|s| Tensor::shared(dims.clone(), dtype, s, start));
+            match in_place {
+                Some(t) => Ok(Decoded::Tensor(t)),
+                None => Tensor::new(dims, owned(dtype, start, stop)?)
+                    .map(Decoded::Tensor)
+                    .map_err(|e| bad(&format!("the tensor is inconsistent: {e}"))),
+            }
         }
-        KIND_PACKED if rank == 0 => Ok(Decoded::Packed(PackedWeight {
-            layout,
-            parts: data,
-        })),
+        KIND_PACKED if rank == 0 => {
+            let mut parts = Vec::with_capacity(checked.len());
+            for (dtype, elements, start, stop) in checked {
+                let in_place = shared
+                    .as_ref()
+                    .and_then(|s| PackedPart::mapped(dtype, s.clone(), start, elements));
+                parts.push(match in_place {
+                    Some(part) => part,
+                    None => owned(dtype, start, stop)?.into(),
+                });
+            }
+            Ok(Decoded::Packed(PackedWeight { layout, parts }))
+        }
         _ => Err(bad("unknown payload kind")),
     }
 }
@@ -300,6 +311,21 @@ mod tests {
         let mapped: Vec<bool> = back.parts.iter().map(PackedPart::is_mapped).collect();
         // u64, u8 and f32 parts are used in place; bool is copied out.
         assert_eq!(mapped, [true, true, true, false]);
+        // A source tensor is used in place too, a bool one is decoded.
+        let f = Tensor::from_f32(vec![2, 3], (0..6).map(|x| x as f32 - 2.5).collect()).unwrap();
+        let b = Tensor::new(vec![3], TensorData::Bool(vec![true, false, true])).unwrap();
+        for (t, in_place) in [(f, true), (b, false)] {
+            let bytes = encode_tensor(&t);
+            let mut words = vec![0u64; bytes.len().div_ceil(8)];
+            bytemuck::cast_slice_mut(&mut words)[..bytes.len()].copy_from_slice(&bytes);
+            let Decoded::Tensor(back) =
+                decode_shared(Arc::new(Shared(words, bytes.len()))).unwrap()
+            else {
+                panic!("a tensor payload decodes to a tensor");
+            };
+            assert_eq!(back, t);
+            assert_eq!(back.is_shared(), in_place, "{t:?}");
+        }
     }
 
     #[test]

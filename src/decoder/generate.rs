@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use onnx_prepared_kernels::{Tensor, TensorData};
+use onnx_prepared_kernels::{DataRef, Tensor};
 
 use super::{InputRole, Lengths, Rng, input_role, input_tensor, vocab_size};
 use crate::Error;
@@ -178,7 +178,7 @@ pub fn generate_with(
         let out = ctx
             .output(&logits)
             .ok_or_else(|| unsupported(format!("output `{logits}` missing after a run")))?;
-        let TensorData::F32(values) = out.data() else {
+        let DataRef::F32(values) = out.data() else {
             return Err(unsupported(format!(
                 "generating from `{logits}` of type {}, not f32",
                 out.dtype()

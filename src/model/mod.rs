@@ -33,11 +33,11 @@ pub use error::{ExternalDataError, ModelError, PayloadError};
 pub(crate) use external::open_no_follow;
 pub(crate) use inputs::graph_input;
 pub use inputs::{Dim, GraphInput};
-pub(crate) use payload::read_verified;
 pub use payload::{
     ChecksumPolicy, FaultInjectingSource, FileSource, MmapSource, PayloadSource, ReadCounters,
     ReadFault, read_to_vec,
 };
+pub(crate) use payload::{read_verified, verify};
 pub(crate) use resolve::hash_source_identity;
 pub use resolve::{
     InlineId, Operand, PayloadManifest, PreparedKey, Requirement, RequirementIndex, ResolveOptions,

@@ -4,8 +4,10 @@
 //!
 //! * [`FileSource`] — positioned reads on one shared handle per data file; the
 //!   default, because a file truncated under a read gives an error.
-//! * [`MmapSource`] — copies out of a memory mapping; faster for repeated
-//!   reads, but a file truncated under a mapping kills the process (SIGBUS).
+//! * [`MmapSource`] — copies out of a memory mapping, or offers the mapped
+//!   bytes themselves so that suitably aligned weights are used in place
+//!   ([`PayloadSource::shared`]); a file truncated under a mapping kills the
+//!   process (SIGBUS).
 //! * [`FaultInjectingSource`] — wraps another source and delays, fails,
 //!   shortens or holds reads of chosen weights, for tests.
 
@@ -17,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memmap2::Mmap;
+use onnx_prepared_kernels::SharedBytes;
 
 use super::{Model, PayloadError, WeightDescriptor, WeightId, WeightSource};
 use crate::Error;
@@ -33,6 +36,17 @@ pub trait PayloadSource: Send + Sync + std::fmt::Debug {
 
     /// Bytes delivered so far, per weight.
     fn counters(&self) -> &ReadCounters;
+
+    /// Weight `id`'s bytes in place: read-only shared bytes they lie in
+    /// (kept alive by the `Arc`) and the offset where they start, for a
+    /// caller that uses them without a copy. `None` (the default) when this
+    /// source only copies out; the caller then [`read`](Self::read)s. A
+    /// caller that uses the bytes verifies them like a read (see
+    /// [`verify`]) and counts them in [`counters`](Self::counters).
+    fn shared(&self, id: WeightId) -> Option<(Arc<dyn SharedBytes>, usize)> {
+        let _ = id;
+        None
+    }
 }
 
 /// Whether a weight's declared `sha256:` checksum is verified before use.
@@ -48,10 +62,9 @@ pub enum ChecksumPolicy {
 }
 
 /// Reads `weight` through `source` into `buf` (the whole payload in one
-/// buffer) and, under [`ChecksumPolicy::Strict`], checks it against the
-/// declared digest before returning. Every path that uses a weight's bytes —
-/// the session's read tasks, on-demand reads, [`DirectReplay`] — reads
-/// through here, so this is the one place the check lives.
+/// buffer) and [`verify`]s it before returning. Every path that copies a
+/// weight's bytes — the session's read tasks, on-demand reads,
+/// [`DirectReplay`] — reads through here.
 ///
 /// [`DirectReplay`]: crate::state::DirectReplay
 pub(crate) fn read_verified(
@@ -61,8 +74,20 @@ pub(crate) fn read_verified(
     policy: ChecksumPolicy,
 ) -> Result<(), PayloadError> {
     source.read(weight.id(), buf)?;
+    verify(weight, buf, policy)
+}
+
+/// Under [`ChecksumPolicy::Strict`], checks `bytes` (the whole payload of
+/// `weight`) against its declared digest. The one place the check lives:
+/// [`read_verified`] and weights used in place from
+/// [`PayloadSource::shared`] bytes both go through here.
+pub(crate) fn verify(
+    weight: &WeightDescriptor,
+    bytes: &[u8],
+    policy: ChecksumPolicy,
+) -> Result<(), PayloadError> {
     if policy == ChecksumPolicy::Strict {
-        weight.verify_checksum(buf)?;
+        weight.verify_checksum(bytes)?;
     }
     Ok(())
 }
@@ -106,7 +131,9 @@ impl ReadCounters {
             .sum()
     }
 
-    fn add(&self, id: WeightId, bytes: u64) {
+    /// Counts `bytes` delivered for weight `id` (also by a caller that used
+    /// [`PayloadSource::shared`] bytes in place).
+    pub(crate) fn add(&self, id: WeightId, bytes: u64) {
         if let Some(c) = self.per_weight.get(id.index()) {
             c.fetch_add(bytes, Ordering::Relaxed);
         }
@@ -211,14 +238,29 @@ impl PayloadSource for FileSource {
     }
 }
 
-/// Copies out of one read-only memory mapping per external data file.
+/// One read-only mapping of an external data file, shared with the
+/// tensors used in place from it (they keep it mapped).
+#[derive(Debug)]
+struct MappedFile(Mmap);
+
+impl SharedBytes for MappedFile {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Copies out of one read-only memory mapping per external data file, or
+/// offers the mapping itself ([`PayloadSource::shared`]) so that suitably
+/// aligned weights are used in place (what
+/// [`SessionOptions::map_weights`](crate::session::SessionOptions::map_weights)
+/// selects).
 ///
 /// Not the default: if another process truncates a data file while it is
 /// mapped, touching the lost pages raises SIGBUS and kills the process.
 #[derive(Debug)]
 pub struct MmapSource {
     weights: Arc<[WeightDescriptor]>,
-    maps: Vec<(Option<Mmap>, PathBuf)>,
+    maps: Vec<(Option<Arc<MappedFile>>, PathBuf)>,
     counters: ReadCounters,
 }
 
@@ -237,12 +279,15 @@ impl MmapSource {
             let map = if file.metadata().map_err(io)?.len() == 0 {
                 None
             } else {
-                // SAFETY: the mapping is read-only and only ever copied out of
-                // as plain bytes, so any content is a valid value. The
-                // remaining hazard, another process truncating the file while
-                // it is mapped (SIGBUS), is the documented reason this source
-                // is opt-in.
-                Some(unsafe { Mmap::map(file) }.map_err(io)?)
+                // SAFETY: the mapping is read-only and only ever read as plain
+                // bytes, or as elements through checked casts (zerocopy,
+                // bytemuck) for types where every bit pattern is a valid
+                // value, so any content is valid. The remaining hazard,
+                // another process truncating the file while it is mapped
+                // (SIGBUS), is the documented reason this source is opt-in.
+                Some(Arc::new(MappedFile(
+                    unsafe { Mmap::map(file) }.map_err(io)?,
+                )))
             };
             maps.push((map, f.path().to_path_buf()));
         }
@@ -270,7 +315,7 @@ impl PayloadSource for MmapSource {
                 length,
             } => {
                 let (map, path) = &self.maps[file.index()];
-                let bytes: &[u8] = map.as_deref().unwrap_or_default();
+                let bytes: &[u8] = map.as_deref().map_or(&[], |m| m.bytes());
                 let start = usize::try_from(*offset).unwrap_or(usize::MAX);
                 let end = start.saturating_add(*length as usize);
                 let Some(src) = bytes.get(start..end) else {
@@ -290,6 +335,26 @@ impl PayloadSource for MmapSource {
 
     fn counters(&self) -> &ReadCounters {
         &self.counters
+    }
+
+    fn shared(&self, id: WeightId) -> Option<(Arc<dyn SharedBytes>, usize)> {
+        let weight = self.weights.get(id.index())?;
+        let WeightSource::External {
+            file,
+            offset,
+            length,
+        } = weight.source()
+        else {
+            return None;
+        };
+        let (map, _) = self.maps.get(file.index())?;
+        let map = map.as_ref()?;
+        let start = usize::try_from(*offset).ok()?;
+        let end = start.checked_add(usize::try_from(*length).ok()?)?;
+        if end > map.bytes().len() {
+            return None;
+        }
+        Some((map.clone(), start))
     }
 }
 

@@ -96,7 +96,7 @@ use crate::Error;
 use crate::arena::{BudgetReport, MemoryBudget};
 use crate::cache::{CacheStats, PreparedModelPolicy, PreparedModelStore};
 use crate::error::RunError;
-use crate::model::{FileSource, Model, PayloadSource, ResolvedModel};
+use crate::model::{FileSource, MmapSource, Model, PayloadSource, ResolvedModel};
 use crate::plan::{Csr, PreparedExecutionPlan, Priority, ResourceClass, TaskId};
 use crate::scheduler::{Submission, TaskGraph, WorkerPool};
 use crate::state::PreparedExecutionState;
@@ -217,12 +217,13 @@ impl RuntimeSession {
         Self::new(plan, options)
     }
 
-    /// A session over `plan`, reading payloads from the model's files.
+    /// A session over `plan`, reading payloads from the model's files
+    /// (mapping them when [`SessionOptions::map_weights`] is set).
     ///
     /// # Errors
-    /// The model's external data files cannot be opened.
+    /// The model's external data files cannot be opened (or mapped).
     pub fn new(plan: PreparedExecutionPlan, options: SessionOptions) -> Result<Self, Error> {
-        let source = Arc::new(FileSource::open(plan.resolved().model())?);
+        let source = open_source(plan.resolved().model(), &options)?;
         Self::with_source(plan, source, options)
     }
 
@@ -557,4 +558,17 @@ impl SessionInner {
         }
         false
     }
+}
+
+/// The payload source [`RuntimeSession::new`] reads `model` through:
+/// [`MmapSource`] under [`SessionOptions::map_weights`], else [`FileSource`].
+pub(crate) fn open_source(
+    model: &Model,
+    options: &SessionOptions,
+) -> Result<Arc<dyn PayloadSource>, Error> {
+    Ok(if options.map_weights {
+        Arc::new(MmapSource::open(model)?)
+    } else {
+        Arc::new(FileSource::open(model)?)
+    })
 }

@@ -86,6 +86,19 @@ pub struct SessionOptions {
     /// so that a session's reads, faults, evictions and memory accounting
     /// are its own unless asked.
     pub share_prepared: bool,
+    /// Map the model's external data files read-only and use suitably
+    /// aligned weights in place, with no read buffer, copy or decode
+    /// (default `false`: weights are read with positioned reads and
+    /// decoded). Used by [`RuntimeSession::new`](super::RuntimeSession::new)
+    /// (and so [`RuntimeSession::open`](super::RuntimeSession::open)) to
+    /// pick [`MmapSource`](crate::model::MmapSource) instead of
+    /// [`FileSource`](crate::model::FileSource); checksums are verified on
+    /// the mapped bytes as on read ones. Weights whose type or alignment
+    /// does not allow it (bool, 4-bit, a misaligned offset) are read and
+    /// decoded as usual. Hazard: a data file truncated by another program
+    /// while it is mapped faults the process (SIGBUS) when the lost pages
+    /// are touched, where a read would give an error.
+    pub map_weights: bool,
 }
 
 impl Default for SessionOptions {
@@ -104,6 +117,7 @@ impl Default for SessionOptions {
             cache_dir: None,
             cache_policy: PreparedModelPolicy::Disabled,
             share_prepared: false,
+            map_weights: false,
         }
     }
 }

@@ -30,7 +30,7 @@ use crate::Error;
 use crate::arena::Domain;
 use crate::cache::{PreparedModelPolicy, PreparedModelStore};
 use crate::error::RunError;
-use crate::model::{FileSource, Model, PayloadSource, ResolveOptions, ResolvedModel};
+use crate::model::{Model, PayloadSource, ResolveOptions, ResolvedModel};
 use crate::plan::{PreparedExecutionPlan, TaskKind, TaskScope};
 
 /// How long a measurement waits for a streaming preparation's last tasks
@@ -417,7 +417,7 @@ pub fn run_modes(
             )?,
             _ => PreparedExecutionPlan::build(resolved)?,
         };
-        let source = Arc::new(FileSource::open(model)?);
+        let source = super::open_source(model, &options)?;
         let session = RuntimeSession::with_source(plan, source.clone(), options.clone())?;
         let mut ctx = RuntimeContext::new(&session);
         for (name, value) in inputs {

@@ -33,7 +33,7 @@ use crate::Error;
 use crate::cache::{Decoded, PersistObject, PersistSink, PreparedModelPolicy, PreparedModelStore};
 use crate::arena::{Domain, MemoryBudget, PreparationArena, PreparedArena, Reservation};
 use crate::error::RunError;
-use crate::model::{ChecksumPolicy, PayloadSource, WeightId, read_verified};
+use crate::model::{ChecksumPolicy, PayloadSource, WeightDescriptor, WeightId, read_verified, verify};
 use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
 use crate::store::{LoadAttempt, LoadClaim, GenerationOutcome, PreparedObjectStore, Waiter};
 use crate::sync::{AtomicU64, Lock, Ordering};
@@ -63,7 +63,9 @@ impl ResidentObject {
 pub(super) struct Source {
     /// The decoded tensor (shared with a published `Source` object).
     pub(super) tensor: Arc<Tensor>,
-    _charge: Reservation,
+    /// The preparation-domain charge of a decoded tensor; none for one used
+    /// in place from the source's shared bytes.
+    _charge: Option<Reservation>,
 }
 
 /// Where a production's inputs come from: the one thing on-demand
@@ -301,6 +303,12 @@ impl Producer {
     /// and knows no digest of `w`, the read computes and records one.
     fn read_weight(&self, w: WeightId) -> Result<Source, Error> {
         let weight = &self.plan.resolved().model().weights()[w.index()];
+        if let Some(tensor) = self.read_in_place(weight)? {
+            return Ok(Source {
+                tensor: Arc::new(tensor),
+                _charge: None,
+            });
+        }
         let len = weight.byte_len() as usize;
         let mut buffer = self.preparation.alloc_zeroed(len)?;
         read_verified(&*self.source, weight, &mut buffer, self.checksums)?;
@@ -316,8 +324,42 @@ impl Producer {
         drop(buffer);
         Ok(Source {
             tensor,
-            _charge: reservation,
+            _charge: Some(reservation),
         })
+    }
+
+    /// `weight` used in place from the source's shared bytes (a read-only
+    /// mapping), verified and counted like a read: no buffer, no copy, no
+    /// decode. `None` when the source offers no shared bytes or the tensor
+    /// cannot be used in place (its type, say a 4-bit or bool one, or its
+    /// alignment); the caller then reads and decodes.
+    fn read_in_place(&self, weight: &WeightDescriptor) -> Result<Option<Tensor>, Error> {
+        let Some((bytes, offset)) = self.source.shared(weight.id()) else {
+            return Ok(None);
+        };
+        let len = weight.byte_len() as usize;
+        let dims: Vec<usize> = weight.dims().iter().map(|&x| x as usize).collect();
+        let dtype = weight.element_type();
+        let Some(tensor) = Tensor::shared(dims, dtype, bytes.clone(), offset)
+            .filter(|t| t.byte_len() == len && dtype.compute() == dtype)
+        else {
+            return Ok(None);
+        };
+        let Some(raw) = offset
+            .checked_add(len)
+            .and_then(|end| bytes.bytes().get(offset..end))
+        else {
+            return Ok(None);
+        };
+        verify(weight, raw, self.checksums)?;
+        if let Some(cache) = &self.cache
+            && cache.wants_digest(weight)
+        {
+            use sha2::Digest;
+            cache.record_digest(weight, sha2::Sha256::digest(raw).into());
+        }
+        self.source.counters().add(weight.id(), len as u64);
+        Ok(Some(tensor))
     }
 
     /// Produces `r` under `claim` (store protocol 1): collects its sources

@@ -1,7 +1,9 @@
 //! Shared pieces of the basic operators: attribute parsing (cold path),
 //! input checks (cold path) and typed tensor access (hot path).
 
-use crate::{Attributes, ElementType, InputInfo, KernelError, NodeSpec, Tensor, TensorData};
+use crate::{
+    Attributes, DataRef, ElementType, InputInfo, KernelError, NodeSpec, Tensor, TensorData,
+};
 
 /// The highest rank the strided kernels (broadcasting, Transpose, Slice)
 /// handle; they keep strides in fixed arrays of this length so `execute`
@@ -15,7 +17,7 @@ pub(crate) trait Elem: Copy + Send + Sync + 'static {
     /// The element type.
     const DTYPE: ElementType;
     /// The elements, if `data` holds this type.
-    fn slice(data: &TensorData) -> Option<&[Self]>;
+    fn slice(data: DataRef<'_>) -> Option<&[Self]>;
     /// The elements, mutable, if `data` holds this type.
     fn slice_mut(data: &mut TensorData) -> Option<&mut [Self]>;
 }
@@ -26,9 +28,9 @@ macro_rules! impl_elem {
             impl Elem for $t {
                 const DTYPE: ElementType = ElementType::$v;
                 #[inline]
-                fn slice(data: &TensorData) -> Option<&[Self]> {
+                fn slice(data: DataRef<'_>) -> Option<&[Self]> {
                     match data {
-                        TensorData::$v(v) => Some(v),
+                        DataRef::$v(v) => Some(v),
                         _ => None,
                     }
                 }
@@ -286,8 +288,8 @@ impl<'a> Ints<'a> {
     /// A view of an integer tensor's elements.
     pub(crate) fn of(op: &'static str, t: &'a Tensor) -> Result<Self, KernelError> {
         match t.data() {
-            TensorData::I32(v) => Ok(Self::I32(v)),
-            TensorData::I64(v) => Ok(Self::I64(v)),
+            DataRef::I32(v) => Ok(Self::I32(v)),
+            DataRef::I64(v) => Ok(Self::I64(v)),
             _ => Err(KernelError::UnsupportedType {
                 op,
                 dtype: t.dtype(),

@@ -10,8 +10,8 @@ use crate::ops::basic::common::{
     typed, typed_mut,
 };
 use crate::{
-    InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor, Tensor,
-    TensorData,
+    DataRef, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
+    Tensor, TensorData,
 };
 
 /// ConstantOfShape: a tensor of the input's shape filled with `value`
@@ -114,14 +114,14 @@ fn scalar(t: &Tensor, i: usize) -> Result<Scalar, KernelError> {
         )));
     }
     Ok(match t.data() {
-        TensorData::I64(v) => Scalar::Int(v[0]),
-        TensorData::I32(v) => Scalar::Int(v[0] as i64),
-        TensorData::I16(v) => Scalar::Int(v[0] as i64),
-        TensorData::I8(v) => Scalar::Int(v[0] as i64),
-        TensorData::F32(v) => Scalar::Float(v[0] as f64),
-        TensorData::F64(v) => Scalar::Float(v[0]),
-        TensorData::F16(v) => Scalar::Float(v[0].to_f64()),
-        TensorData::BF16(v) => Scalar::Float(v[0].to_f64()),
+        DataRef::I64(v) => Scalar::Int(v[0]),
+        DataRef::I32(v) => Scalar::Int(v[0] as i64),
+        DataRef::I16(v) => Scalar::Int(v[0] as i64),
+        DataRef::I8(v) => Scalar::Int(v[0] as i64),
+        DataRef::F32(v) => Scalar::Float(v[0] as f64),
+        DataRef::F64(v) => Scalar::Float(v[0]),
+        DataRef::F16(v) => Scalar::Float(v[0].to_f64()),
+        DataRef::BF16(v) => Scalar::Float(v[0].to_f64()),
         _ => {
             return Err(KernelError::UnsupportedType {
                 op: "Range",

@@ -6,7 +6,7 @@
 use half::{bf16, f16};
 
 use super::shape::{matmul_dims, matmul_output_shape};
-use crate::{ElementType, KernelError, Tensor, TensorData};
+use crate::{DataRef, ElementType, KernelError, Tensor, TensorData};
 
 /// Element arithmetic of the reference loops.
 trait Elem: Copy {
@@ -94,14 +94,14 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
     let shape = matmul_output_shape(a.shape(), b.shape())?;
     let (sa, sb) = (a.shape(), b.shape());
     let data = match (a.data(), b.data()) {
-        (TensorData::F32(x), TensorData::F32(y)) => TensorData::F32(matmul_typed(x, sa, y, sb)?),
-        (TensorData::F64(x), TensorData::F64(y)) => TensorData::F64(matmul_typed(x, sa, y, sb)?),
-        (TensorData::F16(x), TensorData::F16(y)) => TensorData::F16(matmul_typed(x, sa, y, sb)?),
-        (TensorData::BF16(x), TensorData::BF16(y)) => TensorData::BF16(matmul_typed(x, sa, y, sb)?),
-        (TensorData::I32(x), TensorData::I32(y)) => TensorData::I32(matmul_typed(x, sa, y, sb)?),
-        (TensorData::I64(x), TensorData::I64(y)) => TensorData::I64(matmul_typed(x, sa, y, sb)?),
-        (TensorData::U32(x), TensorData::U32(y)) => TensorData::U32(matmul_typed(x, sa, y, sb)?),
-        (TensorData::U64(x), TensorData::U64(y)) => TensorData::U64(matmul_typed(x, sa, y, sb)?),
+        (DataRef::F32(x), DataRef::F32(y)) => TensorData::F32(matmul_typed(x, sa, y, sb)?),
+        (DataRef::F64(x), DataRef::F64(y)) => TensorData::F64(matmul_typed(x, sa, y, sb)?),
+        (DataRef::F16(x), DataRef::F16(y)) => TensorData::F16(matmul_typed(x, sa, y, sb)?),
+        (DataRef::BF16(x), DataRef::BF16(y)) => TensorData::BF16(matmul_typed(x, sa, y, sb)?),
+        (DataRef::I32(x), DataRef::I32(y)) => TensorData::I32(matmul_typed(x, sa, y, sb)?),
+        (DataRef::I64(x), DataRef::I64(y)) => TensorData::I64(matmul_typed(x, sa, y, sb)?),
+        (DataRef::U32(x), DataRef::U32(y)) => TensorData::U32(matmul_typed(x, sa, y, sb)?),
+        (DataRef::U64(x), DataRef::U64(y)) => TensorData::U64(matmul_typed(x, sa, y, sb)?),
         (x, y) if x.dtype() != y.dtype() => {
             return Err(KernelError::Shape(format!(
                 "MatMul: operand types differ ({} and {})",
@@ -258,11 +258,11 @@ pub fn gemm(
     let cs = c.map(|c| (c.data(), c.shape()));
     macro_rules! typed {
         ($av:ident, $variant:ident, $from:expr) => {{
-            let TensorData::$variant(bv) = b.data() else {
+            let DataRef::$variant(bv) = b.data() else {
                 return Err(KernelError::Shape("Gemm: operand types differ".into()));
             };
             let c = match cs {
-                Some((TensorData::$variant(v), s)) => Some((&v[..], s)),
+                Some((DataRef::$variant(v), s)) => Some((v, s)),
                 Some(_) => return Err(KernelError::Shape("Gemm: operand types differ".into())),
                 None => None,
             };
@@ -270,10 +270,10 @@ pub fn gemm(
         }};
     }
     let data = match a.data() {
-        TensorData::F32(av) => typed!(av, F32, |x| x as f32),
-        TensorData::F64(av) => typed!(av, F64, |x| x),
-        TensorData::F16(av) => typed!(av, F16, f16::from_f64),
-        TensorData::BF16(av) => typed!(av, BF16, bf16::from_f64),
+        DataRef::F32(av) => typed!(av, F32, |x| x as f32),
+        DataRef::F64(av) => typed!(av, F64, |x| x),
+        DataRef::F16(av) => typed!(av, F16, f16::from_f64),
+        DataRef::BF16(av) => typed!(av, BF16, bf16::from_f64),
         other => {
             return Err(KernelError::UnsupportedType {
                 op: "Gemm",
@@ -305,10 +305,10 @@ impl NBitsParams {
 }
 
 /// The zero point of column `n`, block `b` (8 without zero points).
-pub(crate) fn zero_point(zp: Option<&TensorData>, blocks: usize, n: usize, b: usize) -> f32 {
+pub(crate) fn zero_point(zp: Option<DataRef<'_>>, blocks: usize, n: usize, b: usize) -> f32 {
     match zp {
         None => 8.0,
-        Some(TensorData::U8(bytes)) => {
+        Some(DataRef::U8(bytes)) => {
             let byte = bytes[n * blocks.div_ceil(2) + b / 2];
             (if b.is_multiple_of(2) {
                 byte & 15
@@ -316,8 +316,8 @@ pub(crate) fn zero_point(zp: Option<&TensorData>, blocks: usize, n: usize, b: us
                 byte >> 4
             }) as f32
         }
-        Some(TensorData::F32(v)) => v[n * blocks + b],
-        Some(TensorData::F16(v)) => v[n * blocks + b].to_f32(),
+        Some(DataRef::F32(v)) => v[n * blocks + b],
+        Some(DataRef::F16(v)) => v[n * blocks + b].to_f32(),
         Some(_) => 8.0,
     }
 }
@@ -325,8 +325,8 @@ pub(crate) fn zero_point(zp: Option<&TensorData>, blocks: usize, n: usize, b: us
 /// Scales as f32 (from f32 or f16), or a type error.
 pub(crate) fn scales_f32(scales: &Tensor) -> Result<std::borrow::Cow<'_, [f32]>, KernelError> {
     match scales.data() {
-        TensorData::F32(v) => Ok(std::borrow::Cow::Borrowed(v)),
-        TensorData::F16(v) => Ok(std::borrow::Cow::Owned(
+        DataRef::F32(v) => Ok(std::borrow::Cow::Borrowed(v)),
+        DataRef::F16(v) => Ok(std::borrow::Cow::Owned(
             v.iter().map(|x| x.to_f32()).collect(),
         )),
         other => Err(KernelError::UnsupportedType {

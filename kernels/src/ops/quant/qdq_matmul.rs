@@ -37,7 +37,7 @@ use crate::ops::linalg::q4;
 use crate::ops::linalg::reference::NBitsParams;
 use crate::par::{for_each_chunk_mut, rows_chunk};
 use crate::{
-    CpuFeatures, ElementType, InputInfo, KernelError, Operator, OutputInfo, PackedWeight,
+    CpuFeatures, DataRef, ElementType, InputInfo, KernelError, Operator, OutputInfo, PackedWeight,
     ParallelFor, Prepack, Tensor, TensorData,
 };
 
@@ -202,8 +202,8 @@ impl QdqMatMul {
             zp.map(|z| (z.dtype(), z.shape())),
         )?;
         let quant = |t: &'a Tensor| match t.data() {
-            TensorData::I8(v) => Ok(Quant::I8(v)),
-            TensorData::U8(v) => Ok(Quant::U8(v)),
+            DataRef::I8(v) => Ok(Quant::I8(v)),
+            DataRef::U8(v) => Ok(Quant::U8(v)),
             _ => Err(KernelError::UnsupportedType {
                 op: OP,
                 dtype: t.dtype(),
@@ -291,7 +291,14 @@ impl QdqMatMul {
     ) -> Result<PackedWeight, KernelError> {
         let (b, scales, zps) = self.nbits_sources(kb, w, scale, zp)?;
         let layout = self.layout(kb, zp.is_some(), isa);
-        q4::pack(&self.params(kb), isa, layout, &b, &scales, zps.as_ref())
+        q4::pack(
+            &self.params(kb),
+            isa,
+            layout,
+            &b,
+            &scales,
+            zps.as_ref().map(TensorData::view),
+        )
     }
 }
 

@@ -88,7 +88,7 @@ pub(crate) fn pack(
     layout: String,
     b: &[u8],
     scales: &[f32],
-    zero_points: Option<&TensorData>,
+    zero_points: Option<crate::DataRef<'_>>,
 ) -> Result<PackedWeight, KernelError> {
     let (k, n, bs) = (p.k, p.n, p.block_size);
     let t = isa.q4_tile();

@@ -1,0 +1,285 @@
+//! Source tensors used in place from read-only mappings: a session under
+//! `map_weights` maps the external data and uses aligned weights without a
+//! read buffer, copy or decode, and computes bit-identical outputs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use onnx_prepared::cache::PreparedModelPolicy;
+use onnx_prepared::model::{MmapSource, PayloadSource};
+use onnx_prepared::{ElementType, Model, RuntimeContext, RuntimeSession, SessionOptions, Tensor};
+use onnx_prepared_fixtures::{TinyLlmConfig, WriteMode, tiny_llm, write_fixture};
+
+fn tiny_llm_in(dir: &Path) -> PathBuf {
+    let fixture = tiny_llm(&TinyLlmConfig::default()).expect("generates");
+    write_fixture(dir, &fixture, WriteMode::Verify).expect("writes")[0].clone()
+}
+
+fn options(map_weights: bool) -> SessionOptions {
+    SessionOptions {
+        cpu_threads: 1,
+        io_workers: 1,
+        map_weights,
+        ..SessionOptions::default()
+    }
+}
+
+fn run(session: &RuntimeSession) -> Vec<(String, Tensor)> {
+    let mut ctx = RuntimeContext::new(session);
+    for (name, t) in common::tiny_llm_prefill(8) {
+        ctx = ctx.with_input(&name, t).unwrap();
+    }
+    session.run(ctx).unwrap().outputs().to_vec()
+}
+
+/// Bits of every output, so that equality is bit-for-bit (NaN included).
+fn bits(outputs: &[(String, Tensor)]) -> Vec<(String, Vec<u32>)> {
+    outputs
+        .iter()
+        .map(|(n, t)| {
+            let v = t.as_f32().expect("f32 outputs");
+            (n.clone(), v.iter().map(|x| x.to_bits()).collect())
+        })
+        .collect()
+}
+
+/// The source tensors the session holds, by weight name.
+fn sources(session: &RuntimeSession) -> Vec<(String, Tensor)> {
+    let store = session.internals().store();
+    let resolved = session.plan().resolved();
+    let requirements = resolved.requirements();
+    let weights = resolved.model().weights();
+    (0..store.len())
+        .filter_map(|r| {
+            let pin = store.pin(r)?;
+            let t = pin.object.as_source()?.clone();
+            let w = requirements[r].sources[0];
+            Some((weights[w.index()].name().to_owned(), t))
+        })
+        .collect()
+}
+
+#[test]
+fn mapped_weights_are_used_in_place_with_identical_outputs() {
+    let dir = common::tempdir();
+    let model = tiny_llm_in(dir.path());
+
+    let owned = RuntimeSession::open(&model, options(false)).unwrap();
+    owned.prepare().unwrap();
+    let reference = run(&owned);
+    assert!(sources(&owned).iter().all(|(_, t)| !t.is_shared()));
+
+    let mapped = RuntimeSession::open(&model, options(true)).unwrap();
+    mapped.prepare().unwrap();
+    let outputs = run(&mapped);
+    assert_eq!(bits(&outputs), bits(&reference));
+    assert_eq!(outputs, reference);
+    // A second (hot) run agrees too.
+    assert_eq!(bits(&run(&mapped)), bits(&reference));
+
+    // The embedding (f16, external, aligned) is used in place, and equals
+    // the decoded one element for element.
+    let held = sources(&mapped);
+    let embed = held
+        .iter()
+        .find(|(n, _)| n == "embed.weight")
+        .map(|(_, t)| t)
+        .expect("the embedding is a source object");
+    assert!(embed.is_shared(), "the embedding lies in the mapping");
+    assert_eq!(embed.dtype(), ElementType::F16);
+    let decoded = sources(&owned)
+        .into_iter()
+        .find(|(n, _)| n == "embed.weight")
+        .map(|(_, t)| t)
+        .unwrap();
+    assert!(!decoded.is_shared());
+    assert_eq!(embed, &decoded);
+
+    // Bytes used in place still count as read, and no more than a copy.
+    let (a, b) = (mapped.preparation_stats(), owned.preparation_stats());
+    assert!(a.source_bytes_read > 0);
+    assert_eq!(a.source_bytes_read, b.source_bytes_read);
+}
+
+#[test]
+fn unsuitable_bytes_fall_back_to_a_decoded_copy() {
+    let dir = common::tempdir();
+    let model = Model::open(tiny_llm_in(dir.path())).unwrap();
+    let source = MmapSource::open(&model).unwrap();
+    let embed = model
+        .weights()
+        .iter()
+        .find(|w| w.name() == "embed.weight")
+        .unwrap();
+    let (bytes, offset) = source
+        .shared(embed.id())
+        .expect("an external weight is mapped");
+    let dims: Vec<usize> = embed.dims().iter().map(|&d| d as usize).collect();
+    assert!(Tensor::shared(dims.clone(), ElementType::F16, bytes.clone(), offset).is_some());
+    // One byte off: misaligned for f16, so the session reads and decodes.
+    assert!(Tensor::shared(dims.clone(), ElementType::F16, bytes.clone(), offset + 1).is_none());
+    // Bool and 4-bit weights are never used in place.
+    assert!(Tensor::shared(dims.clone(), ElementType::Bool, bytes.clone(), offset).is_none());
+    assert!(Tensor::shared(dims, ElementType::I4, bytes, offset).is_none());
+    // Embedded (small) weights are not offered in place.
+    let embedded = model
+        .weights()
+        .iter()
+        .find(|w| w.name() == "attn.scale")
+        .unwrap();
+    assert!(source.shared(embedded.id()).is_none());
+}
+
+#[test]
+fn a_cached_session_uses_its_source_tensors_in_place() {
+    let dir = common::tempdir();
+    let model = tiny_llm_in(dir.path());
+    let cache = dir.path().join("cache");
+    let cached = |policy| SessionOptions {
+        cache_dir: Some(cache.clone()),
+        cache_policy: policy,
+        ..options(false)
+    };
+    let first = RuntimeSession::open(&model, cached(PreparedModelPolicy::BuildIfMissing)).unwrap();
+    let reference = run(&first);
+    first.flush_cache();
+    drop(first);
+
+    let second =
+        RuntimeSession::open(&model, cached(PreparedModelPolicy::RequireComplete)).unwrap();
+    assert_eq!(bits(&run(&second)), bits(&reference));
+    let held = sources(&second);
+    assert!(!held.is_empty());
+    // Every source tensor lies in a mapped payload (tiny-llm has no bool or
+    // 4-bit source), and bytes_in_place counts them with the packed parts.
+    assert!(
+        held.iter()
+            .all(|(n, t)| t.is_shared() || panic!("{n} was copied"))
+    );
+    let store = second.internals().store();
+    let packed: u64 = (0..store.len())
+        .filter_map(|r| store.pin(r))
+        .filter_map(|pin| pin.object.as_packed().map(|p| p.byte_len() as u64))
+        .sum();
+    let tensors: u64 = held.iter().map(|(_, t)| t.byte_len() as u64).sum();
+    let stats = second.preparation_stats();
+    assert_eq!(stats.cache.bytes_in_place, packed + tensors);
+}
+
+#[test]
+fn mapped_weights_are_checked_against_their_digest() {
+    use onnx_prepared::model::WeightSource;
+    use onnx_prepared::{ChecksumPolicy, Error};
+    use onnx_prepared_fixtures::{GEMM_CHAIN, gemm_fixtures};
+    // gemm-chain: every external weight declares a `sha256:` digest.
+    let dir = common::tempdir();
+    let fixture = gemm_fixtures()
+        .into_iter()
+        .find(|f| f.name == GEMM_CHAIN)
+        .unwrap();
+    let path = write_fixture(dir.path(), &fixture, WriteMode::Verify).unwrap()[0].clone();
+    let model = Model::open(&path).unwrap();
+    let w = model.weight_by_name("chain1.weight").unwrap();
+    let WeightSource::External { file, offset, .. } = w.source() else {
+        panic!("chain1.weight is external");
+    };
+    let data = model.external_files()[file.index()].path().to_path_buf();
+    let intact = || {
+        let s = RuntimeSession::open(&path, options(true)).unwrap();
+        s.prepare().unwrap();
+        s
+    };
+    let s = intact();
+    assert!(
+        sources(&s).iter().any(|(_, t)| t.is_shared()),
+        "gemm-chain has a source used in place"
+    );
+    drop(s);
+    // One flipped byte (the file keeps its size): the mapped weight fails
+    // its digest like a read one, naming the tensor.
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes[*offset as usize + 5] ^= 0x40;
+    std::fs::write(&data, bytes).unwrap();
+    let failed = RuntimeSession::open(&path, options(true))
+        .unwrap()
+        .prepare()
+        .unwrap_err();
+    let (task, why) = failed.diagnostics.failed_task.clone().unwrap();
+    assert!(task.contains("chain1.weight"), "{task}");
+    assert!(
+        why.contains("does not match the declared checksum"),
+        "{why}"
+    );
+    // Under ChecksumPolicy::Off the mapped bytes are used unchecked.
+    let off = SessionOptions {
+        checksums: ChecksumPolicy::Off,
+        ..options(true)
+    };
+    let r: Result<(), Error> = RuntimeSession::open(&path, off)
+        .unwrap()
+        .prepare()
+        .map_err(|e| e.error);
+    r.unwrap();
+}
+
+#[test]
+fn a_session_decodes_what_it_cannot_use_in_place() {
+    use common::{Init, model_bytes, write_data};
+    use onnx_prepared::model::proto::tensor_proto::DataType;
+    use onnx_prepared::model::proto::{Message, ModelProto, TypeProto, ValueInfoProto, type_proto};
+    let dir = common::tempdir();
+    write_data(dir.path(), "w.bin", 256);
+    // f32 at offset 2 (misaligned), bool, and f32 at an aligned offset,
+    // each the input of an Identity whose output is a graph output.
+    let inits = [
+        Init::external(
+            "odd",
+            &[8],
+            &[("location", "w.bin"), ("offset", "2"), ("length", "32")],
+        ),
+        Init::external(
+            "flags",
+            &[8],
+            &[("location", "w.bin"), ("offset", "64"), ("length", "8")],
+        )
+        .data_type(DataType::Bool),
+        Init::external(
+            "even",
+            &[8],
+            &[("location", "w.bin"), ("offset", "128"), ("length", "32")],
+        ),
+    ];
+    let mut model = ModelProto::decode(&model_bytes(&inits)[..]).unwrap();
+    let graph = model.graph.as_mut().unwrap();
+    graph.output = inits
+        .iter()
+        .map(|i| ValueInfoProto {
+            name: Some(format!("{}.out", i.name)),
+            r#type: Some(TypeProto {
+                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                    elem_type: Some(i.data_type),
+                    shape: None,
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let path = dir.path().join("model.onnx");
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    let held = |map_weights| {
+        let s = RuntimeSession::open(&path, options(map_weights)).unwrap();
+        s.prepare().unwrap();
+        let mut v = sources(&s);
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    let (mapped, owned) = (held(true), held(false));
+    let shared: Vec<(&str, bool)> = mapped
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.is_shared()))
+        .collect();
+    assert_eq!(shared, [("even", true), ("flags", false), ("odd", false)]);
+    assert_eq!(mapped, owned, "the same values either way");
+}
