@@ -312,12 +312,7 @@ impl Producer {
         let len = weight.byte_len() as usize;
         let mut buffer = self.preparation.alloc_zeroed(len)?;
         read_verified(&*self.source, weight, &mut buffer, self.checksums)?;
-        if let Some(cache) = &self.cache
-            && cache.wants_digest(weight)
-        {
-            use sha2::Digest;
-            cache.record_digest(weight, sha2::Sha256::digest(&buffer).into());
-        }
+        self.record_digest(weight, &buffer);
         let tensor = Arc::new(source_tensor(self.plan.resolved(), w, &buffer)?);
         // The decoded tensor replaces the read buffer in the preparation domain.
         let reservation = self.budget.reserve(Domain::Preparation, len)?;
@@ -326,6 +321,17 @@ impl Producer {
             tensor,
             _charge: Some(reservation),
         })
+    }
+
+    /// When the prepared cache writes and knows no digest of `weight`,
+    /// computes one from the bytes just read and records it.
+    fn record_digest(&self, weight: &WeightDescriptor, bytes: &[u8]) {
+        if let Some(cache) = &self.cache
+            && cache.wants_digest(weight)
+        {
+            use sha2::Digest;
+            cache.record_digest(weight, sha2::Sha256::digest(bytes).into());
+        }
     }
 
     /// `weight` used in place from the source's shared bytes (a read-only
@@ -352,12 +358,7 @@ impl Producer {
             return Ok(None);
         };
         verify(weight, raw, self.checksums)?;
-        if let Some(cache) = &self.cache
-            && cache.wants_digest(weight)
-        {
-            use sha2::Digest;
-            cache.record_digest(weight, sha2::Sha256::digest(raw).into());
-        }
+        self.record_digest(weight, raw);
         self.source.counters().add(weight.id(), len as u64);
         Ok(Some(tensor))
     }

@@ -2,7 +2,7 @@
 """Cold start and memory against ONNX Runtime, in fresh processes.
 
     python tests/conformance/compare_coldstart.py --bin PATH --fixtures DIR
-        [--model PATH] [--threads 1,2] [--rounds 5] [--json PATH]
+        [--model PATH] [--threads 1,2] [--rounds 5] [--map-weights] [--json PATH]
 
 Cases: tiny-llm (or --model, a decoder model with a past/present cache)
 prefill T=128 and T=1, P=0, at each thread count; same inputs for both
@@ -21,7 +21,8 @@ Prints, per case, the medians and each goal's ratio:
   proc/ORT = run's time to first output / ORT create+run (goal <= 0.6)
   rss/need = run's peak RSS / (weights + one invocation's activations) (goal <= 1.25)
   rss/ORT  = run's peak RSS / ORT's RSS growth          (goal < 1)
-It reports; it does not judge. Steady state: compare_speed.py. The hot
+`--map-weights` passes the flag to `run` and `bench` (external weights
+used in place from a read-only mapping). It reports; it does not judge. Steady state: compare_speed.py. The hot
 path's fixed cost: benches/hot_path.rs.
 """
 
@@ -113,19 +114,20 @@ def ort_round(model: Path, inputs: Path, threads: int, python: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def ours_bench(binary: str, model: Path, inputs: Path, threads: int) -> dict:
+def ours_bench(binary: str, model: Path, inputs: Path, threads: int, extra: list[str]) -> dict:
     proc = subprocess.run(bin_command(binary) + [
-        "bench", str(model), "--inputs", str(inputs), "--threads", str(threads), "--json"],
+        "bench", str(model), "--inputs", str(inputs), "--threads", str(threads), "--json", *extra],
         check=True, capture_output=True, text=True)
     return {m["mode"]: m for m in json.loads(proc.stdout)["modes"]}
 
 
-def ours_run(binary: str, model: Path, inputs: Path, threads: int, tmp: Path) -> dict:
+def ours_run(binary: str, model: Path, inputs: Path, threads: int, tmp: Path,
+             extra: list[str]) -> dict:
     stats = tmp / "stats.json"
     t = time.perf_counter()
     subprocess.run(bin_command(binary) + [
         "run", str(model), "--inputs", str(inputs), "--threads", str(threads),
-        "--stats", str(stats)], check=True, capture_output=True)
+        "--stats", str(stats), *extra], check=True, capture_output=True)
     wall = time.perf_counter() - t
     s = json.loads(stats.read_text())
     s["wall_s"] = wall
@@ -139,8 +141,10 @@ def main() -> int:
     ap.add_argument("--model", type=Path)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--map-weights", action="store_true")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    extra = ["--map-weights"] if args.map_weights else []
     model = args.model or (args.fixtures / "tiny-llm.onnx")
     threads = [int(t) for t in args.threads.split(",") if t.strip()]
     weights = weight_bytes(model)
@@ -155,10 +159,10 @@ def main() -> int:
                     o = ort_round(model, inputs, n, sys.executable)
                     r["ort"].append(o["create_run_s"])
                     r["ort_rss"].append(o["rss_growth"])
-                    b = ours_bench(args.bin, model, inputs, n)
+                    b = ours_bench(args.bin, model, inputs, n, extra)
                     r["stream"].append(b["streaming"]["time_to_first_output_s"])
                     r["hot"].append(b["hot"]["time_to_first_output_s"])
-                    s = ours_run(args.bin, model, inputs, n, tmp)
+                    s = ours_run(args.bin, model, inputs, n, tmp, extra)
                     r["proc"].append(s["time_to_first_output_s"])
                     r["wall"].append(s["wall_s"])
                     r["rss"].append(s["peak_rss_bytes"] or 0)
@@ -167,7 +171,7 @@ def main() -> int:
                 med = {k: statistics.median(v) for k, v in r.items()}
                 rows.append({"case": label, "threads": n, **med})
     print(f"{model.name}: {weights / 1e6:.1f} MB of weights; medians of {args.rounds} rounds, "
-          "fresh processes; times in ms, memory in MB")
+          f"fresh processes{', --map-weights' if args.map_weights else ''}; times in ms, memory in MB")
     head = (f"{'case':<6} {'thr':>3} {'ORT':>7} {'cold':>7} {'hot':>7} {'proc':>7} {'wall':>7} "
             f"{'cold/ORT':>9} {'cold/hot':>9} {'proc/ORT':>9} {'rss':>6} {'need':>6} {'ORTrss':>6} "
             f"{'rss/need':>9} {'rss/ORT':>8}")
