@@ -41,8 +41,9 @@ pub trait PayloadSource: Send + Sync + std::fmt::Debug {
     /// (kept alive by the `Arc`) and the offset where they start, for a
     /// caller that uses them without a copy. `None` (the default) when this
     /// source only copies out; the caller then [`read`](Self::read)s. A
-    /// caller that uses the bytes verifies them like a read (see
-    /// [`verify`]) and counts them in [`counters`](Self::counters).
+    /// caller that uses the bytes verifies them like a read (the declared
+    /// digest, under its [`ChecksumPolicy`]) and counts them in
+    /// [`counters`](Self::counters).
     fn shared(&self, id: WeightId) -> Option<(Arc<dyn SharedBytes>, usize)> {
         let _ = id;
         None
