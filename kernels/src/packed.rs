@@ -55,7 +55,7 @@ macro_rules! view {
                     }
                     let len = elements.checked_mul(std::mem::size_of::<$t>())?;
                     let raw = bytes.bytes().get(*offset..offset.checked_add(len)?)?;
-                    bytemuck::try_cast_slice(raw).ok()
+                    <[$t] as zerocopy::FromBytes>::ref_from_bytes(raw).ok()
                 }
             }
         }

@@ -747,13 +747,13 @@ mod tests {
     impl SharedBytes for Aligned {
         fn bytes(&self) -> &[u8] {
             let len = self.0.len() * 8;
-            &bytemuck::cast_slice::<u64, u8>(&self.0)[..len]
+            &zerocopy::IntoBytes::as_bytes(&self.0[..])[..len]
         }
     }
 
     fn f32_bytes(values: &[f32]) -> Arc<dyn SharedBytes> {
         let mut words = vec![0u64; values.len().div_ceil(2) + 1];
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
+        let bytes: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut words[..]);
         for (i, v) in values.iter().enumerate() {
             bytes[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
         }

@@ -293,7 +293,7 @@ mod tests {
 
     impl SharedBytes for Shared {
         fn bytes(&self) -> &[u8] {
-            &bytemuck::cast_slice(&self.0)[..self.1]
+            &zerocopy::IntoBytes::as_bytes(&self.0[..])[..self.1]
         }
     }
 
@@ -302,7 +302,7 @@ mod tests {
         let p = packed();
         let bytes = encode_packed(&p);
         let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        bytemuck::cast_slice_mut(&mut words)[..bytes.len()].copy_from_slice(&bytes);
+        zerocopy::IntoBytes::as_mut_bytes(&mut words[..])[..bytes.len()].copy_from_slice(&bytes);
         let shared: Arc<dyn SharedBytes> = Arc::new(Shared(words, bytes.len()));
         let Decoded::Packed(back) = decode_shared(shared).unwrap() else {
             panic!("a packed payload decodes to a packed weight");
@@ -317,7 +317,8 @@ mod tests {
         for (t, in_place) in [(f, true), (b, false)] {
             let bytes = encode_tensor(&t);
             let mut words = vec![0u64; bytes.len().div_ceil(8)];
-            bytemuck::cast_slice_mut(&mut words)[..bytes.len()].copy_from_slice(&bytes);
+            zerocopy::IntoBytes::as_mut_bytes(&mut words[..])[..bytes.len()]
+                .copy_from_slice(&bytes);
             let Decoded::Tensor(back) =
                 decode_shared(Arc::new(Shared(words, bytes.len()))).unwrap()
             else {

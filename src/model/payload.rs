@@ -281,8 +281,8 @@ impl MmapSource {
                 None
             } else {
                 // SAFETY: the mapping is read-only and only ever read as plain
-                // bytes, or as elements through checked casts (zerocopy,
-                // bytemuck) for types where every bit pattern is a valid
+                // bytes, or as elements through checked casts (zerocopy)
+                // for types where every bit pattern is a valid
                 // value, so any content is valid. The remaining hazard,
                 // another process truncating the file while it is mapped
                 // (SIGBUS), is the documented reason this source is opt-in.
