@@ -7,6 +7,20 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// The folder a file at `path` is published in (`.` for a bare name) and
+/// its file name: where its temp file goes.
+pub(crate) fn split_target(path: &Path) -> (&Path, String) {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    (dir, name)
+}
+
 /// Creates a new temp file for `name` in `dir`: `.<name>.<pid>.<n>.tmp`,
 /// never an existing path.
 pub(crate) fn create_temp(dir: &Path, name: &str) -> std::io::Result<(PathBuf, File)> {
@@ -47,14 +61,7 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             "not a regular file; give the path of a regular file (or of none)",
         ));
     }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let (dir, name) = split_target(path);
     let temp = write_temp(dir, &name, bytes)?;
     std::fs::rename(&temp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&temp);

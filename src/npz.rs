@@ -481,14 +481,7 @@ pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<(), NpzErro
             }
         }
     }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let (dir, name) = crate::durable::split_target(path);
     let (tmp, file) = crate::durable::create_temp(dir, &name).map_err(io)?;
     let result = (|| {
         let file = write_zip(path, file, arrays)?;

@@ -14,7 +14,6 @@ use onnx_prepared::model::proto::{Message, ModelProto, StringStringEntryProto, T
 use onnx_prepared::{
     Error, ErrorKind, ExecutionError, RuntimeContext, RuntimeSession, SessionOptions, Tensor,
 };
-use onnx_prepared_fixtures::{TinyLlmConfig, WriteMode, tiny_llm, write_fixture};
 
 type Outputs = Vec<(String, Tensor)>;
 
@@ -103,8 +102,7 @@ fn edit_entry(fx: &Fixture, f: impl FnOnce(&mut TensorProto)) {
 /// picks the target entry.
 fn fixture() -> Fixture {
     let root = common::tempdir();
-    let fixture = tiny_llm(&TinyLlmConfig::default()).expect("generates");
-    let model = write_fixture(root.path(), &fixture, WriteMode::Verify).expect("writes")[0].clone();
+    let model = common::tiny_llm_in(root.path());
     let cache = root.path().join("c").join("cache");
     let reference =
         try_run(&RuntimeSession::open(&model, SessionOptions::default()).unwrap()).unwrap();

@@ -4,24 +4,13 @@
 //! second session under require-complete reads no source byte, packs
 //! nothing and computes identical outputs.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 
 use onnx_prepared::PreparedModelPolicy;
 use onnx_prepared::decoder::{self, Lengths};
 use onnx_prepared::{RuntimeContext, RuntimeSession, SessionOptions, Tensor};
-
-fn models() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/real");
-    let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("tests/models/real")
-        .filter_map(|e| {
-            let p = e.ok()?.path().join("model.onnx");
-            p.exists().then_some(p)
-        })
-        .collect();
-    out.sort();
-    out
-}
 
 fn run(session: &RuntimeSession) -> Vec<(String, Tensor)> {
     let len = Lengths {
@@ -39,7 +28,7 @@ fn run(session: &RuntimeSession) -> Vec<(String, Tensor)> {
 
 #[test]
 fn a_complete_cache_serves_every_real_model() {
-    let all = models();
+    let all = common::real_models();
     assert!(all.len() >= 27, "{} models", all.len());
     let cache = tempfile::tempdir().unwrap();
     for path in &all {

@@ -4,16 +4,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use onnx_prepared::cache::{CacheError, PreparedModelPolicy};
-use onnx_prepared::{Error, RuntimeContext, RuntimeSession, SessionOptions, Tensor};
-use onnx_prepared_fixtures::{TinyLlmConfig, WriteMode, tiny_llm, write_fixture};
-
-fn tiny_llm_in(dir: &Path) -> PathBuf {
-    let fixture = tiny_llm(&TinyLlmConfig::default()).expect("generates");
-    write_fixture(dir, &fixture, WriteMode::Verify).expect("writes")[0].clone()
-}
+use onnx_prepared::{Error, RuntimeSession, SessionOptions};
 
 fn options(cache: &Path, policy: PreparedModelPolicy) -> SessionOptions {
     SessionOptions {
@@ -25,23 +19,15 @@ fn options(cache: &Path, policy: PreparedModelPolicy) -> SessionOptions {
     }
 }
 
-fn run(session: &RuntimeSession) -> Vec<(String, Tensor)> {
-    let mut ctx = RuntimeContext::new(session);
-    for (name, t) in common::tiny_llm_prefill(8) {
-        ctx = ctx.with_input(&name, t).unwrap();
-    }
-    session.run(ctx).unwrap().outputs().to_vec()
-}
-
 #[test]
 fn a_complete_cache_replaces_every_read_and_prepack() {
     let dir = common::tempdir();
-    let model = tiny_llm_in(dir.path());
+    let model = common::tiny_llm_in(dir.path());
     let cache = dir.path().join("cache");
 
     let reference = {
         let s = RuntimeSession::open(&model, SessionOptions::default()).unwrap();
-        run(&s)
+        common::run_tiny_llm(&s)
     };
 
     // Under require-complete an empty cache fails before any inference,
@@ -58,7 +44,7 @@ fn a_complete_cache_replaces_every_read_and_prepack() {
         RuntimeSession::open(&model, options(&cache, PreparedModelPolicy::BuildIfMissing)).unwrap();
     let objects = first.plan().requirements().len();
     assert_eq!(missing.len(), objects);
-    assert_eq!(run(&first), reference);
+    assert_eq!(common::run_tiny_llm(&first), reference);
     first.flush_cache();
     let stats = first.preparation_stats();
     assert!(stats.prepacks > 0 && stats.source_bytes_read > 0);
@@ -71,7 +57,7 @@ fn a_complete_cache_replaces_every_read_and_prepack() {
         options(&cache, PreparedModelPolicy::RequireComplete),
     )
     .unwrap();
-    assert_eq!(run(&second), reference);
+    assert_eq!(common::run_tiny_llm(&second), reference);
     let stats = second.preparation_stats();
     assert_eq!(
         stats.source_bytes_read, 0,
@@ -100,7 +86,7 @@ fn a_complete_cache_replaces_every_read_and_prepack() {
 #[test]
 fn sessions_sharing_prepared_objects_hold_one_copy() {
     let dir = common::tempdir();
-    let model = tiny_llm_in(dir.path());
+    let model = common::tiny_llm_in(dir.path());
     let sharing = SessionOptions {
         cpu_threads: 1,
         io_workers: 1,
@@ -111,7 +97,7 @@ fn sessions_sharing_prepared_objects_hold_one_copy() {
     first.prepare().unwrap();
     let weights = first.memory().domain(onnx_prepared::Domain::Prepared).live;
     assert!(weights > 0);
-    let reference = run(&first);
+    let reference = common::run_tiny_llm(&first);
 
     let second = RuntimeSession::open(&model, sharing).unwrap();
     second.prepare().unwrap();
@@ -127,7 +113,7 @@ fn sessions_sharing_prepared_objects_hold_one_copy() {
         0,
         "the second session's weights cost no memory of its own"
     );
-    assert_eq!(run(&second), reference);
+    assert_eq!(common::run_tiny_llm(&second), reference);
 
     // A session that does not share has objects of its own.
     let own = RuntimeSession::open(
@@ -149,5 +135,5 @@ fn sessions_sharing_prepared_objects_hold_one_copy() {
     // The objects outlive the session that built them while another holds
     // them.
     drop(first);
-    assert_eq!(run(&second), reference);
+    assert_eq!(common::run_tiny_llm(&second), reference);
 }

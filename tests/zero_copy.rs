@@ -4,17 +4,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
 use onnx_prepared::cache::PreparedModelPolicy;
 use onnx_prepared::model::{MmapSource, PayloadSource};
-use onnx_prepared::{ElementType, Model, RuntimeContext, RuntimeSession, SessionOptions, Tensor};
-use onnx_prepared_fixtures::{TinyLlmConfig, WriteMode, tiny_llm, write_fixture};
-
-fn tiny_llm_in(dir: &Path) -> PathBuf {
-    let fixture = tiny_llm(&TinyLlmConfig::default()).expect("generates");
-    write_fixture(dir, &fixture, WriteMode::Verify).expect("writes")[0].clone()
-}
+use onnx_prepared::{ElementType, Model, RuntimeSession, SessionOptions, Tensor};
 
 fn options(map_weights: bool) -> SessionOptions {
     SessionOptions {
@@ -23,14 +15,6 @@ fn options(map_weights: bool) -> SessionOptions {
         map_weights,
         ..SessionOptions::default()
     }
-}
-
-fn run(session: &RuntimeSession) -> Vec<(String, Tensor)> {
-    let mut ctx = RuntimeContext::new(session);
-    for (name, t) in common::tiny_llm_prefill(8) {
-        ctx = ctx.with_input(&name, t).unwrap();
-    }
-    session.run(ctx).unwrap().outputs().to_vec()
 }
 
 /// Bits of every output, so that equality is bit-for-bit (NaN included).
@@ -63,20 +47,20 @@ fn sources(session: &RuntimeSession) -> Vec<(String, Tensor)> {
 #[test]
 fn mapped_weights_are_used_in_place_with_identical_outputs() {
     let dir = common::tempdir();
-    let model = tiny_llm_in(dir.path());
+    let model = common::tiny_llm_in(dir.path());
 
     let owned = RuntimeSession::open(&model, options(false)).unwrap();
     owned.prepare().unwrap();
-    let reference = run(&owned);
+    let reference = common::run_tiny_llm(&owned);
     assert!(sources(&owned).iter().all(|(_, t)| !t.is_shared()));
 
     let mapped = RuntimeSession::open(&model, options(true)).unwrap();
     mapped.prepare().unwrap();
-    let outputs = run(&mapped);
+    let outputs = common::run_tiny_llm(&mapped);
     assert_eq!(bits(&outputs), bits(&reference));
     assert_eq!(outputs, reference);
     // A second (hot) run agrees too.
-    assert_eq!(bits(&run(&mapped)), bits(&reference));
+    assert_eq!(bits(&common::run_tiny_llm(&mapped)), bits(&reference));
 
     // The embedding (f16, external, aligned) is used in place, and equals
     // the decoded one element for element.
@@ -105,7 +89,7 @@ fn mapped_weights_are_used_in_place_with_identical_outputs() {
 #[test]
 fn unsuitable_bytes_fall_back_to_a_decoded_copy() {
     let dir = common::tempdir();
-    let model = Model::open(tiny_llm_in(dir.path())).unwrap();
+    let model = Model::open(common::tiny_llm_in(dir.path())).unwrap();
     let source = MmapSource::open(&model).unwrap();
     let embed = model
         .weights()
@@ -134,7 +118,7 @@ fn unsuitable_bytes_fall_back_to_a_decoded_copy() {
 #[test]
 fn a_cached_session_uses_its_source_tensors_in_place() {
     let dir = common::tempdir();
-    let model = tiny_llm_in(dir.path());
+    let model = common::tiny_llm_in(dir.path());
     let cache = dir.path().join("cache");
     let cached = |policy| SessionOptions {
         cache_dir: Some(cache.clone()),
@@ -142,13 +126,13 @@ fn a_cached_session_uses_its_source_tensors_in_place() {
         ..options(false)
     };
     let first = RuntimeSession::open(&model, cached(PreparedModelPolicy::BuildIfMissing)).unwrap();
-    let reference = run(&first);
+    let reference = common::run_tiny_llm(&first);
     first.flush_cache();
     drop(first);
 
     let second =
         RuntimeSession::open(&model, cached(PreparedModelPolicy::RequireComplete)).unwrap();
-    assert_eq!(bits(&run(&second)), bits(&reference));
+    assert_eq!(bits(&common::run_tiny_llm(&second)), bits(&reference));
     let held = sources(&second);
     assert!(!held.is_empty());
     // Every source tensor lies in a mapped payload (tiny-llm has no bool or
@@ -171,7 +155,7 @@ fn a_cached_session_uses_its_source_tensors_in_place() {
 fn mapped_weights_are_checked_against_their_digest() {
     use onnx_prepared::model::WeightSource;
     use onnx_prepared::{ChecksumPolicy, Error};
-    use onnx_prepared_fixtures::{GEMM_CHAIN, gemm_fixtures};
+    use onnx_prepared_fixtures::{GEMM_CHAIN, WriteMode, gemm_fixtures, write_fixture};
     // gemm-chain: every external weight declares a `sha256:` digest.
     let dir = common::tempdir();
     let fixture = gemm_fixtures()

@@ -114,28 +114,6 @@ pub enum TensorData {
     Bool(Vec<bool>),
 }
 
-/// Applies `$body` to the vector inside any `TensorData` variant.
-#[macro_export]
-macro_rules! with_data {
-    ($data:expr, $v:ident => $body:expr) => {
-        match $data {
-            $crate::TensorData::F32($v) => $body,
-            $crate::TensorData::F64($v) => $body,
-            $crate::TensorData::F16($v) => $body,
-            $crate::TensorData::BF16($v) => $body,
-            $crate::TensorData::I8($v) => $body,
-            $crate::TensorData::I16($v) => $body,
-            $crate::TensorData::I32($v) => $body,
-            $crate::TensorData::I64($v) => $body,
-            $crate::TensorData::U8($v) => $body,
-            $crate::TensorData::U16($v) => $body,
-            $crate::TensorData::U32($v) => $body,
-            $crate::TensorData::U64($v) => $body,
-            $crate::TensorData::Bool($v) => $body,
-        }
-    };
-}
-
 impl TensorData {
     /// `len` zeros of `dtype`; `None` for the storage-only 4-bit types.
     pub fn zeros(dtype: ElementType, len: usize) -> Option<Self> {
@@ -160,27 +138,12 @@ impl TensorData {
 
     /// The element type.
     pub fn dtype(&self) -> ElementType {
-        use ElementType as T;
-        match self {
-            Self::F32(_) => T::F32,
-            Self::F64(_) => T::F64,
-            Self::F16(_) => T::F16,
-            Self::BF16(_) => T::BF16,
-            Self::I8(_) => T::I8,
-            Self::I16(_) => T::I16,
-            Self::I32(_) => T::I32,
-            Self::I64(_) => T::I64,
-            Self::U8(_) => T::U8,
-            Self::U16(_) => T::U16,
-            Self::U32(_) => T::U32,
-            Self::U64(_) => T::U64,
-            Self::Bool(_) => T::Bool,
-        }
+        self.view().dtype()
     }
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        with_data!(self, v => v.len())
+        self.view().len()
     }
 
     /// Whether there are no elements.

@@ -153,3 +153,35 @@ pub fn tiny_llm_prefill(t: usize) -> Vec<(String, onnx_prepared_kernels::Tensor)
     }
     inputs
 }
+
+/// Writes the default tiny-llm fixture into `dir`; returns the model's path.
+pub fn tiny_llm_in(dir: &Path) -> PathBuf {
+    use onnx_prepared_fixtures::{TinyLlmConfig, WriteMode, tiny_llm, write_fixture};
+    let fixture = tiny_llm(&TinyLlmConfig::default()).expect("generates");
+    write_fixture(dir, &fixture, WriteMode::Verify).expect("writes")[0].clone()
+}
+
+/// One prefill run of tiny-llm (T = 8, no cache) on `session`: its outputs.
+pub fn run_tiny_llm(
+    session: &onnx_prepared::RuntimeSession,
+) -> Vec<(String, onnx_prepared_kernels::Tensor)> {
+    let mut ctx = onnx_prepared::RuntimeContext::new(session);
+    for (name, t) in tiny_llm_prefill(8) {
+        ctx = ctx.with_input(&name, t).unwrap();
+    }
+    session.run(ctx).unwrap().outputs().to_vec()
+}
+
+/// Every committed real model (`tests/models/real/*/model.onnx`), sorted.
+pub fn real_models() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/real");
+    let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/models/real")
+        .filter_map(|e| {
+            let p = e.ok()?.path().join("model.onnx");
+            p.exists().then_some(p)
+        })
+        .collect();
+    out.sort();
+    out
+}
