@@ -306,6 +306,83 @@ fn a_huge_value_folded_at_resolution_is_refused() {
     assert!(err.to_string().contains("ConstantOfShape_big"), "{err}");
 }
 
+/// `ResolveOptions::fold_limit` lowers the folding ceiling: a 4 MiB folded
+/// constant resolves by default and is refused, naming its node, under a
+/// 1 MiB limit.
+#[test]
+fn the_fold_limit_is_the_caller_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_model(
+        dir.path(),
+        vec![
+            node("ConstantOfShape", &["shape"], "big", vec![]),
+            node("Add", &["x", "big"], "y", vec![]),
+        ],
+        vec![i64_tensor("shape", &[1 << 20])],
+        vec![value("x", 1, Some(&[Ok(1)]))],
+        vec![value("y", 1, None)],
+    );
+    ResolvedModel::resolve(Model::open(&path).unwrap(), &ResolveOptions::default()).unwrap();
+    let limited = ResolveOptions {
+        fold_limit: 1 << 20,
+        ..ResolveOptions::default()
+    };
+    let err = ResolvedModel::resolve(Model::open(&path).unwrap(), &limited).unwrap_err();
+    match &err {
+        Error::Arena(ArenaError::AboveCeiling {
+            requested, limit, ..
+        }) => {
+            assert_eq!((*requested, *limit), (4 << 20, 1 << 20), "{err}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("ConstantOfShape_big"), "{err}");
+}
+
+/// `Range` over scalar inputs: its length is computed from the input
+/// values (`(limit - start) / delta`), so only the lowering for these
+/// values knows it. 2^27 f32 elements (512 MiB, under the machine's
+/// ceiling) are refused by a 16 MiB execution budget before the buffer
+/// exists; a short range runs in the same session.
+#[test]
+fn a_length_computed_from_input_values_is_charged_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_model(
+        dir.path(),
+        vec![node("Range", &["start", "limit", "delta"], "y", vec![])],
+        vec![],
+        vec![
+            value("start", 1, Some(&[])),
+            value("limit", 1, Some(&[])),
+            value("delta", 1, Some(&[])),
+        ],
+        vec![value("y", 1, None)],
+    );
+    let scalar = |v: f32| Tensor::from_f32(vec![], vec![v]).unwrap();
+    let s = session(
+        &path,
+        BudgetLimits::unlimited().with_domain(Domain::Execution, 16 << 20),
+    );
+    let huge = [
+        ("start", scalar(0.0)),
+        ("limit", scalar((1u32 << 27) as f32)),
+        ("delta", scalar(1.0)),
+    ];
+    let err = run_session(&s, &huge).unwrap_err();
+    assert_nothing_large_was_allocated();
+    assert_execution_over_budget(&err);
+    let short = [
+        ("start", scalar(0.0)),
+        ("limit", scalar(3.0)),
+        ("delta", scalar(0.5)),
+    ];
+    let out = run_session(&s, &short).unwrap();
+    let onnx_prepared_kernels::DataRef::F32(y) = out[0].data() else {
+        panic!("Range of f32 gave {:?}", out[0].dtype());
+    };
+    assert_eq!(y, &[0.0, 0.5, 1.0, 1.5, 2.0, 2.5]);
+}
+
 /// A value folded at lowering (a shape computed from an input's shape) is
 /// checked before it is allocated.
 #[test]

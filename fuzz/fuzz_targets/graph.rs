@@ -2,6 +2,13 @@
 //! supported operators over small inputs and inline initializers, then
 //! `ResolvedModel::resolve`, `PreparedExecutionPlan::build` and one run of
 //! a `RuntimeSession` (on one shared pool) with generated inputs.
+//!
+//! Values computed from the case's constants can ask for any size (a
+//! `Range` whose step is a `Pow` of small numbers), so resolution folds at
+//! most [`FOLD_LIMIT`] bytes and the session runs under a [`RUN_LIMIT`]
+//! budget: the runtime must refuse larger requests with a typed error
+//! before allocating, and libFuzzer's `-malloc_limit_mb` (above both
+//! limits) catches any allocation that escapes them.
 #![no_main]
 
 use std::sync::{Arc, OnceLock};
@@ -10,8 +17,13 @@ use libfuzzer_sys::fuzz_target;
 use onnx_prepared::model::proto::Message;
 use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
-use onnx_prepared::{WorkerPoolOptions, WorkerPool};
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+use onnx_prepared::{BudgetLimits, Domain, WorkerPool, WorkerPoolOptions};
+
+/// Most bytes resolution may fold.
+const FOLD_LIMIT: usize = 32 << 20;
+/// The session's global budget, and its execution and I/O limits.
+const RUN_LIMIT: usize = 64 << 20;
 use onnx_prepared_fuzz::graph::GraphCase;
 
 fn pool() -> Arc<WorkerPool> {
@@ -36,7 +48,11 @@ fuzz_target!(|case: GraphCase| {
     let Ok(model) = Model::open(&path) else {
         return;
     };
-    let Ok(resolved) = ResolvedModel::resolve(model, &ResolveOptions::default()) else {
+    let resolve = ResolveOptions {
+        fold_limit: FOLD_LIMIT,
+        ..ResolveOptions::default()
+    };
+    let Ok(resolved) = ResolvedModel::resolve(model, &resolve) else {
         return;
     };
     let Ok(plan) = PreparedExecutionPlan::build(resolved) else {
@@ -47,6 +63,10 @@ fuzz_target!(|case: GraphCase| {
         io_workers: 1,
         pool: Some(pool()),
         intra_op_threads: Some(1),
+        budget: BudgetLimits::unlimited()
+            .with_global(RUN_LIMIT)
+            .with_domain(Domain::Execution, RUN_LIMIT)
+            .with_domain(Domain::Io, RUN_LIMIT),
         ..SessionOptions::default()
     };
     let Ok(session) = RuntimeSession::new(plan, options) else {

@@ -1,5 +1,8 @@
 //! `Model::open` on arbitrary bytes written as `model.onnx` in a scratch
-//! folder; when it opens, inspection and resolution too.
+//! folder; when it opens, inspection and resolution too. Resolution folds
+//! at most 32 MiB (a constant `ConstantOfShape` can ask for any size): the
+//! runtime must refuse more before allocating, below libFuzzer's
+//! `-malloc_limit_mb`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -14,5 +17,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _ = InspectReport::new(&model).to_text();
-    let _ = ResolvedModel::resolve(model, &ResolveOptions::default());
+    let options = ResolveOptions {
+        fold_limit: 32 << 20,
+        ..ResolveOptions::default()
+    };
+    let _ = ResolvedModel::resolve(model, &options);
 });

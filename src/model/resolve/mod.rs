@@ -128,6 +128,12 @@ pub struct ResolveOptions {
     pub cpu: CpuFeatures,
     /// Sizes for symbolic input dims while probing types (others are 1).
     pub probe_dims: HashMap<String, usize>,
+    /// Most bytes the values folded while resolving (nodes whose inputs are
+    /// all constants) may hold together; more is an
+    /// [`ArenaError::AboveCeiling`](crate::arena::ArenaError::AboveCeiling)
+    /// naming the node. Never above the default allocation ceiling.
+    /// Default: [`MAX_RESOLUTION_FOLD_BYTES`](crate::limits::MAX_RESOLUTION_FOLD_BYTES).
+    pub fold_limit: usize,
 }
 
 impl Default for ResolveOptions {
@@ -135,6 +141,7 @@ impl Default for ResolveOptions {
         Self {
             cpu: CpuFeatures::detect(),
             probe_dims: HashMap::new(),
+            fold_limit: crate::limits::MAX_RESOLUTION_FOLD_BYTES,
         }
     }
 }
@@ -408,7 +415,8 @@ impl ResolvedModel {
                 folded_bytes = outs.iter().fold(folded_bytes, |n, o| {
                     n.saturating_add(crate::state::tensor_bytes(o.dtype, &o.shape))
                 });
-                let ceiling = crate::limits::MAX_RESOLUTION_FOLD_BYTES
+                let ceiling = options
+                    .fold_limit
                     .min(crate::limits::default_allocation_ceiling());
                 if folded_bytes > ceiling {
                     return Err(crate::arena::ArenaError::AboveCeiling {
