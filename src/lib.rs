@@ -83,5 +83,5 @@ pub use plan::PreparedExecutionPlan;
 pub use scheduler::{LookAheadOptions, SpawnError, WorkerPool, WorkerPoolOptions};
 pub use session::{
     Diagnostics, ExecutionError, ExecutionHandle, PreparationStats, ResidencyReport,
-    RuntimeContext, RuntimeSession, SessionOptions, Status, Trace,
+    RuntimeContext, RuntimeSession, SessionOptions, Status, Trace, UnpersistedEviction,
 };

@@ -10,7 +10,7 @@ mod cli;
 use clap::{Parser, Subcommand};
 use cli::{CacheArgs, LimitArgs};
 use onnx_prepared::decoder::{self, Lengths};
-use onnx_prepared::limits::{MAX_CLI_THREADS, MAX_NEW_TOKENS, MAX_REPEAT};
+use onnx_prepared::limits::{MAX_CLI_THREADS, MAX_REPEAT};
 use onnx_prepared::model::Model;
 use onnx_prepared::model::inspect::InspectReport;
 use onnx_prepared::model::{ResolveOptions, ResolvedModel};
@@ -115,29 +115,11 @@ enum Command {
         map_weights: bool,
         #[command(flatten)]
         cache: CacheArgs,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Greedy decoding for a decoder model with a past/present KV cache: prints the new token ids, time to first token and tokens/s.
-    Generate {
-        /// The `.onnx` file.
-        model: PathBuf,
-        /// The prompt's token ids, comma-separated (e.g. `1,2,3`).
-        #[arg(long, value_delimiter = ',', required = true, num_args = 1..)]
-        prompt_ids: Vec<i64>,
-        /// How many tokens to generate (at most 65,536).
-        #[arg(long, default_value_t = 16, value_parser = parse_new_tokens)]
-        max_new_tokens: usize,
-        /// CPU threads for the kernels (1 to 1024).
-        #[arg(long, default_value_t = 1, value_parser = parse_threads)]
-        threads: u16,
-        /// Print `{"tokens": [...], "time_to_first_token_s": ..., "tokens_per_s": ...}`.
-        #[arg(long)]
-        json: bool,
-        /// Map external data files read-only and use suitably aligned weights in place (no read buffer, copy or decode); a data file truncated by another program while mapped kills the process.
-        #[arg(long)]
-        map_weights: bool,
-        #[command(flatten)]
-        cache: CacheArgs,
-    },
+    Generate(cli::generate::GenerateArgs),
     /// Generate the fixture models if missing, measure tiny-llm's four modes, show the streaming timeline and decode a few tokens.
     Demo {
         /// Where the fixtures live (default: target/fixtures).
@@ -168,23 +150,7 @@ fn main() -> ExitCode {
             cache,
         } => demo(fixtures, trace, cache),
         Command::Cache(command) => cli::cache::main(command),
-        Command::Generate {
-            model,
-            prompt_ids,
-            max_new_tokens,
-            threads,
-            json,
-            map_weights,
-            cache,
-        } => generate(
-            &model,
-            &prompt_ids,
-            max_new_tokens,
-            threads.into(),
-            json,
-            map_weights,
-            &cache,
-        ),
+        Command::Generate(args) => cli::generate::main(&args),
         Command::Bench {
             model,
             json,
@@ -194,6 +160,7 @@ fn main() -> ExitCode {
             trace,
             map_weights,
             cache,
+            limits,
         } => bench(BenchArgs {
             model,
             json,
@@ -203,6 +170,7 @@ fn main() -> ExitCode {
             trace,
             map_weights,
             cache,
+            limits,
         }),
         Command::Plan {
             model,
@@ -250,7 +218,7 @@ fn main() -> ExitCode {
 }
 
 /// `--threads`: 1 to [`MAX_CLI_THREADS`].
-fn parse_threads(s: &str) -> Result<u16, String> {
+pub(crate) fn parse_threads(s: &str) -> Result<u16, String> {
     let n: u64 = s
         .parse()
         .map_err(|_| format!("`{s}` is not a number of threads"))?;
@@ -273,19 +241,6 @@ fn parse_repeat(s: &str) -> Result<usize, String> {
     if n > MAX_REPEAT as u64 {
         return Err(format!(
             "{n} runs is more than the {MAX_REPEAT} `run --repeat` accepts"
-        ));
-    }
-    Ok(n as usize)
-}
-
-/// `--max-new-tokens`: 1 to [`MAX_NEW_TOKENS`].
-fn parse_new_tokens(s: &str) -> Result<usize, String> {
-    let n: u64 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of tokens"))?;
-    if n == 0 || n > MAX_NEW_TOKENS as u64 {
-        return Err(format!(
-            "{n} new tokens: `generate --max-new-tokens` takes 1 to {MAX_NEW_TOKENS}"
         ));
     }
     Ok(n as usize)
@@ -440,50 +395,6 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// `generate`: a streaming session (the prompt's run starts while the
-/// weights load), then greedy decoding on the hot path.
-fn generate(
-    path: &Path,
-    prompt: &[i64],
-    max_new_tokens: usize,
-    threads: usize,
-    json: bool,
-    map_weights: bool,
-    cache: &CacheArgs,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let session = RuntimeSession::open(
-        path,
-        cache.apply(SessionOptions {
-            cpu_threads: threads.saturating_sub(1).max(1),
-            intra_op_threads: Some(threads),
-            map_weights,
-            ..SessionOptions::default()
-        })?,
-    )?;
-    // A GenAI-builder model runs in the cache form its config names.
-    let cache = decoder::genai_kv_cache(path).unwrap_or(decoder::KvCache::Growing);
-    let out = decoder::generate_with(&session, prompt, max_new_tokens, cache)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "tokens": out.tokens,
-                "time_to_first_token_s": out.time_to_first_token.as_secs_f64(),
-                "tokens_per_s": out.tokens_per_s(),
-            })
-        );
-    } else {
-        let ids: Vec<String> = out.tokens.iter().map(i64::to_string).collect();
-        println!("{}", ids.join(","));
-        eprintln!(
-            "time to first token {:.2?}, {:.1} tokens/s after it",
-            out.time_to_first_token,
-            out.tokens_per_s()
-        );
-    }
-    Ok(())
-}
-
 struct BenchArgs {
     model: PathBuf,
     json: bool,
@@ -493,6 +404,7 @@ struct BenchArgs {
     trace: Option<PathBuf>,
     map_weights: bool,
     cache: CacheArgs,
+    limits: LimitArgs,
 }
 
 /// Generated bench inputs: a 128-token prefill with no past.
@@ -516,7 +428,7 @@ fn bench_modes(
     inputs: Option<&Path>,
     dims: &[(String, usize)],
     cache: Option<&Path>,
-    map_weights: bool,
+    base: SessionOptions,
 ) -> Result<BenchRun, Box<dyn std::error::Error>> {
     let model = Model::open(model)?;
     let inputs = match inputs {
@@ -529,8 +441,7 @@ fn bench_modes(
     let options = SessionOptions {
         cpu_threads: threads,
         cache_dir: cache.map(Path::to_owned),
-        map_weights,
-        ..SessionOptions::default()
+        ..base
     };
     Ok(run_modes(
         &model,
@@ -553,7 +464,10 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         args.inputs.as_deref(),
         &args.dims,
         args.cache.dir.as_deref(),
-        args.map_weights,
+        args.limits.apply(SessionOptions {
+            map_weights: args.map_weights,
+            ..SessionOptions::default()
+        }),
     )?;
     if let Some(path) = &args.trace {
         write_trace(path, &run.streaming_trace)?;
@@ -641,7 +555,7 @@ fn demo(
         None,
         &[],
         Some(&cache),
-        false,
+        SessionOptions::default(),
     )?;
     println!(
         "\ntiny-llm, prefill T={} P=0, {threads} threads: {WARM_CACHE_NOTE}\n",

@@ -188,3 +188,63 @@ fn absurd_token_counts_are_refused() {
         assert!(err.contains("max-new-tokens"), "{err}");
     }
 }
+
+/// `generate --limit prepared=SIZE --stats FILE`: under a limit below the
+/// model's prepared bytes, the same tokens as without one, with evictions
+/// and restores counted and the prepared peak within the limit; a limit
+/// below the largest object is an error naming the domain.
+#[test]
+fn generate_under_a_prepared_limit() {
+    let m = model("llama-genai-int4");
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let args = [
+        "generate",
+        m.to_str().unwrap(),
+        "--prompt-ids",
+        "3,1,4,1,5",
+        "--max-new-tokens",
+        "6",
+    ];
+    let free = cli(&args);
+    assert!(
+        free.status.success(),
+        "{}",
+        String::from_utf8_lossy(&free.stderr)
+    );
+    let free_stats = dir.path().join("free.json");
+    let unlimited = cli(&[&args[..], &["--stats", free_stats.to_str().unwrap()]].concat());
+    assert!(unlimited.status.success());
+    let all: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&free_stats).unwrap()).unwrap();
+    let total = all["peak_live_bytes"]["prepared"].as_u64().unwrap();
+    // Room for the largest object but not for all of them.
+    let limit = total * 2 / 3;
+    let limit_arg = format!("prepared={limit}");
+    let limited = cli(&[
+        &args[..],
+        &["--limit", &limit_arg, "--stats", stats.to_str().unwrap()],
+    ]
+    .concat());
+    assert!(
+        limited.status.success(),
+        "{}",
+        String::from_utf8_lossy(&limited.stderr)
+    );
+    assert_eq!(limited.stdout, free.stdout, "tokens differ under the limit");
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    assert!(s["evictions"].as_u64().unwrap() > 0, "{s}");
+    assert!(s["restores"].as_u64().unwrap() > 0, "{s}");
+    assert!(
+        s["peak_live_bytes"]["prepared"].as_u64().unwrap() <= limit,
+        "{s}"
+    );
+
+    let tiny = cli(&[&args[..], &["--limit", "prepared=1KiB"]].concat());
+    assert!(!tiny.status.success());
+    let err = String::from_utf8_lossy(&tiny.stderr);
+    assert!(
+        err.contains("prepared domain") && err.contains("1024"),
+        "{err}"
+    );
+}

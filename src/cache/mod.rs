@@ -250,6 +250,9 @@ pub struct PreparedModelStore {
     recorded: Lock<BTreeMap<String, [u8; 32]>>,
     /// Entries this process persisted, not yet in a committed manifest.
     written: Lock<Vec<CacheEntry>>,
+    /// Every entry this process persisted (committed or not): an object
+    /// evicted after its payload was written is restored from it.
+    persisted: Lock<BTreeMap<EntryKey, CacheEntry>>,
     /// Serializes manifest commits within the process.
     commit: Lock<()>,
     /// Persist jobs submitted and not finished.
@@ -335,6 +338,7 @@ impl PreparedModelStore {
             data_file_keys,
             recorded: Lock::new(BTreeMap::new()),
             written: Lock::new(Vec::new()),
+            persisted: Lock::new(BTreeMap::new()),
             commit: Lock::new(()),
             outstanding: AtomicUsize::new(0),
             diagnostics: Lock::new(diagnostics),
@@ -452,14 +456,21 @@ impl PreparedModelStore {
         ))
     }
 
-    /// The compatible entry for `r`, or why there is none (plan build: no
+    /// The compatible entry for `r` in the generation this process opened
+    /// or among the entries it persisted since, or why there is none (no
     /// payload byte is read; the payload file's size is checked).
-    pub fn lookup(&self, model: &Model, r: &Requirement) -> Result<&CacheEntry, Miss> {
+    pub fn lookup(&self, model: &Model, r: &Requirement) -> Result<CacheEntry, Miss> {
         if self.policy == PreparedModelPolicy::Disabled {
             return Err(Miss::Absent);
         }
         let (key, _) = self.lineage(model, r)?;
-        let e = self.generation.entries.get(&key).ok_or(Miss::Absent)?;
+        let e = match self.generation.entries.get(&key) {
+            Some(e) => e.clone(),
+            None => self
+                .persisted
+                .with(|p| p.get(&key).cloned())
+                .ok_or(Miss::Absent)?,
+        };
         if e.kernel_abi != self.kernel_abi {
             return Err(Miss::Incompatible(format!(
                 "packed for `{}`, this build packs for `{}`",
@@ -657,18 +668,20 @@ impl PersistJob {
         let location = CacheEntry::location_for(checksum);
         let (dir, name) = location.split_once('/').expect("payloads/<name>");
         files::publish_payload(&self.store.dir.join(dir), name, &bytes, checksum)?;
-        self.store.written.with(|w| {
-            w.push(CacheEntry {
-                key: self.key.clone(),
-                source_lineage: self.source_lineage.clone(),
-                location: location.clone(),
-                length: bytes.len() as u64,
-                checksum,
-                kernel_abi: self.store.kernel_abi.clone(),
-                format_version: FORMAT_VERSION.into(),
-                name: self.name.clone(),
-            })
-        });
+        let entry = CacheEntry {
+            key: self.key.clone(),
+            source_lineage: self.source_lineage.clone(),
+            location: location.clone(),
+            length: bytes.len() as u64,
+            checksum,
+            kernel_abi: self.store.kernel_abi.clone(),
+            format_version: FORMAT_VERSION.into(),
+            name: self.name.clone(),
+        };
+        self.store
+            .persisted
+            .with(|p| p.insert(entry.key.clone(), entry.clone()));
+        self.store.written.with(|w| w.push(entry));
         self.store.writes.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

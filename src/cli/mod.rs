@@ -1,6 +1,7 @@
 //! Modules of the `onnx-prepared` command-line tool (the binary only).
 
 pub mod cache;
+pub mod generate;
 
 use std::path::PathBuf;
 
@@ -70,12 +71,15 @@ pub fn write_stats(
         .collect();
     let json = serde_json::json!({
         "source_bytes_read": s.source_bytes_read,
+        "source_bytes_reread": s.source_bytes_reread,
         "packed_bytes_read": s.cache.packed_bytes_read,
         "packed_bytes_in_place": s.cache.bytes_in_place,
         "prepacks": s.prepacks,
         "cache_hits": s.cache.hits,
         "cache_misses": s.cache.misses,
         "cache_writes": s.cache.writes,
+        "evictions": s.evictions,
+        "restores": s.restores,
         "time_to_first_output_s": first_output.as_secs_f64(),
         "peak_live_bytes": peaks,
         "peak_rss_bytes": peak_rss_bytes(),

@@ -82,6 +82,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use crate::state::UnpersistedEviction;
 pub use context::RuntimeContext;
 pub use handle::ExecutionHandle;
 pub use options::SessionOptions;
@@ -93,7 +94,7 @@ use preparation::{Holder, Preparation};
 use run::RunContinuation;
 
 use crate::Error;
-use crate::arena::{BudgetReport, MemoryBudget};
+use crate::arena::{BudgetReport, Domain, MemoryBudget};
 use crate::cache::{CacheStats, PreparedModelPolicy, PreparedModelStore};
 use crate::error::RunError;
 use crate::model::{FileSource, MmapSource, Model, PayloadSource, ResolvedModel};
@@ -268,8 +269,18 @@ impl RuntimeSession {
             )),
             None => None,
         };
-        let mut state =
-            PreparedExecutionState::new(plan, source, budget).with_checksums(options.checksums);
+        // Under a limit on prepared objects, the look-ahead window shrinks
+        // as they fill it: prefetch must not evict what the running step
+        // needs next.
+        let mut options = options;
+        let limited = options.budget.domain(Domain::Prepared) != crate::arena::UNLIMITED
+            || options.budget.global() != crate::arena::UNLIMITED;
+        if limited && options.look_ahead.residency.is_none() {
+            options.look_ahead.residency = Some((budget.clone(), Domain::Prepared));
+        }
+        let mut state = PreparedExecutionState::new(plan, source, budget)
+            .with_checksums(options.checksums)
+            .with_unpersisted_eviction(options.unpersisted_eviction);
         if let Some(w) = &writer {
             state = state.with_persist_sink(w.clone());
         }
@@ -510,7 +521,10 @@ impl RuntimeSession {
         let state = &self.inner.state;
         PreparationStats {
             source_bytes_read: state.source_bytes_read(),
+            source_bytes_reread: state.source_bytes_reread(),
             prepacks: state.prepacks(),
+            evictions: state.evictions(),
+            restores: state.restores(),
             cache: self.cache().map(|c| c.stats()).unwrap_or_default(),
         }
     }
@@ -522,8 +536,16 @@ impl RuntimeSession {
 pub struct PreparationStats {
     /// Bytes of source weights read.
     pub source_bytes_read: u64,
+    /// Source bytes read again after evictions (per weight, beyond its
+    /// size).
+    pub source_bytes_reread: u64,
     /// Objects packed from their sources.
     pub prepacks: u64,
+    /// Objects evicted to make room under a prepared-domain limit.
+    pub evictions: u64,
+    /// Objects produced again after an eviction (from the prepared cache,
+    /// else from their sources).
+    pub restores: u64,
     /// The prepared cache's counters (zero without a cache).
     pub cache: CacheStats,
 }

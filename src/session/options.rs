@@ -10,6 +10,7 @@ use crate::arena::BudgetLimits;
 use crate::cache::PreparedModelPolicy;
 use crate::model::{ChecksumPolicy, ResolveOptions};
 use crate::scheduler::{LookAheadOptions, WorkerPool, WorkerPoolOptions};
+use crate::state::UnpersistedEviction;
 
 /// How a session runs: its workers, memory limits and look-ahead.
 ///
@@ -99,6 +100,12 @@ pub struct SessionOptions {
     /// while it is mapped faults the process (SIGBUS) when the lost pages
     /// are touched, where a read would give an error.
     pub map_weights: bool,
+    /// Under a prepared-domain (or global) limit, what eviction does with a
+    /// resident object the prepared cache has no entry for: write it first
+    /// (the default), drop it and rebuild it from its sources when needed,
+    /// or keep it. Objects with an entry are evicted first, least recently
+    /// used first, and restored from the cache.
+    pub unpersisted_eviction: UnpersistedEviction,
 }
 
 impl Default for SessionOptions {
@@ -118,6 +125,7 @@ impl Default for SessionOptions {
             cache_policy: PreparedModelPolicy::Disabled,
             share_prepared: false,
             map_weights: false,
+            unpersisted_eviction: UnpersistedEviction::default(),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! shared lowering and replay of `lowering`.
 
 mod direct;
+mod evict;
 mod gate;
 mod lowering;
 mod object;
@@ -15,6 +16,7 @@ mod tasks;
 
 pub use crate::model::{Dim, GraphInput};
 pub use direct::{DirectReplay, DirectReplayOptions};
+pub use evict::{StepProtection, UnpersistedEviction};
 pub(crate) use lowering::{execute_caught, tensor_bytes};
 pub use object::PreparedObject;
 pub use preparation::ResidentObject;

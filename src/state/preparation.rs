@@ -27,6 +27,7 @@ use std::sync::Arc;
 use onnx_prepared_kernels::Tensor;
 
 use super::PreparedObject;
+use super::evict::{Protection, ResidencyCounters, UnpersistedEviction};
 use super::object::{prepare, source_tensor};
 use super::shared::{self, SharedKey, SharedObject};
 use crate::Error;
@@ -160,6 +161,11 @@ pub(super) struct Producer {
     /// Per requirement, its key in the process-wide store (`None`: the
     /// state neither looks objects up there nor registers them).
     shared: Option<Box<[SharedKey]>>,
+    /// Requirements waiting runs protect from eviction (`evict.rs`).
+    protection: Arc<Protection>,
+    /// What eviction does with objects the cache has no entry for.
+    unpersisted: UnpersistedEviction,
+    counters: ResidencyCounters,
 }
 
 impl Producer {
@@ -176,6 +182,9 @@ impl Producer {
             sink: None,
             shared: None,
             prepacks: AtomicU64::new(0),
+            protection: Protection::new(plan.requirements().len()),
+            unpersisted: UnpersistedEviction::default(),
+            counters: ResidencyCounters::default(),
             store: PreparedObjectStore::new(plan.requirements().len()),
             failures: (0..plan.requirements().len())
                 .map(|_| Lock::new(None))
@@ -192,6 +201,55 @@ impl Producer {
     /// Sets whether reads verify declared weight digests.
     pub(super) fn set_checksums(&mut self, checksums: ChecksumPolicy) {
         self.checksums = checksums;
+    }
+
+    /// Sets what eviction does with objects the cache has no entry for.
+    pub(super) fn set_unpersisted(&mut self, unpersisted: UnpersistedEviction) {
+        self.unpersisted = unpersisted;
+    }
+
+    /// What eviction does with objects the cache has no entry for.
+    pub(super) fn unpersisted(&self) -> UnpersistedEviction {
+        self.unpersisted
+    }
+
+    /// Requirements waiting runs protect from eviction.
+    pub(super) fn protection(&self) -> &Arc<Protection> {
+        &self.protection
+    }
+
+    /// Evictions and restores so far.
+    pub(super) fn residency_counters(&self) -> &ResidencyCounters {
+        &self.counters
+    }
+
+    /// The plan's prepared cache.
+    pub(super) fn cache(&self) -> Option<&Arc<PreparedModelStore>> {
+        self.cache.as_ref()
+    }
+
+    /// The prepared arena objects are admitted to.
+    pub(super) fn prepared_arena(&self) -> &PreparedArena {
+        &self.prepared
+    }
+
+    /// Bytes live in the prepared domain (resident objects, objects
+    /// admitted and not yet published, evicted ones not yet destroyed).
+    pub(super) fn prepared_live(&self) -> usize {
+        self.budget.live(Domain::Prepared)
+    }
+
+    /// Source bytes read more than once (after evictions): per weight, the
+    /// bytes delivered beyond its size.
+    pub(super) fn source_bytes_reread(&self) -> u64 {
+        let counters = self.source.counters();
+        self.plan
+            .resolved()
+            .model()
+            .weights()
+            .iter()
+            .map(|w| counters.bytes_read(w.id()).saturating_sub(w.byte_len()))
+            .sum()
     }
 
     /// Sends persist jobs to `sink` (a session's background writer).
@@ -430,8 +488,14 @@ impl Producer {
             return Ok((found, bytes, false));
         }
         let publisher = self.plan.requirements().publisher[r.0 as usize];
+        // Published before: this generation restores an evicted object,
+        // from the cache when an entry was written meanwhile.
+        if self.store.bytes(r.0 as usize) > 0 {
+            self.counters.restores.fetch_add(1, Ordering::Relaxed);
+        }
         let (object, packed_here) = if self.plan.tasks().kind[publisher.0 as usize]
             == TaskKind::ReadPacked
+            || self.restorable(r)
         {
             claim.set_preparing();
             self.read_packed(r)?
@@ -445,11 +509,27 @@ impl Producer {
             (self.prepare_counted(r, &sources)?, true)
         };
         let bytes = object.byte_len();
-        let object = SharedObject::new(object, self.prepared.admit(bytes)?);
+        let object = SharedObject::new(object, self.admit_evicting(r, bytes)?);
         if let Some(key) = key {
             shared::register(key.clone(), &object);
         }
         Ok((object, bytes, packed_here))
+    }
+
+    /// Whether producing `r` now restores an evicted object from an entry
+    /// the cache gained since the plan was built (so its sources need no
+    /// read).
+    pub(super) fn restorable(&self, r: RequirementId) -> bool {
+        self.store.bytes(r.0 as usize) > 0 && self.has_entry(r)
+    }
+
+    /// Whether the cache has a valid entry for `r` now.
+    pub(super) fn has_entry(&self, r: RequirementId) -> bool {
+        let resolved = self.plan.resolved();
+        self.cache.as_ref().is_some_and(|c| {
+            c.lookup(resolved.model(), &resolved.requirements()[r.0 as usize])
+                .is_ok()
+        })
     }
 
     /// Builds `r`'s object from decoded sources, counting prepacks.

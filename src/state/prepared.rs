@@ -27,6 +27,7 @@ use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 use super::PreparedObject;
 use super::gate::BudgetGate;
 use super::lowering::{Lowered, Objects, ceiling_gate, check_input, lower_all, order_inputs};
+use super::evict::{StepProtection, UnpersistedEviction};
 use super::preparation::{Held, Producer, ResidentObject};
 use crate::Error;
 use crate::arena::{Domain, MemoryBudget, Reservation};
@@ -54,6 +55,8 @@ pub struct InvocationState {
     execution: Option<Reservation>,
     /// The next step a suspendable run replays.
     next_step: usize,
+    /// While the run waits: its step's needs, protected from eviction.
+    waiting: Option<StepProtection>,
 }
 
 /// Where a suspendable run stands after [`PreparedExecutionState::resume_run`].
@@ -134,6 +137,31 @@ impl PreparedExecutionState {
     /// Bytes of source weights read so far.
     pub fn source_bytes_read(&self) -> u64 {
         self.producer.source_bytes_read()
+    }
+
+    /// Source bytes read again after evictions (per weight, beyond its size).
+    pub fn source_bytes_reread(&self) -> u64 {
+        self.producer.source_bytes_reread()
+    }
+
+    /// Objects evicted to make room in the prepared arena so far.
+    pub fn evictions(&self) -> u64 {
+        let c = self.producer.residency_counters();
+        c.evictions.load(crate::sync::Ordering::Relaxed)
+    }
+
+    /// Objects produced again after an eviction so far (from the cache or
+    /// their sources).
+    pub fn restores(&self) -> u64 {
+        let c = self.producer.residency_counters();
+        c.restores.load(crate::sync::Ordering::Relaxed)
+    }
+
+    /// Sets what eviction does with objects the prepared cache has no entry
+    /// for (default [`UnpersistedEviction::Persist`]).
+    pub fn with_unpersisted_eviction(mut self, unpersisted: UnpersistedEviction) -> Self {
+        self.producer.set_unpersisted(unpersisted);
+        self
     }
 
     /// The plan.
@@ -269,12 +297,19 @@ impl PreparedExecutionState {
                 .map(|_| None)
                 .collect(),
         };
+        // Resumed: the step's needs are pinned below or protected again.
+        invocation.waiting = None;
         while invocation.next_step < steps.len() {
             let step = &steps[invocation.next_step];
             for bit in step.needs.iter_ones() {
                 match self.store().pin(bit) {
                     Some(pin) => pins.pins[bit] = Some(pin),
                     None => {
+                        // Protected before the pins taken so far drop.
+                        invocation.waiting = Some(StepProtection::new(
+                            self.producer.protection(),
+                            step.needs.iter_ones().map(|b| b as u32).collect(),
+                        ));
                         return Ok(RunProgress::Waiting {
                             step: invocation.next_step,
                             requirement: RequirementId(bit as u32),
@@ -385,7 +420,8 @@ impl PreparedExecutionState {
                 .collect(),
         };
         let mut held = Held::default();
-        for step in self.plan().steps() {
+        let steps = self.plan().steps();
+        for (s, step) in steps.iter().enumerate() {
             for bit in step.needs.iter_ones() {
                 if pins.pins[bit].is_some() {
                     continue;
@@ -402,6 +438,13 @@ impl PreparedExecutionState {
             }
             let actions = lowered.actions_of(step.nodes.clone());
             lowered.replay(resolved, &pins, actions, &Sequential)?;
+            // Unpinned after their step (evictable under a limit), but for
+            // the last step's: objects read as graph outputs are among them.
+            if s + 1 < steps.len() {
+                for bit in step.needs.iter_ones() {
+                    pins.pins[bit] = None;
+                }
+            }
         }
         Ok(lowered.outputs(resolved, &pins))
     }

@@ -371,7 +371,10 @@ impl<'a> SessionTasks<'a> {
             tasks.kind[d] == TaskKind::Prepack
                 && tasks.publishes[d].is_some_and(|q| {
                     let now = state.store().snapshot(q.0 as usize);
-                    !now.is_resident() && !now.is_in_flight() && !producer.shared_elsewhere(q)
+                    !now.is_resident()
+                        && !now.is_in_flight()
+                        && !producer.shared_elsewhere(q)
+                        && !producer.restorable(q)
                 })
         });
         if claim.is_none() && consumers.clone().next().is_none() {

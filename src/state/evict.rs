@@ -1,0 +1,215 @@
+//! Residency under the prepared arena's limit (cold path: runs only when an
+//! admission to the prepared domain is refused, and when a run waits).
+//!
+//! # Protocol "admit"
+//!
+//! A producer about to publish requirement `r` asks the prepared arena for
+//! the object's bytes. When the arena refuses (the prepared domain's limit
+//! or the global limit would be exceeded):
+//!
+//! 1. **Candidates**: every other requirement that is resident, unpinned
+//!    (the store's pin count; a step that is executing pins its needs) and
+//!    not *protected* (a run waiting at a step protects that step's needs,
+//!    see below), ordered by class, then least recent use (the store's
+//!    last-use tick, moved by every publish and pin):
+//!    objects with a valid entry in the prepared cache first (restoring
+//!    them reads only the packed payload), then objects without one.
+//!    Under [`UnpersistedEviction::Keep`] the latter are never candidates.
+//! 2. **Evict** the first candidate the store lets go (store protocol 5:
+//!    the CAS fails if a pin arrived meanwhile; the next candidate is
+//!    tried). Under [`UnpersistedEviction::Persist`] an object without an
+//!    entry has its payload written first, on this thread: the room is
+//!    needed now, so the write is not left to the background writer.
+//! 3. **Reclaim**: an evicted object is destroyed (and its bytes leave the
+//!    prepared domain) once no epoch guard can still read it; the producer
+//!    nudges the collector and tries the arena again.
+//! 4. With no candidate left and nothing waiting to be reclaimed, the
+//!    arena's refusal is the error: it names the domain, the bytes needed
+//!    and the limit.
+//!
+//! # Protection of a waiting step
+//!
+//! A run stops at the first step whose needs are not all resident and
+//! drops the pins it took for that step while it waits. Without more, the
+//! production it waits for could evict the step's other needs, and their
+//! reproduction evict the first again: under a limit that holds one
+//! step's needs but little more, the run would never proceed. So a
+//! waiting run *protects* its step's needs (a per-requirement count the
+//! evictor reads) until it resumes or is dropped ([`StepProtection`]).
+//! Protection is advisory: pins alone keep an object's bytes alive while a
+//! kernel reads them.
+
+use std::sync::Arc;
+
+use super::preparation::Producer;
+use crate::Error;
+use crate::arena::PreparedAllocation;
+use crate::cache::PersistObject;
+use crate::plan::RequirementId;
+use crate::state::PreparedObject;
+use crate::store::Evict;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// What the evictor does with a resident object that has no entry in the
+/// prepared cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnpersistedEviction {
+    /// Write its payload to the prepared cache first (on the thread that
+    /// needs the room), then evict it; it is restored from the cache when
+    /// needed again. Without a cache that writes (none, or a policy other
+    /// than build-if-missing), the same as [`Rebuild`](Self::Rebuild).
+    #[default]
+    Persist,
+    /// Evict it; it is read and packed from its sources again when needed.
+    Rebuild,
+    /// Never evict it (objects with a cache entry are still evicted).
+    Keep,
+}
+
+/// Attempts at reclaiming evicted objects before an admission gives up.
+const RECLAIM_ATTEMPTS: usize = 8;
+
+/// Per requirement, how many waiting runs protect it (see module docs).
+#[derive(Debug)]
+pub(crate) struct Protection {
+    counts: Box<[AtomicU32]>,
+}
+
+impl Protection {
+    pub(crate) fn new(len: usize) -> Arc<Self> {
+        Arc::new(Self {
+            counts: (0..len).map(|_| AtomicU32::new(0)).collect(),
+        })
+    }
+
+    fn is_protected(&self, r: usize) -> bool {
+        self.counts[r].load(Ordering::Acquire) > 0
+    }
+}
+
+/// A waiting run's protection of its step's needs; dropping it (the run
+/// resumed, finished or was dropped) lifts it.
+#[derive(Debug)]
+pub struct StepProtection {
+    protection: Arc<Protection>,
+    requirements: Vec<u32>,
+}
+
+impl StepProtection {
+    pub(crate) fn new(protection: &Arc<Protection>, requirements: Vec<u32>) -> Self {
+        for &r in &requirements {
+            protection.counts[r as usize].fetch_add(1, Ordering::AcqRel);
+        }
+        Self {
+            protection: protection.clone(),
+            requirements,
+        }
+    }
+}
+
+impl Drop for StepProtection {
+    fn drop(&mut self) {
+        for &r in &self.requirements {
+            self.protection.counts[r as usize].fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Eviction and restore counters of one state.
+#[derive(Debug, Default)]
+pub(crate) struct ResidencyCounters {
+    /// Objects evicted to make room.
+    pub(crate) evictions: AtomicU64,
+    /// Objects produced again after an eviction (from the cache or from
+    /// their sources).
+    pub(crate) restores: AtomicU64,
+    /// Payloads written on the admitting thread before an eviction.
+    pub(crate) persisted_on_evict: AtomicU64,
+}
+
+impl Producer {
+    /// Protocol "admit" for `r`'s object of `bytes` bytes.
+    pub(super) fn admit_evicting(
+        &self,
+        r: RequirementId,
+        bytes: usize,
+    ) -> Result<PreparedAllocation, Error> {
+        let mut reclaim = 0;
+        loop {
+            let refused = match self.prepared_arena().admit(bytes) {
+                Ok(allocation) => return Ok(allocation),
+                Err(e) if e.is_over_budget() => e,
+                Err(e) => return Err(e.into()),
+            };
+            if self.evict_one(r) {
+                reclaim = 0;
+                crate::sync::epoch::flush();
+                continue;
+            }
+            // Evicted objects not destroyed yet: their bytes return once
+            // the epoch collector runs them.
+            if reclaim < RECLAIM_ATTEMPTS && self.store().resident_bytes() < self.prepared_live() {
+                reclaim += 1;
+                crate::sync::epoch::flush();
+                crate::sync::thread::yield_now();
+                continue;
+            }
+            return Err(refused.into());
+        }
+    }
+
+    /// Steps 1–2: evicts one candidate; `false` when none could be evicted.
+    fn evict_one(&self, needed: RequirementId) -> bool {
+        let store = self.store();
+        let mut candidates: Vec<(bool, u64, usize)> = (0..store.len())
+            .filter(|&i| i != needed.0 as usize)
+            .filter(|&i| {
+                let s = store.snapshot(i);
+                s.is_resident() && s.pins() == 0 && !self.protection().is_protected(i)
+            })
+            .map(|i| (!self.has_entry(RequirementId(i as u32)), store.last_use(i), i))
+            .filter(|&(unpersisted, ..)| {
+                !(unpersisted && self.unpersisted() == UnpersistedEviction::Keep)
+            })
+            .collect();
+        candidates.sort_unstable();
+        for (unpersisted, _, i) in candidates {
+            if unpersisted && self.unpersisted() == UnpersistedEviction::Persist {
+                self.persist_now(i);
+            }
+            if let Evict::Evicted { .. } = store.try_evict(i) {
+                self.residency_counters()
+                    .evictions
+                    .fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Writes resident object `i`'s payload now (step 2 under `Persist`);
+    /// a write that cannot be made is in the cache's diagnostics and the
+    /// object is evicted anyway (rebuilt from its sources later).
+    fn persist_now(&self, i: usize) {
+        let Some(cache) = self.cache() else {
+            return;
+        };
+        let object = {
+            let Some(pin) = self.store().pin(i) else {
+                return;
+            };
+            match &pin.object {
+                PreparedObject::Source(t) => PersistObject::Tensor(t.clone()),
+                PreparedObject::Packed(p) => PersistObject::Packed(p.clone()),
+            }
+        };
+        let resolved = self.plan().resolved();
+        if let Some(job) = cache.persist_job(resolved.model(), &resolved.requirements()[i], object)
+            && job.run().is_ok()
+        {
+            self.residency_counters()
+                .persisted_on_evict
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Residency under a prepared-domain limit: tiny-llm (21.5 MB of prepared
+//! objects, the largest an 8 MiB embedding) decodes greedily under a 9 MiB
+//! limit, its objects evicted after use and restored when needed again —
+//! rebuilt from their sources without a cache, read back from the prepared
+//! cache with one — with the same tokens as without a limit and the
+//! prepared domain's peak never above the limit. A limit below the largest
+//! object, or one that may not evict what it cannot persist, fails with a
+//! typed error naming the domain, the need and the limit.
+
+mod common;
+
+use std::path::Path;
+
+use onnx_prepared::arena::{BudgetLimits, Domain};
+use onnx_prepared::decoder;
+use onnx_prepared::session::{RuntimeSession, SessionOptions};
+use onnx_prepared::{ErrorKind, PreparedModelPolicy, UnpersistedEviction};
+
+/// Holds the embedding (8 MiB) or a layer's weights with room to spare,
+/// never the whole model (21.5 MB).
+const LIMIT: usize = 9 << 20;
+const TOKENS: usize = 16;
+const PROMPT: &[i64] = &[1, 17, 333, 4095, 8000];
+
+fn open(
+    model: &Path,
+    limit: Option<usize>,
+    cache: Option<(&Path, PreparedModelPolicy)>,
+    unpersisted: UnpersistedEviction,
+) -> RuntimeSession {
+    let budget = match limit {
+        Some(l) => BudgetLimits::unlimited().with_domain(Domain::Prepared, l),
+        None => BudgetLimits::unlimited(),
+    };
+    RuntimeSession::open(
+        model,
+        SessionOptions {
+            cpu_threads: 1,
+            io_workers: 1,
+            budget,
+            cache_dir: cache.map(|(d, _)| d.to_owned()),
+            cache_policy: cache.map_or(PreparedModelPolicy::Disabled, |(_, p)| p),
+            unpersisted_eviction: unpersisted,
+            ..SessionOptions::default()
+        },
+    )
+    .expect("tiny-llm opens")
+}
+
+fn tokens(session: &RuntimeSession) -> Result<Vec<i64>, onnx_prepared::Error> {
+    Ok(decoder::generate(session, PROMPT, TOKENS)?.tokens)
+}
+
+fn assert_within_limit(session: &RuntimeSession) {
+    let peak = session.memory().domain(Domain::Prepared).peak;
+    assert!(
+        peak <= LIMIT,
+        "prepared peak {peak} above the limit {LIMIT}"
+    );
+}
+
+/// The number of requirements the model packs (each packed once at most
+/// when evicted objects come back from the cache).
+fn packed_requirements(session: &RuntimeSession) -> u64 {
+    let resolved = session.plan().resolved();
+    resolved
+        .requirements()
+        .iter()
+        .filter(|r| r.prepack.is_some())
+        .count() as u64
+}
+
+#[test]
+fn without_a_cache_evicted_objects_are_rebuilt_from_their_sources() {
+    let dir = common::tempdir();
+    let model = common::tiny_llm_in(dir.path());
+    let reference = tokens(&open(&model, None, None, UnpersistedEviction::Rebuild)).unwrap();
+    assert_eq!(reference.len(), TOKENS);
+
+    let limited = open(&model, Some(LIMIT), None, UnpersistedEviction::Rebuild);
+    assert_eq!(tokens(&limited).unwrap(), reference);
+    assert_within_limit(&limited);
+    let stats = limited.preparation_stats();
+    assert!(stats.evictions > 0, "{stats:?}");
+    assert!(stats.restores > 0, "{stats:?}");
+    // Every token reads the model again (21.5 MB does not fit in 9 MiB).
+    assert!(
+        stats.source_bytes_reread >= (8 * (TOKENS as u64 - 1)) << 20,
+        "{stats:?}"
+    );
+    assert!(!limited.is_hot());
+}
+
+#[test]
+fn with_a_cache_evicted_objects_come_back_packed() {
+    let dir = common::tempdir();
+    let model = common::tiny_llm_in(dir.path());
+    let cache = dir.path().join("cache");
+    let reference = tokens(&open(&model, None, None, UnpersistedEviction::Rebuild)).unwrap();
+
+    // Cache cold: what is evicted is written first, then read back.
+    let cold = open(
+        &model,
+        Some(LIMIT),
+        Some((&cache, PreparedModelPolicy::BuildIfMissing)),
+        UnpersistedEviction::Persist,
+    );
+    assert_eq!(tokens(&cold).unwrap(), reference);
+    assert_within_limit(&cold);
+    cold.flush_cache();
+    let stats = cold.preparation_stats();
+    assert!(stats.evictions > 0 && stats.restores > 0, "{stats:?}");
+    assert_eq!(stats.source_bytes_reread, 0, "{stats:?}");
+    assert!(stats.prepacks <= packed_requirements(&cold), "{stats:?}");
+    assert!(stats.cache.packed_bytes_read > 0, "{stats:?}");
+    drop(cold);
+
+    // Cache warm: no source byte, no prepack, only packed payloads.
+    let warm = open(
+        &model,
+        Some(LIMIT),
+        Some((&cache, PreparedModelPolicy::ReadOnly)),
+        UnpersistedEviction::Keep,
+    );
+    assert_eq!(tokens(&warm).unwrap(), reference);
+    assert_within_limit(&warm);
+    let stats = warm.preparation_stats();
+    assert_eq!(
+        (stats.source_bytes_read, stats.prepacks),
+        (0, 0),
+        "{stats:?}"
+    );
+    assert!(stats.evictions > 0 && stats.restores > 0, "{stats:?}");
+}
+
+#[test]
+fn a_limit_below_the_largest_object_is_a_typed_error() {
+    let dir = common::tempdir();
+    let model = common::tiny_llm_in(dir.path());
+    let limit = 5 << 20;
+    let session = open(&model, Some(limit), None, UnpersistedEviction::Rebuild);
+    let err = tokens(&session).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Preparation, "{err}");
+    let message = err.to_string();
+    for part in [
+        "embed.weight",
+        "prepared domain",
+        "8388608",
+        &limit.to_string(),
+    ] {
+        assert!(message.contains(part), "`{part}` missing from: {message}");
+    }
+    assert!(session.memory().domain(Domain::Prepared).peak <= limit);
+}
+
+#[test]
+fn keep_never_evicts_what_the_cache_does_not_hold() {
+    let dir = common::tempdir();
+    let model = common::tiny_llm_in(dir.path());
+    let session = open(&model, Some(LIMIT), None, UnpersistedEviction::Keep);
+    let err = tokens(&session).unwrap_err();
+    assert!(err.to_string().contains("prepared domain"), "{err}");
+    assert_eq!(session.preparation_stats().evictions, 0);
+    assert_within_limit(&session);
+}
