@@ -572,16 +572,99 @@ fn demo(
     if let Some(path) = &trace {
         write_trace(path, &run.streaming_trace)?;
     }
-    decode_tiny_llm(run)
+    decode_tiny_llm(run)?;
+    offload_tiny_llm(&dir.join("tiny-llm.onnx"), &cache)
+}
+
+/// Decoding under a prepared-domain limit below the model's prepared
+/// bytes: each step evicts objects after their last use and restores them
+/// from the prepared cache (packed payloads: no source read, no prepack).
+/// The limit holds the largest object (the 8 MiB embedding) but not the
+/// model; per step, what the residency did.
+fn offload_tiny_llm(model: &Path, cache: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use onnx_prepared::{BudgetLimits, Domain, PreparedModelPolicy};
+    const LIMIT: usize = 9 << 20;
+    let session = RuntimeSession::open(
+        model,
+        SessionOptions {
+            budget: BudgetLimits::unlimited().with_domain(Domain::Prepared, LIMIT),
+            cache_dir: Some(cache.to_owned()),
+            cache_policy: PreparedModelPolicy::BuildIfMissing,
+            ..SessionOptions::default()
+        },
+    )?;
+    let weights: u64 = session.plan().requirements().source_bytes.iter().sum();
+    println!(
+        "\noffloading: the same decode under a {} MiB prepared limit ({:.1} MiB of weights); \
+         objects are evicted after their step and restored from the prepared cache",
+        LIMIT >> 20,
+        weights as f64 / f64::from(1 << 20)
+    );
+    let prompt = 8;
+    let len = Lengths {
+        batch: 1,
+        tokens: prompt,
+        past: 0,
+    };
+    let mut ctx = RuntimeContext::new(&session);
+    for (name, t) in decoder::generated_inputs(session.plan().resolved(), len, &[])? {
+        ctx.set_input(&name, t)?;
+    }
+    let started = Instant::now();
+    ctx = session.run(ctx)?;
+    let mut before = Default::default();
+    let mut row = |what: String, elapsed: std::time::Duration, token: i64| {
+        let now: onnx_prepared::PreparationStats = session.preparation_stats();
+        let was: &onnx_prepared::PreparationStats = &before;
+        println!(
+            "  {what:<24} -> token {token:<5} {elapsed:>9.2?}  evicted {:>2}  restored {:>2}  \
+             packed read {:>9}  source read {:>9}  prepared peak {:>8}",
+            now.evictions - was.evictions,
+            now.restores - was.restores,
+            now.cache.packed_bytes_read - was.cache.packed_bytes_read,
+            now.source_bytes_read - was.source_bytes_read,
+            session.memory().domain(Domain::Prepared).peak,
+        );
+        before = now;
+    };
+    decode_steps(&session, ctx, prompt, started.elapsed(), &mut row)
 }
 
 /// Greedy decode on the hot session: the next token from the hot run's last
-/// logits, then single-token steps; the context's KV-cache binding feeds
-/// each run's presents back as the next run's pasts.
+/// logits, then single-token steps.
 fn decode_tiny_llm(run: BenchRun) -> Result<(), Box<dyn std::error::Error>> {
+    let (session, ctx) = run.hot;
+    println!("\ngreedy decode on the hot session (presents fed back as pasts):");
+    let mut row = |what: String, elapsed: std::time::Duration, token: i64| {
+        let what = if elapsed.is_zero() {
+            format!("{what} (hot run)")
+        } else {
+            format!("{what} {elapsed:>9.2?}")
+        };
+        println!("  {what:<24} -> token {token}");
+    };
+    decode_steps(
+        &session,
+        ctx,
+        BENCH_DIMS.tokens,
+        std::time::Duration::ZERO,
+        &mut row,
+    )
+}
+
+/// Greedy decoding from a finished prompt run in `ctx` (`prompt` tokens,
+/// which took `first`): the next token from its last logits, then
+/// single-token steps; the context's KV-cache binding feeds each run's
+/// presents back as the next run's pasts. `row` reports each step.
+fn decode_steps(
+    session: &RuntimeSession,
+    mut ctx: RuntimeContext,
+    prompt: usize,
+    first: std::time::Duration,
+    row: &mut dyn FnMut(String, std::time::Duration, i64),
+) -> Result<(), Box<dyn std::error::Error>> {
     const STEPS: usize = 8;
     const VOCAB: usize = 8192;
-    let (session, mut ctx) = run.hot;
     let greedy = |outputs: &[(String, Tensor)]| -> Result<i64, Box<dyn std::error::Error>> {
         let logits = outputs
             .iter()
@@ -595,14 +678,9 @@ fn decode_tiny_llm(run: BenchRun) -> Result<(), Box<dyn std::error::Error>> {
             .max_by(|a, b| a.1.total_cmp(b.1))
             .map_or(0, |(i, _)| i as i64))
     };
-    let prompt = BENCH_DIMS.tokens;
     let outputs = ctx.take_outputs();
     let mut next = greedy(&outputs)?;
-    println!("\ngreedy decode on the hot session (presents fed back as pasts):");
-    println!(
-        "  {:<24} -> token {next}",
-        format!("prefill T={prompt} (hot run)")
-    );
+    row(format!("prefill T={prompt}"), first, next);
     // The prefill's presents become the first pasts; from then on the
     // context's cache binding moves each run's presents into its pasts.
     for (name, present) in outputs {
@@ -621,10 +699,7 @@ fn decode_tiny_llm(run: BenchRun) -> Result<(), Box<dyn std::error::Error>> {
         ctx = session.run(ctx)?;
         let elapsed = started.elapsed();
         next = greedy(ctx.outputs())?;
-        println!(
-            "  {:<24} -> token {next}",
-            format!("decode  P={fed} {elapsed:>9.2?}")
-        );
+        row(format!("decode  P={fed}"), elapsed, next);
     }
     Ok(())
 }
