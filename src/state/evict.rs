@@ -40,6 +40,7 @@
 //! kernel reads them.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::preparation::Producer;
 use crate::Error;
@@ -66,8 +67,10 @@ pub enum UnpersistedEviction {
     Keep,
 }
 
-/// Attempts at reclaiming evicted objects before an admission gives up.
-const RECLAIM_ATTEMPTS: usize = 8;
+/// Most time one admission waits for room that pinned, in-flight or
+/// retired objects will give back (then it evicts protected objects, or
+/// fails).
+const ROOM_WAIT: Duration = Duration::from_secs(5);
 
 /// Per requirement, how many waiting runs protect it (see module docs).
 #[derive(Debug)]
@@ -134,38 +137,64 @@ impl Producer {
         r: RequirementId,
         bytes: usize,
     ) -> Result<PreparedAllocation, Error> {
-        let mut reclaim = 0;
+        let mut waited = Duration::ZERO;
+        let mut pause = Duration::from_micros(20);
         loop {
             let refused = match self.prepared_arena().admit(bytes) {
                 Ok(allocation) => return Ok(allocation),
                 Err(e) if e.is_over_budget() => e,
                 Err(e) => return Err(e.into()),
             };
-            if self.evict_one(r) {
-                reclaim = 0;
+            let limit = self
+                .prepared_arena()
+                .limit()
+                .min(self.prepared_arena().budget().global_limit());
+            if bytes > limit {
+                // No eviction can make room for it.
+                return Err(refused.into());
+            }
+            if self.evict_one(r, false) {
                 crate::sync::epoch::flush();
                 continue;
             }
-            // Evicted objects not destroyed yet: their bytes return once
-            // the epoch collector runs them.
-            if reclaim < RECLAIM_ATTEMPTS && self.store().resident_bytes() < self.prepared_live() {
-                reclaim += 1;
+            // Room that will come back by itself: pinned objects (a step
+            // executing, another run's), objects admitted by a producer
+            // that has not published yet, evicted objects not yet
+            // destroyed. Wait for it, a bounded time.
+            let store = self.store();
+            let pinned = (0..store.len()).any(|i| {
+                let s = store.snapshot(i);
+                s.is_resident() && s.pins() > 0
+            });
+            let pending = store.resident_bytes() < self.prepared_live();
+            if (pinned || pending) && waited < ROOM_WAIT {
                 crate::sync::epoch::flush();
-                crate::sync::thread::yield_now();
+                crate::sync::thread::sleep(pause);
+                waited += pause;
+                pause = (pause * 2).min(Duration::from_millis(2));
+                continue;
+            }
+            // Last resort: what waiting runs protect (protection is
+            // advisory; two runs waiting at different steps must not
+            // hold each other's room).
+            if self.evict_one(r, true) {
+                crate::sync::epoch::flush();
                 continue;
             }
             return Err(refused.into());
         }
     }
 
-    /// Steps 1–2: evicts one candidate; `false` when none could be evicted.
-    fn evict_one(&self, needed: RequirementId) -> bool {
+    /// Steps 1–2: evicts one candidate (`protected`: among the objects
+    /// waiting runs protect, else among the others); `false` when none
+    /// could be evicted.
+    fn evict_one(&self, needed: RequirementId, protected: bool) -> bool {
         let store = self.store();
         let mut candidates: Vec<(bool, u64, usize)> = (0..store.len())
             .filter(|&i| i != needed.0 as usize)
             .filter(|&i| {
                 let s = store.snapshot(i);
-                s.is_resident() && s.pins() == 0 && !self.protection().is_protected(i)
+                s.is_resident() && s.pins() == 0 && self.protection().is_protected(i) == protected
             })
             .map(|i| (!self.has_entry(RequirementId(i as u32)), store.last_use(i), i))
             .filter(|&(unpersisted, ..)| {
