@@ -40,7 +40,7 @@
 //! kernel reads them.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::preparation::Producer;
 use crate::Error;
@@ -67,10 +67,15 @@ pub enum UnpersistedEviction {
     Keep,
 }
 
-/// Most time one admission waits for room that pinned, in-flight or
-/// retired objects will give back (then it evicts protected objects, or
-/// fails).
+/// Most time one admission waits for room that pinned, protected,
+/// in-flight or retired objects will give back before it fails.
 const ROOM_WAIT: Duration = Duration::from_secs(5);
+
+/// Yields before an admission's waits turn into sleeps.
+const YIELDS: u32 = 64;
+
+/// Time an admission waits before it evicts objects waiting runs protect.
+const PROTECTION_WAIT: Duration = Duration::from_millis(1);
 
 /// Per requirement, how many waiting runs protect it (see module docs).
 #[derive(Debug)]
@@ -137,8 +142,12 @@ impl Producer {
         r: RequirementId,
         bytes: usize,
     ) -> Result<PreparedAllocation, Error> {
-        let mut waited = Duration::ZERO;
+        // Set at the first refusal; waits yield first, then sleep longer.
+        let mut since: Option<Instant> = None;
         let mut pause = Duration::from_micros(20);
+        let mut yields = 0;
+        // Consecutive refusals with nothing held or pending.
+        let mut idle = 0;
         loop {
             let refused = match self.prepared_arena().admit(bytes) {
                 Ok(allocation) => return Ok(allocation),
@@ -157,28 +166,41 @@ impl Producer {
                 crate::sync::epoch::flush();
                 continue;
             }
-            // Room that will come back by itself: pinned objects (a step
-            // executing, another run's), objects admitted by a producer
-            // that has not published yet, evicted objects not yet
-            // destroyed. Wait for it, a bounded time.
-            let store = self.store();
-            let pinned = (0..store.len()).any(|i| {
-                let s = store.snapshot(i);
-                s.is_resident() && s.pins() > 0
-            });
-            let pending = store.resident_bytes() < self.prepared_live();
-            if (pinned || pending) && waited < ROOM_WAIT {
+            let waited = since.get_or_insert_with(Instant::now).elapsed();
+            // Protection is advisory: two runs waiting at different steps
+            // must not hold each other's room for long.
+            if waited >= PROTECTION_WAIT && self.evict_one(r, true) {
                 crate::sync::epoch::flush();
-                crate::sync::thread::sleep(pause);
-                waited += pause;
-                pause = (pause * 2).min(Duration::from_millis(2));
                 continue;
             }
-            // Last resort: what waiting runs protect (protection is
-            // advisory; two runs waiting at different steps must not
-            // hold each other's room).
-            if self.evict_one(r, true) {
+            // Room that will come back by itself: an object pinned (a step
+            // executing, in this run or another) or protected (a run that
+            // will resume) or raced by a pin, an object admitted by a
+            // producer that has not published yet, an evicted one not yet
+            // destroyed. Wait for it, a bounded time.
+            let store = self.store();
+            let held = (0..store.len()).any(|i| {
+                i != r.0 as usize && store.snapshot(i).is_resident() && self.evictable(i)
+            });
+            let pending = store.resident_bytes() < self.prepared_live();
+            if (held || pending) && waited < ROOM_WAIT {
+                idle = 0;
                 crate::sync::epoch::flush();
+                if yields < YIELDS {
+                    // A step holding a pin usually ends within microseconds.
+                    yields += 1;
+                    crate::sync::thread::yield_now();
+                } else {
+                    crate::sync::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(2));
+                }
+                continue;
+            }
+            // Nothing held, nothing pending — as observed after the
+            // refusal, which a run moving on may already have made stale:
+            // the arena is asked once more before the refusal stands.
+            idle += 1;
+            if idle < 2 {
                 continue;
             }
             return Err(refused.into());
@@ -196,10 +218,8 @@ impl Producer {
                 let s = store.snapshot(i);
                 s.is_resident() && s.pins() == 0 && self.protection().is_protected(i) == protected
             })
+            .filter(|&i| self.evictable(i))
             .map(|i| (!self.has_entry(RequirementId(i as u32)), store.last_use(i), i))
-            .filter(|&(unpersisted, ..)| {
-                !(unpersisted && self.unpersisted() == UnpersistedEviction::Keep)
-            })
             .collect();
         candidates.sort_unstable();
         for (unpersisted, _, i) in candidates {
@@ -214,6 +234,12 @@ impl Producer {
             }
         }
         false
+    }
+
+    /// Whether the policy lets object `i` be evicted at all (under
+    /// [`UnpersistedEviction::Keep`], only objects with a cache entry).
+    fn evictable(&self, i: usize) -> bool {
+        self.unpersisted() != UnpersistedEviction::Keep || self.has_entry(RequirementId(i as u32))
     }
 
     /// Writes resident object `i`'s payload now (step 2 under `Persist`);
