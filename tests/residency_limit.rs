@@ -175,3 +175,44 @@ fn keep_never_evicts_what_the_cache_does_not_hold() {
     assert_eq!(session.preparation_stats().evictions, 0);
     assert_within_limit(&session);
 }
+
+/// A payload is hashed once per process and file: restoring an evicted
+/// object maps the checked file again without hashing it, but a file
+/// changed on disk since (a new modification time) is hashed again, found
+/// damaged and the object rebuilt from its sources — same tokens.
+#[test]
+fn a_payload_changed_after_its_check_is_checked_again() {
+    let dir = common::tempdir();
+    let model = common::tiny_llm_in(dir.path());
+    let cache = dir.path().join("cache");
+    let reference = tokens(&open(
+        &model,
+        None,
+        Some((&cache, PreparedModelPolicy::BuildIfMissing)),
+        UnpersistedEviction::Rebuild,
+    ))
+    .unwrap();
+    let session = open(
+        &model,
+        Some(LIMIT),
+        Some((&cache, PreparedModelPolicy::ReadOnly)),
+        UnpersistedEviction::Keep,
+    );
+    decoder::generate(&session, PROMPT, 1).unwrap();
+    // The embedding's payload (the largest file), evicted by now: its
+    // last byte flipped in place.
+    let payloads = cache.join("payloads");
+    let largest = std::fs::read_dir(&payloads)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let mut bytes = std::fs::read(&largest).unwrap();
+    *bytes.last_mut().unwrap() ^= 0x40;
+    onnx_prepared::sync::thread::sleep(std::time::Duration::from_millis(10));
+    std::fs::write(&largest, &bytes).unwrap();
+    assert_eq!(tokens(&session).unwrap(), reference);
+    let diagnostics = session.cache().unwrap().diagnostics().join("\n");
+    assert!(diagnostics.contains("checksum"), "{diagnostics}");
+    assert!(session.preparation_stats().source_bytes_read > 0);
+}

@@ -169,11 +169,34 @@ pub fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, CacheErr
 
 /// A payload file mapped read-only.
 #[derive(Debug)]
-pub struct MappedPayload(memmap2::Mmap);
+pub struct MappedPayload {
+    map: memmap2::Mmap,
+    identity: FileIdentity,
+}
+
+/// Which file a mapping shows, as far as the file system tells: device,
+/// inode, size and modification time. The same identity after a check
+/// means the same bytes, unless another program rewrote the file in place
+/// within the timestamp's resolution — which the mapping of a checked file
+/// would show anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+impl MappedPayload {
+    /// The mapped file's identity.
+    pub fn identity(&self) -> FileIdentity {
+        self.identity
+    }
+}
 
 impl onnx_prepared_kernels::SharedBytes for MappedPayload {
     fn bytes(&self) -> &[u8] {
-        &self.0
+        &self.map
     }
 }
 
@@ -204,8 +227,18 @@ pub fn map_payload(
     // runtime (a damaged one is replaced by a new file), so the mapped
     // inode never changes under the mapping; only another program
     // truncating the file could fault it (SIGBUS), as with any mapped model.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io(path, "map"))?;
-    Ok(Some(std::sync::Arc::new(MappedPayload(map))))
+    // Populated: one call faults every page in instead of one fault per
+    // page as the checksum or a kernel first touches it.
+    let map =
+        unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(io(path, "map"))?;
+    use std::os::unix::fs::MetadataExt;
+    let identity = FileIdentity {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        len: meta.len(),
+        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+    };
+    Ok(Some(std::sync::Arc::new(MappedPayload { map, identity })))
 }
 
 /// `<size>:<mtime ns>` of a data file: change detection for recorded

@@ -37,7 +37,7 @@ use crate::error::RunError;
 use crate::model::{ChecksumPolicy, PayloadSource, WeightDescriptor, WeightId, read_verified, verify};
 use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
 use crate::store::{LoadAttempt, LoadClaim, GenerationOutcome, PreparedObjectStore, Waiter};
-use crate::sync::{AtomicU64, Lock, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Lock, Ordering};
 
 /// A resident prepared object, shared with every session of the process
 /// that publishes the same key (the bytes are charged once, see
@@ -166,6 +166,8 @@ pub(super) struct Producer {
     /// What eviction does with objects the cache has no entry for.
     unpersisted: UnpersistedEviction,
     counters: ResidencyCounters,
+    /// Per requirement: a cache entry was found (see [`Self::has_entry`]).
+    entry_found: Box<[AtomicBool]>,
 }
 
 impl Producer {
@@ -185,6 +187,9 @@ impl Producer {
             protection: Protection::new(plan.requirements().len()),
             unpersisted: UnpersistedEviction::default(),
             counters: ResidencyCounters::default(),
+            entry_found: (0..plan.requirements().len())
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             store: PreparedObjectStore::new(plan.requirements().len()),
             failures: (0..plan.requirements().len())
                 .map(|_| Lock::new(None))
@@ -523,13 +528,23 @@ impl Producer {
         self.store.bytes(r.0 as usize) > 0 && self.has_entry(r)
     }
 
-    /// Whether the cache has a valid entry for `r` now.
+    /// Whether the cache has a valid entry for `r` now. Entries are never
+    /// removed while a process uses them (pruning takes only what no
+    /// current manifest names), so a found entry is remembered.
     pub(super) fn has_entry(&self, r: RequirementId) -> bool {
+        let known = &self.entry_found[r.0 as usize];
+        if known.load(Ordering::Relaxed) {
+            return true;
+        }
         let resolved = self.plan.resolved();
-        self.cache.as_ref().is_some_and(|c| {
+        let found = self.cache.as_ref().is_some_and(|c| {
             c.lookup(resolved.model(), &resolved.requirements()[r.0 as usize])
                 .is_ok()
-        })
+        });
+        if found {
+            known.store(true, Ordering::Relaxed);
+        }
+        found
     }
 
     /// Builds `r`'s object from decoded sources, counting prepacks.
