@@ -145,13 +145,29 @@ fn demo_prints_the_table_and_the_timeline() {
             "{lane}: {text}"
         );
     }
-    assert_eq!(
-        text.lines()
+    let (hot, offloaded) = text
+        .split_once("offloading:")
+        .expect("the demo decodes under a limit too");
+    let decode_rows = |part: &str| -> Vec<String> {
+        part.lines()
             .filter(|l| l.trim_start().starts_with("decode"))
-            .count(),
-        8,
-        "{text}"
-    );
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(decode_rows(hot).len(), 8, "{text}");
+    // Under the limit: objects evicted and restored at every step, the
+    // prepared peak within 9 MiB.
+    let limited = decode_rows(offloaded);
+    assert_eq!(limited.len(), 8, "{text}");
+    for row in &limited {
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        let after = |name: &str| -> u64 {
+            let at = fields.iter().position(|f| *f == name).expect(name);
+            fields[at + 1].parse().expect(name)
+        };
+        assert!(after("evicted") > 0 && after("restored") > 0, "{row}");
+        assert!(after("peak") <= 9 << 20, "{row}");
+    }
 }
 
 /// `y = (x + c) * c` with `c` embedded in the model (no data file).
