@@ -35,37 +35,21 @@
 //! reproduction evict the first again: under a limit that holds one
 //! step's needs but little more, the run would never proceed. So a
 //! waiting run *protects* its step's needs (a per-requirement count the
-//! evictor reads) until it resumes or is dropped ([`StepProtection`]).
+//! evictor reads) until it resumes or is dropped (`StepProtection`, `residency.rs`).
 //! Protection is advisory: pins alone keep an object's bytes alive while a
 //! kernel reads them.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::preparation::Producer;
+use super::residency::UnpersistedEviction;
 use crate::Error;
 use crate::arena::PreparedAllocation;
 use crate::cache::PersistObject;
 use crate::plan::RequirementId;
 use crate::state::PreparedObject;
 use crate::store::Evict;
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
-
-/// What the evictor does with a resident object that has no entry in the
-/// prepared cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum UnpersistedEviction {
-    /// Write its payload to the prepared cache first (on the thread that
-    /// needs the room), then evict it; it is restored from the cache when
-    /// needed again. Without a cache that writes (none, or a policy other
-    /// than build-if-missing), the same as [`Rebuild`](Self::Rebuild).
-    #[default]
-    Persist,
-    /// Evict it; it is read and packed from its sources again when needed.
-    Rebuild,
-    /// Never evict it (objects with a cache entry are still evicted).
-    Keep,
-}
+use crate::sync::Ordering;
 
 /// Most time one admission waits for room that pinned, protected,
 /// in-flight or retired objects will give back before it fails.
@@ -76,64 +60,6 @@ const YIELDS: u32 = 64;
 
 /// Time an admission waits before it evicts objects waiting runs protect.
 const PROTECTION_WAIT: Duration = Duration::from_millis(1);
-
-/// Per requirement, how many waiting runs protect it (see module docs).
-#[derive(Debug)]
-pub(crate) struct Protection {
-    counts: Box<[AtomicU32]>,
-}
-
-impl Protection {
-    pub(crate) fn new(len: usize) -> Arc<Self> {
-        Arc::new(Self {
-            counts: (0..len).map(|_| AtomicU32::new(0)).collect(),
-        })
-    }
-
-    fn is_protected(&self, r: usize) -> bool {
-        self.counts[r].load(Ordering::Acquire) > 0
-    }
-}
-
-/// A waiting run's protection of its step's needs; dropping it (the run
-/// resumed, finished or was dropped) lifts it.
-#[derive(Debug)]
-pub struct StepProtection {
-    protection: Arc<Protection>,
-    requirements: Vec<u32>,
-}
-
-impl StepProtection {
-    pub(crate) fn new(protection: &Arc<Protection>, requirements: Vec<u32>) -> Self {
-        for &r in &requirements {
-            protection.counts[r as usize].fetch_add(1, Ordering::AcqRel);
-        }
-        Self {
-            protection: protection.clone(),
-            requirements,
-        }
-    }
-}
-
-impl Drop for StepProtection {
-    fn drop(&mut self) {
-        for &r in &self.requirements {
-            self.protection.counts[r as usize].fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
-
-/// Eviction and restore counters of one state.
-#[derive(Debug, Default)]
-pub(crate) struct ResidencyCounters {
-    /// Objects evicted to make room.
-    pub(crate) evictions: AtomicU64,
-    /// Objects produced again after an eviction (from the cache or from
-    /// their sources).
-    pub(crate) restores: AtomicU64,
-    /// Payloads written on the admitting thread before an eviction.
-    pub(crate) persisted_on_evict: AtomicU64,
-}
 
 impl Producer {
     /// Protocol "admit" for `r`'s object of `bytes` bytes.

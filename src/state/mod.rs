@@ -11,12 +11,13 @@ mod lowering;
 mod object;
 mod preparation;
 mod prepared;
+mod residency;
 mod shared;
 mod tasks;
 
 pub use crate::model::{Dim, GraphInput};
 pub use direct::{DirectReplay, DirectReplayOptions};
-pub use evict::{StepProtection, UnpersistedEviction};
+pub use residency::{StepProtection, UnpersistedEviction};
 pub(crate) use lowering::{execute_caught, tensor_bytes};
 pub use object::PreparedObject;
 pub use preparation::ResidentObject;

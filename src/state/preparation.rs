@@ -27,7 +27,7 @@ use std::sync::Arc;
 use onnx_prepared_kernels::Tensor;
 
 use super::PreparedObject;
-use super::evict::{Protection, ResidencyCounters, UnpersistedEviction};
+use super::residency::{Protection, ResidencyCounters, UnpersistedEviction};
 use super::object::{prepare, source_tensor};
 use super::shared::{self, SharedKey, SharedObject};
 use crate::Error;

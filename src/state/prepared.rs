@@ -27,7 +27,7 @@ use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 use super::PreparedObject;
 use super::gate::BudgetGate;
 use super::lowering::{Lowered, Objects, ceiling_gate, check_input, lower_all, order_inputs};
-use super::evict::{StepProtection, UnpersistedEviction};
+use super::residency::{StepProtection, UnpersistedEviction};
 use super::preparation::{Held, Producer, ResidentObject};
 use crate::Error;
 use crate::arena::{Domain, MemoryBudget, Reservation};
