@@ -1,6 +1,7 @@
 //! Modules of the `onnx-prepared` command-line tool (the binary only).
 
 pub mod cache;
+pub mod demo;
 pub mod generate;
 
 use std::path::PathBuf;
