@@ -131,6 +131,9 @@ enum Command {
         /// The prepared cache of the demo's second, cached session (default: target/prepared-cache).
         #[arg(long = "cache", value_name = "DIR")]
         cache: Option<PathBuf>,
+        /// Memory limits of the offloaded decode (default `--limit prepared=9MiB`).
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Inspect, verify or prune a prepared cache directory.
     #[command(subcommand)]
@@ -148,7 +151,8 @@ fn main() -> ExitCode {
             fixtures,
             trace,
             cache,
-        } => cli::demo::main(fixtures, trace, cache),
+            limits,
+        } => cli::demo::main(fixtures, trace, cache, &limits),
         Command::Cache(command) => cli::cache::main(command),
         Command::Generate(args) => cli::generate::main(&args),
         Command::Bench {

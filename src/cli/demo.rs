@@ -11,12 +11,14 @@ use onnx_prepared::session::report::BenchRun;
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 use onnx_prepared_kernels::Tensor;
 
+use super::LimitArgs;
 use crate::{BENCH_DIMS, WARM_CACHE_NOTE, all_cores, bench_modes, write_trace};
 
 pub fn main(
     dir: Option<PathBuf>,
     trace: Option<PathBuf>,
     cache: Option<PathBuf>,
+    limits: &LimitArgs,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let dir = dir.unwrap_or_else(onnx_prepared_fixtures::default_dir);
     let cache = cache.unwrap_or_else(|| dir.parent().unwrap_or(&dir).join("prepared-cache"));
@@ -66,31 +68,47 @@ pub fn main(
         write_trace(path, &run.streaming_trace)?;
     }
     decode_tiny_llm(run)?;
-    offload_tiny_llm(&dir.join("tiny-llm.onnx"), &cache)
+    offload_tiny_llm(&dir.join("tiny-llm.onnx"), &cache, limits)
 }
 
 /// Decoding under a prepared-domain limit below the model's prepared
 /// bytes: each step evicts objects after their last use and restores them
 /// from the prepared cache (packed payloads: no source read, no prepack).
-/// The limit holds the largest object (the 8 MiB embedding) but not the
-/// model; per step, what the residency did.
-fn offload_tiny_llm(model: &Path, cache: &Path) -> Result<(), Box<dyn std::error::Error>> {
+/// The default limit (`limits` replace it) holds the largest object (the
+/// 8 MiB embedding) but not the model; per step, what the residency did.
+fn offload_tiny_llm(
+    model: &Path,
+    cache: &Path,
+    limits: &LimitArgs,
+) -> Result<(), Box<dyn std::error::Error>> {
     use onnx_prepared::{BudgetLimits, Domain, PreparedModelPolicy};
-    const LIMIT: usize = 9 << 20;
+    let budget = if limits.limits.is_empty() {
+        BudgetLimits::unlimited().with_domain(Domain::Prepared, 9 << 20)
+    } else {
+        BudgetLimits::unlimited()
+    };
     let session = RuntimeSession::open(
         model,
-        SessionOptions {
-            budget: BudgetLimits::unlimited().with_domain(Domain::Prepared, LIMIT),
+        limits.apply(SessionOptions {
+            budget,
             cache_dir: Some(cache.to_owned()),
             cache_policy: PreparedModelPolicy::BuildIfMissing,
             ..SessionOptions::default()
-        },
+        }),
     )?;
     let weights: u64 = session.plan().requirements().source_bytes.iter().sum();
+    let shown: Vec<String> = Domain::ALL
+        .into_iter()
+        .filter_map(|d| {
+            let limit = session.memory().domain(d).limit;
+            (limit != onnx_prepared::UNLIMITED)
+                .then(|| format!("{} {:.1} MiB", d.name(), limit as f64 / f64::from(1 << 20)))
+        })
+        .collect();
     println!(
-        "\noffloading: the same decode under a {} MiB prepared limit ({:.1} MiB of weights); \
+        "\noffloading: the same decode under limits ({}; {:.1} MiB of weights); \
          objects are evicted after their step and restored from the prepared cache",
-        LIMIT >> 20,
+        shown.join(", "),
         weights as f64 / f64::from(1 << 20)
     );
     let prompt = 8;
