@@ -32,9 +32,6 @@ pub(crate) struct MatMulNBits {
     int8: bool,
 }
 
-/// Rows up to which the int8 path runs; larger products keep the f32 GEMM.
-pub(crate) const INT8_MAX_M: usize = usize::MAX;
-
 impl MatMulNBits {
     pub(crate) fn create(
         spec: &NodeSpec<'_>,
@@ -105,8 +102,9 @@ impl MatMulNBits {
         }))
     }
 
-    /// `Y (+)= A * W` on a packed weight: int8 activations when enabled and
-    /// `rows <= INT8_MAX_M`, else f32.
+    /// `Y (+)= A * W` on a packed weight: int8 activations when enabled
+    /// (at every `M`: the int8 kernels beat the f32 GEMM at M = 128 too,
+    /// 2.3-2.8x in BENCHMARKS.md), else f32.
     #[allow(clippy::too_many_arguments)]
     fn product(
         &self,
@@ -118,7 +116,7 @@ impl MatMulNBits {
         par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
         let (isa, view) = q4::view(packed, &self.p)?;
-        if self.int8 && rows <= INT8_MAX_M {
+        if self.int8 {
             let family = q4::int8::Int8Isa::for_layout(isa);
             q4::int8::matmul(family, &view, a, rows, y, accumulate, par)
         } else {
@@ -290,11 +288,7 @@ impl Operator for MatMulNBits {
             Some(a) if self.int8 => {
                 let rows = crate::element_count(a.shape.split_last().map_or(&[][..], |s| s.1))
                     .unwrap_or(usize::MAX);
-                if rows <= INT8_MAX_M {
-                    q4::int8::scratch_bytes(rows, self.p.blocks(), self.p.block_size)
-                } else {
-                    0
-                }
+                q4::int8::scratch_bytes(rows, self.p.blocks(), self.p.block_size)
             }
             _ => 0,
         };

@@ -336,3 +336,26 @@ fn non_finite_activations_give_nan_in_their_row_only() {
     let y = product(&case, families()[0], &a, 2, None, &Sequential);
     assert!(y[20..].iter().all(|x| x.is_nan()));
 }
+
+#[test]
+fn the_vectorized_quantizer_writes_the_portable_bytes() {
+    let mut rng = Rng(16);
+    for (k, bs) in [(100usize, 32usize), (256, 128), (40, 16)] {
+        // Values on and off the rounding ties.
+        let a: Vec<f32> = (0..k)
+            .map(|i| match i % 3 {
+                0 => rng.f32(),
+                1 => (rng.next() % 255) as f32 * 0.5 - 63.5,
+                _ => 0.0,
+            })
+            .collect();
+        let blocks = k.div_ceil(bs);
+        let mut one = (vec![0i8; blocks * bs], vec![0f32; blocks], vec![0i32; blocks]);
+        let mut two = one.clone();
+        quantize_row(&a, bs, &mut one.0, &mut one.1, &mut one.2);
+        quantize_row_body(&a, bs, &mut two.0, &mut two.1, &mut two.2);
+        assert_eq!(one.0, two.0);
+        assert_eq!(one.2, two.2);
+        assert!(one.1.iter().zip(&two.1).all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
+}
