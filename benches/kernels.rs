@@ -88,7 +88,14 @@ impl Prepared {
         inputs: Vec<Option<Tensor>>,
         pack: bool,
     ) -> Self {
-        Self::with_options(domain, op_type, attrs, inputs, pack, KernelOptions::default())
+        Self::with_options(
+            domain,
+            op_type,
+            attrs,
+            inputs,
+            pack,
+            KernelOptions::default(),
+        )
     }
 
     fn with_options(

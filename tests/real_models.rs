@@ -146,7 +146,10 @@ fn int8_activations_stay_within_the_bound_on_the_genai_int4_model() {
                     .any(|a| a.name.as_deref() == Some("accuracy_level") && a.i == Some(4))
         })
         .count();
-    assert!(level4 >= 4, "{level4} MatMulNBits nodes at accuracy_level 4");
+    assert!(
+        level4 >= 4,
+        "{level4} MatMulNBits nodes at accuracy_level 4"
+    );
     let exact = session(&path);
     let int8 = session_with(
         &path,
@@ -155,7 +158,11 @@ fn int8_activations_stay_within_the_bound_on_the_genai_int4_model() {
             ..ResolveOptions::default()
         },
     );
-    for ids in [&[5i64, 17, 42, 9][..], &[7], &[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2]] {
+    for ids in [
+        &[5i64, 17, 42, 9][..],
+        &[7],
+        &[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2],
+    ] {
         let (want, _) = prefill_logits(&exact, ids);
         let (got, _) = prefill_logits(&int8, ids);
         let max = want.iter().fold(0f32, |m, x| m.max(x.abs()));
@@ -163,9 +170,20 @@ fn int8_activations_stay_within_the_bound_on_the_genai_int4_model() {
             .iter()
             .zip(&want)
             .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
-        eprintln!("int8 activations, {} tokens: max |diff| / max|logit| = {}", ids.len(), err / max);
-        assert!(err > 0.0 && err <= 0.02 * max, "{ids:?}: {err} vs max {max}");
-        assert_eq!(prefill_argmax(&int8, ids), prefill_argmax(&exact, ids), "{ids:?}");
+        eprintln!(
+            "int8 activations, {} tokens: max |diff| / max|logit| = {}",
+            ids.len(),
+            err / max
+        );
+        assert!(
+            err > 0.0 && err <= 0.02 * max,
+            "{ids:?}: {err} vs max {max}"
+        );
+        assert_eq!(
+            prefill_argmax(&int8, ids),
+            prefill_argmax(&exact, ids),
+            "{ids:?}"
+        );
     }
     let prompt = [5i64, 17, 42, 9];
     assert_eq!(

@@ -102,7 +102,14 @@ fn spec<'a>(attrs: &'a Attrs, inputs: usize) -> NodeSpec<'a> {
 }
 
 /// `[A, B, scales, zero_points?]` of ONNX Runtime's shapes.
-fn inputs(rng: &mut Rng, rows: usize, k: usize, n: usize, bs: usize, zp: bool) -> Vec<Option<Tensor>> {
+fn inputs(
+    rng: &mut Rng,
+    rows: usize,
+    k: usize,
+    n: usize,
+    bs: usize,
+    zp: bool,
+) -> Vec<Option<Tensor>> {
     let blocks = k.div_ceil(bs);
     let bytes = (0..n * blocks * bs / 2).map(|_| rng.next() as u8).collect();
     let b = Tensor::new(vec![n, blocks, bs / 2], TensorData::U8(bytes)).expect("B");
@@ -110,14 +117,22 @@ fn inputs(rng: &mut Rng, rows: usize, k: usize, n: usize, bs: usize, zp: bool) -
     let scales = Tensor::from_f32(vec![n * blocks], scales).expect("scales");
     let a = Tensor::from_f32(vec![rows, k], (0..rows * k).map(|_| rng.f32()).collect()).expect("A");
     let zp = zp.then(|| {
-        let z = (0..n * blocks.div_ceil(2)).map(|_| rng.next() as u8).collect();
+        let z = (0..n * blocks.div_ceil(2))
+            .map(|_| rng.next() as u8)
+            .collect();
         Tensor::new(vec![n * blocks.div_ceil(2)], TensorData::U8(z)).expect("zp")
     });
     vec![Some(a), Some(b), Some(scales), zp]
 }
 
 /// Runs `op`, with the weights prepacked for `cpu` or not.
-fn run(op: &dyn Operator, inputs: &[Option<Tensor>], pack: bool, cpu: CpuFeatures, par: &dyn ParallelFor) -> Vec<f32> {
+fn run(
+    op: &dyn Operator,
+    inputs: &[Option<Tensor>],
+    pack: bool,
+    cpu: CpuFeatures,
+    par: &dyn ParallelFor,
+) -> Vec<f32> {
     let infos: Vec<Option<InputInfo<'_>>> = inputs
         .iter()
         .enumerate()
@@ -134,14 +149,19 @@ fn run(op: &dyn Operator, inputs: &[Option<Tensor>], pack: bool, cpu: CpuFeature
     let mut outputs = vec![Tensor::zeros(out[0].dtype, out[0].shape.clone()).expect("Y")];
     let mut refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
     let packed = op.prepack(&infos, cpu).map(|pre| {
-        let sources: Vec<&Tensor> = pre.consumes().iter().map(|&i| refs[i].expect("source")).collect();
+        let sources: Vec<&Tensor> = pre
+            .consumes()
+            .iter()
+            .map(|&i| refs[i].expect("source"))
+            .collect();
         let packed = pre.prepare(&sources).expect("prepare");
         for &i in pre.consumes() {
             refs[i] = None;
         }
         packed
     });
-    op.execute(&refs, packed.as_ref(), &mut outputs, par).expect("execute");
+    op.execute(&refs, packed.as_ref(), &mut outputs, par)
+        .expect("execute");
     outputs[0].as_f32().expect("f32").to_vec()
 }
 
@@ -149,7 +169,10 @@ fn cpus() -> Vec<CpuFeatures> {
     let have = CpuFeatures::detect();
     let mut out = vec![CpuFeatures::portable()];
     if have.avx2 {
-        out.push(CpuFeatures { avx2: true, ..CpuFeatures::portable() });
+        out.push(CpuFeatures {
+            avx2: true,
+            ..CpuFeatures::portable()
+        });
     }
     if have.avx512 {
         out.push(have);
@@ -160,11 +183,23 @@ fn cpus() -> Vec<CpuFeatures> {
 #[test]
 fn level_4_quantizes_only_when_opted_in_and_stays_within_two_percent() {
     let mut rng = Rng(21);
-    let on = KernelOptions { int8_activations: true };
-    for (rows, k, n, bs, zp) in [(1, 256, 40, 32, false), (3, 100, 17, 16, true), (17, 512, 33, 64, false), (2, 72, 8, 32, true)] {
+    let on = KernelOptions {
+        int8_activations: true,
+    };
+    for (rows, k, n, bs, zp) in [
+        (1, 256, 40, 32, false),
+        (3, 100, 17, 16, true),
+        (17, 512, 33, 64, false),
+        (2, 72, 8, 32, true),
+    ] {
         let inputs = inputs(&mut rng, rows, k, n, bs, zp);
         let exact = reference::matmul_nbits(
-            &reference::NBitsParams { k, n, bits: 4, block_size: bs },
+            &reference::NBitsParams {
+                k,
+                n,
+                bits: 4,
+                block_size: bs,
+            },
             inputs[0].as_ref().expect("A"),
             inputs[1].as_ref().expect("B"),
             inputs[2].as_ref().expect("scales"),
@@ -179,14 +214,24 @@ fn level_4_quantizes_only_when_opted_in_and_stays_within_two_percent() {
             for level in [None, Some(0), Some(1), Some(4)] {
                 for options in [KernelOptions::default(), on] {
                     let a = attrs(k, n, bs, level);
-                    let op = linalg::lookup_with(&spec(&a, 4), cpu, options).expect("linalg").expect("op");
+                    let op = linalg::lookup_with(&spec(&a, 4), cpu, options)
+                        .expect("linalg")
+                        .expect("op");
                     for pack in [false, true] {
                         for par in [&Sequential as &dyn ParallelFor, &Reversed] {
                             let y = run(&*op, &inputs, pack, cpu, par);
-                            let err = y.iter().zip(exact).fold(0f32, |m, (g, e)| m.max((g - e).abs()));
-                            let ctx = format!("{cpu:?} level {level:?} {options:?} M {rows} K {k} N {n} zp {zp}");
+                            let err = y
+                                .iter()
+                                .zip(exact)
+                                .fold(0f32, |m, (g, e)| m.max((g - e).abs()));
+                            let ctx = format!(
+                                "{cpu:?} level {level:?} {options:?} M {rows} K {k} N {n} zp {zp}"
+                            );
                             if level == Some(4) && options.int8_activations {
-                                assert!(err > 1e-4 * max && err <= 0.02 * max, "{ctx}: {err} vs {max}");
+                                assert!(
+                                    err > 1e-4 * max && err <= 0.02 * max,
+                                    "{ctx}: {err} vs {max}"
+                                );
                                 int8_outputs.push(y);
                             } else {
                                 assert!(err <= 1e-4 * max, "{ctx}: {err} vs {max}");
@@ -197,7 +242,11 @@ fn level_4_quantizes_only_when_opted_in_and_stays_within_two_percent() {
             }
         }
         // Every family, packed or not, threads or not: the same bits.
-        assert!(int8_outputs.windows(2).all(|w| w[0].iter().zip(&w[1]).all(|(x, y)| x.to_bits() == y.to_bits())));
+        assert!(int8_outputs.windows(2).all(|w| {
+            w[0].iter()
+                .zip(&w[1])
+                .all(|(x, y)| x.to_bits() == y.to_bits())
+        }));
     }
 }
 
@@ -207,26 +256,66 @@ fn the_registry_passes_the_options_through() {
     let inputs = inputs(&mut rng, 2, 64, 16, 32, false);
     let a = attrs(64, 16, 32, Some(4));
     let cpu = CpuFeatures::detect();
-    let exact = run(&*registry::operator(&spec(&a, 4)).expect("op"), &inputs, true, cpu, &Sequential);
-    let on = KernelOptions { int8_activations: true };
-    let int8 = run(&*registry::operator_with(&spec(&a, 4), on).expect("op"), &inputs, true, cpu, &Sequential);
-    let off = run(&*registry::operator_with(&spec(&a, 4), KernelOptions::default()).expect("op"), &inputs, true, cpu, &Sequential);
+    let exact = run(
+        &*registry::operator(&spec(&a, 4)).expect("op"),
+        &inputs,
+        true,
+        cpu,
+        &Sequential,
+    );
+    let on = KernelOptions {
+        int8_activations: true,
+    };
+    let int8 = run(
+        &*registry::operator_with(&spec(&a, 4), on).expect("op"),
+        &inputs,
+        true,
+        cpu,
+        &Sequential,
+    );
+    let off = run(
+        &*registry::operator_with(&spec(&a, 4), KernelOptions::default()).expect("op"),
+        &inputs,
+        true,
+        cpu,
+        &Sequential,
+    );
     assert_eq!(exact, off);
     assert_ne!(exact, int8);
 }
 
 #[test]
 fn attribute_errors_stay_typed_with_int8_on() {
-    let on = KernelOptions { int8_activations: true };
+    let on = KernelOptions {
+        int8_activations: true,
+    };
     let cpu = CpuFeatures::detect();
     let mut float_level = attrs(64, 8, 32, None);
     float_level.1 = true;
-    let err = linalg::lookup_with(&spec(&float_level, 3), cpu, on).expect("linalg").expect_err("FLOAT level");
+    let err = linalg::lookup_with(&spec(&float_level, 3), cpu, on)
+        .expect("linalg")
+        .expect_err("FLOAT level");
     assert!(matches!(err, KernelError::AttributeType { .. }), "{err:?}");
     let mut bits8 = attrs(64, 8, 32, Some(4));
     bits8.0[2].1 = 8;
-    let err = linalg::lookup_with(&spec(&bits8, 3), cpu, on).expect("linalg").expect_err("bits 8");
-    assert!(matches!(err, KernelError::Attribute { name: "bits", .. }), "{err:?}");
-    let err = linalg::lookup_with(&spec(&attrs(64, 8, 48, Some(4)), 3), cpu, on).expect("linalg").expect_err("block 48");
-    assert!(matches!(err, KernelError::Attribute { name: "block_size", .. }), "{err:?}");
+    let err = linalg::lookup_with(&spec(&bits8, 3), cpu, on)
+        .expect("linalg")
+        .expect_err("bits 8");
+    assert!(
+        matches!(err, KernelError::Attribute { name: "bits", .. }),
+        "{err:?}"
+    );
+    let err = linalg::lookup_with(&spec(&attrs(64, 8, 48, Some(4)), 3), cpu, on)
+        .expect("linalg")
+        .expect_err("block 48");
+    assert!(
+        matches!(
+            err,
+            KernelError::Attribute {
+                name: "block_size",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }

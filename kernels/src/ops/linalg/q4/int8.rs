@@ -333,9 +333,8 @@ unsafe fn portable(
                     let mut dot = 0i32;
                     for g in 0..gpb {
                         let at = ((tile * blocks + blk) * gpb + g) * t * 4 + c * 4;
-                        let word = u32::from_le_bytes(
-                            v.weights[at..at + 4].try_into().expect("4 bytes"),
-                        );
+                        let word =
+                            u32::from_le_bytes(v.weights[at..at + 4].try_into().expect("4 bytes"));
                         let qg = &qrow[(blk * gpb + g) * 8..][..8];
                         for b in 0..4 {
                             let lo = (word >> (8 * b)) & 15;

@@ -109,10 +109,9 @@ unsafe fn group<const R: usize, const G: usize, const ZP: bool>(
                     hi[t] = _mm256_and_si256(_mm256_srli_epi32::<4>(w), nib);
                 }
                 for r in 0..R {
-                    let qp = qa
-                        .q
-                        .as_ptr()
-                        .add((r0 + r) * qa.stride + (blk * gpb + g) * 8);
+                    let qp =
+                        qa.q.as_ptr()
+                            .add((r0 + r) * qa.stride + (blk * gpb + g) * 8);
                     let ae = _mm256_set1_epi32(qp.cast::<i32>().read_unaligned());
                     let ao = _mm256_set1_epi32(qp.add(4).cast::<i32>().read_unaligned());
                     for t in 0..G {

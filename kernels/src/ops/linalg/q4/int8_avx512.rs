@@ -160,10 +160,9 @@ macro_rules! family {
                                 hi[t] = _mm512_and_si512(_mm512_srli_epi32::<4>(w), nib);
                             }
                             for r in 0..R {
-                                let qp = qa
-                                    .q
-                                    .as_ptr()
-                                    .add((r0 + r) * qa.stride + (blk * gpb + g) * 8);
+                                let qp =
+                                    qa.q.as_ptr()
+                                        .add((r0 + r) * qa.stride + (blk * gpb + g) * 8);
                                 let ae = _mm512_set1_epi32(qp.cast::<i32>().read_unaligned());
                                 let ao =
                                     _mm512_set1_epi32(qp.add(4).cast::<i32>().read_unaligned());

@@ -216,7 +216,10 @@ fn every_family_and_tile_width_gives_the_same_bits() {
                     for &fam in &fams {
                         for par in [&Sequential as &dyn ParallelFor, &Reversed] {
                             let got = product(&case, fam, &a, rows, bias, par);
-                            let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+                            let same = got
+                                .iter()
+                                .zip(&want)
+                                .all(|(x, y)| x.to_bits() == y.to_bits());
                             assert!(same, "{fam:?} K {k} N {n} bs {bs} {zp:?} M {rows}");
                         }
                     }
@@ -239,7 +242,9 @@ fn large_m_families_agree_and_use_the_heap_scratch() {
         for &fam in &fams {
             let got = product(&case, fam, &a, rows, None, &Reversed);
             assert!(
-                got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()),
+                got.iter()
+                    .zip(&want)
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
                 "{fam:?} {zp:?}"
             );
         }
@@ -294,7 +299,10 @@ fn stays_within_the_stated_bound_of_the_exact_product() {
             worst = worst.max(err / max);
         }
     }
-    eprintln!("int8 vs exact: worst relative error {worst}, families {:?}", families());
+    eprintln!(
+        "int8 vs exact: worst relative error {worst}, families {:?}",
+        families()
+    );
     assert!(worst > 0.0 && worst <= 0.02, "worst relative error {worst}");
 }
 
@@ -350,12 +358,21 @@ fn the_vectorized_quantizer_writes_the_portable_bytes() {
             })
             .collect();
         let blocks = k.div_ceil(bs);
-        let mut one = (vec![0i8; blocks * bs], vec![0f32; blocks], vec![0i32; blocks]);
+        let mut one = (
+            vec![0i8; blocks * bs],
+            vec![0f32; blocks],
+            vec![0i32; blocks],
+        );
         let mut two = one.clone();
         quantize_row(&a, bs, &mut one.0, &mut one.1, &mut one.2);
         quantize_row_body(&a, bs, &mut two.0, &mut two.1, &mut two.2);
         assert_eq!(one.0, two.0);
         assert_eq!(one.2, two.2);
-        assert!(one.1.iter().zip(&two.1).all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(
+            one.1
+                .iter()
+                .zip(&two.1)
+                .all(|(x, y)| x.to_bits() == y.to_bits())
+        );
     }
 }
