@@ -192,8 +192,14 @@ fn main() -> ExitCode {
             max_new_tokens,
             threads.into(),
             json,
-            map_weights,
-            int8_activations,
+            SessionOptions {
+                map_weights,
+                resolve: ResolveOptions {
+                    int8_activations,
+                    ..ResolveOptions::default()
+                },
+                ..SessionOptions::default()
+            },
             &cache,
         ),
         Command::Bench {
@@ -465,8 +471,7 @@ fn generate(
     max_new_tokens: usize,
     threads: usize,
     json: bool,
-    map_weights: bool,
-    int8_activations: bool,
+    base: SessionOptions,
     cache: &CacheArgs,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let session = RuntimeSession::open(
@@ -474,12 +479,7 @@ fn generate(
         cache.apply(SessionOptions {
             cpu_threads: threads.saturating_sub(1).max(1),
             intra_op_threads: Some(threads),
-            map_weights,
-            resolve: ResolveOptions {
-                int8_activations,
-                ..ResolveOptions::default()
-            },
-            ..SessionOptions::default()
+            ..base
         })?,
     )?;
     // A GenAI-builder model runs in the cache form its config names.

@@ -105,7 +105,6 @@ impl MatMulNBits {
     /// `Y (+)= A * W` on a packed weight: int8 activations when enabled
     /// (at every `M`: the int8 kernels beat the f32 GEMM at M = 128 too,
     /// 2.3-2.8x in BENCHMARKS.md), else f32.
-    #[allow(clippy::too_many_arguments)]
     fn product(
         &self,
         packed: &PackedWeight,

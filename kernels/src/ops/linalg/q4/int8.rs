@@ -27,9 +27,9 @@
 //! # Kernels
 //!
 //! [`Int8Isa`]: AVX-512 with VNNI (`vpdpbusd`) or with BW only
-//! (`vpmaddubsw` + `vpmaddwd`) on the 16-column layout, AVX2 (`vpmaddubsw`
-//! + `vpmaddwd`) on the 8-column layout, and portable Rust on either. Each
-//! processes a few rows against a few tiles per pass so that every weight
+//! (`vpmaddubsw` then `vpmaddwd`) on the 16-column layout, AVX2
+//! (`vpmaddubsw` then `vpmaddwd`) on the 8-column layout, and portable Rust
+//! on either. Each processes a few rows against a few tiles per pass so that every weight
 //! load serves several rows. Threads split the tiles as the f32 GEMV does.
 
 use super::Q4View;
@@ -190,7 +190,6 @@ pub(crate) fn scratch_bytes(rows: usize, blocks: usize, bs: usize) -> usize {
 
 /// `Y[m] (+)= A[m] * W` for `m < rows` with `A` quantized to int8 per block
 /// (see the module docs); `A` row-major `[rows, K]`, `Y` `[rows, N]`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul(
     isa: Int8Isa,
     v: &Q4View<'_>,

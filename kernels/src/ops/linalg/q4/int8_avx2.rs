@@ -108,20 +108,20 @@ unsafe fn group<const R: usize, const G: usize, const ZP: bool>(
                     lo[t] = _mm256_and_si256(w, nib);
                     hi[t] = _mm256_and_si256(_mm256_srli_epi32::<4>(w), nib);
                 }
-                for r in 0..R {
+                for (r, acc_r) in acc.iter_mut().enumerate() {
                     let qp =
                         qa.q.as_ptr()
                             .add((r0 + r) * qa.stride + (blk * gpb + g) * 8);
                     let ae = _mm256_set1_epi32(qp.cast::<i32>().read_unaligned());
                     let ao = _mm256_set1_epi32(qp.add(4).cast::<i32>().read_unaligned());
-                    for t in 0..G {
+                    for ((a, &l), &h) in acc_r.iter_mut().zip(&lo).zip(&hi) {
                         // Pairs of u8 x i8 to i16 (at most 2 * 15 * 127, no
                         // saturation), halves added (at most 7620), pairs to i32.
                         let p = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(lo[t], ae),
-                            _mm256_maddubs_epi16(hi[t], ao),
+                            _mm256_maddubs_epi16(l, ae),
+                            _mm256_maddubs_epi16(h, ao),
                         );
-                        acc[r][t] = _mm256_add_epi32(acc[r][t], _mm256_madd_epi16(p, ones));
+                        *a = _mm256_add_epi32(*a, _mm256_madd_epi16(p, ones));
                     }
                 }
             }
