@@ -4,6 +4,10 @@
 //! `gemm-*` / `many-small-nodes` Gemms packed vs unpacked. Setup (data,
 //! packing, output allocation) is outside the measured loop.
 //!
+//! `tiny-llm/matmul_nbits_int8/m{1,128}` times the same packed weight with
+//! f32 and with int8 activations (`accuracy_level = 4`, opted in) side by
+//! side.
+//!
 //! Throughput: M = 1 MatMulNBits reports bytes of packed weight per second;
 //! everything else reports multiply-adds x 2 (FLOP) as elements per second.
 
@@ -13,8 +17,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use onnx_prepared::scheduler::{WorkerPool, WorkerPoolOptions};
 use onnx_prepared_kernels::ops::linalg::reference;
 use onnx_prepared_kernels::{
-    Attributes, CpuFeatures, InputInfo, KernelError, NodeSpec, Operator, PackedWeight, ParallelFor,
-    Sequential, Tensor, TensorData, registry,
+    Attributes, CpuFeatures, InputInfo, KernelError, KernelOptions, NodeSpec, Operator,
+    PackedWeight, ParallelFor, Sequential, Tensor, TensorData, registry,
 };
 
 /// Integer and float attributes.
@@ -84,6 +88,24 @@ impl Prepared {
         inputs: Vec<Option<Tensor>>,
         pack: bool,
     ) -> Self {
+        Self::with_options(
+            domain,
+            op_type,
+            attrs,
+            inputs,
+            pack,
+            KernelOptions::default(),
+        )
+    }
+
+    fn with_options(
+        domain: &str,
+        op_type: &str,
+        attrs: &Attrs,
+        inputs: Vec<Option<Tensor>>,
+        pack: bool,
+        options: KernelOptions,
+    ) -> Self {
         let spec = NodeSpec {
             domain,
             op_type,
@@ -92,7 +114,7 @@ impl Prepared {
             inputs: inputs.len(),
             outputs: 1,
         };
-        let op = registry::operator(&spec).expect("operator");
+        let op = registry::operator_with(&spec, options).expect("operator");
         let infos: Vec<Option<InputInfo<'_>>> = inputs
             .iter()
             .enumerate()
@@ -246,6 +268,39 @@ fn matmul_nbits(c: &mut Criterion) {
     }
 }
 
+/// f32 vs int8 activations on one packed weight, at decode and prefill.
+fn matmul_nbits_int8(c: &mut Criterion) {
+    let mut rng = Rng(5);
+    let int8 = KernelOptions {
+        int8_activations: true,
+    };
+    for m in [1, 128] {
+        let mut group = c.benchmark_group(format!("tiny-llm/matmul_nbits_int8/m{m}"));
+        for (k, n) in [(512, 2048), (2048, 512)] {
+            let (p, inputs) = nbits_inputs(&mut rng, m, k, n);
+            let mut attrs = nbits_attrs(&p);
+            attrs.0.retain(|a| a.0 != "accuracy_level");
+            attrs.0.push(("accuracy_level", 4));
+            group.throughput(Throughput::Elements((2 * m * k * n) as u64));
+            group.sample_size(if m == 1 { 100 } else { 20 });
+            for (label, options) in [("f32", KernelOptions::default()), ("int8", int8)] {
+                let mut prepared = Prepared::with_options(
+                    "com.microsoft",
+                    "MatMulNBits",
+                    &attrs,
+                    inputs.clone(),
+                    true,
+                    options,
+                );
+                group.bench_function(format!("{k}x{n}/{label}"), |bch| {
+                    bch.iter(|| prepared.run())
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
 fn gemm(c: &mut Criterion) {
     let mut rng = Rng(2);
     for (fixture, size) in [("gemm", 256), ("many-small-nodes", 16)] {
@@ -334,5 +389,12 @@ fn two_threads(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, matmul_nbits, gemm, attention, two_threads);
+criterion_group!(
+    benches,
+    matmul_nbits,
+    matmul_nbits_int8,
+    gemm,
+    attention,
+    two_threads
+);
 criterion_main!(benches);

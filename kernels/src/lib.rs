@@ -22,7 +22,9 @@ mod scratch;
 pub mod tensor;
 
 pub use error::KernelError;
-pub use op::{Attributes, CpuFeatures, InputInfo, NodeSpec, Operator, OutputInfo, Prepack};
+pub use op::{
+    Attributes, CpuFeatures, InputInfo, KernelOptions, NodeSpec, Operator, OutputInfo, Prepack,
+};
 pub use packed::{PackedPart, PackedWeight, SharedBytes};
 pub use par::{ParallelFor, Sequential, for_each_chunk_mut};
 pub use tensor::{DataRef, ElementType, Tensor, TensorData, element_count};

@@ -163,6 +163,19 @@ impl CpuFeatures {
     }
 }
 
+/// Choices of the caller for the operators it creates, beyond the CPU's
+/// features ([`crate::registry::operator_with`]). The default is exact f32
+/// arithmetic everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct KernelOptions {
+    /// `com.microsoft` MatMulNBits nodes with `accuracy_level = 4` quantize
+    /// their activations to int8 per block (symmetric, scale `max|a| / 127`)
+    /// and use integer dot products, as ONNX Runtime's CPU provider does.
+    /// Outputs then differ from the exact f32 product by up to about 1–2 %
+    /// of the largest output magnitude; other nodes are unaffected.
+    pub int8_activations: bool,
+}
+
 /// How an operator packs its constant weights.
 pub trait Prepack: Send + Sync + Debug {
     /// The layout key (see [`PackedWeight::layout`]).

@@ -1,6 +1,6 @@
 //! Operator lookup by (domain, op type, opset) (cold path).
 
-use crate::{KernelError, NodeSpec, Operator, ops};
+use crate::{CpuFeatures, KernelError, KernelOptions, NodeSpec, Operator, ops};
 
 /// The operator for `spec`, with its attributes parsed and checked.
 ///
@@ -8,6 +8,14 @@ use crate::{KernelError, NodeSpec, Operator, ops};
 /// with an unsupported attribute or input combination return the operator's
 /// own error.
 pub fn operator(spec: &NodeSpec<'_>) -> Result<Box<dyn Operator>, KernelError> {
+    operator_with(spec, KernelOptions::default())
+}
+
+/// [`operator`] with the caller's [`KernelOptions`].
+pub fn operator_with(
+    spec: &NodeSpec<'_>,
+    options: KernelOptions,
+) -> Result<Box<dyn Operator>, KernelError> {
     let domain = match spec.domain {
         "ai.onnx" => "",
         d => d,
@@ -16,8 +24,10 @@ pub fn operator(spec: &NodeSpec<'_>) -> Result<Box<dyn Operator>, KernelError> {
     if let Some(op) = ops::basic::lookup(&spec) {
         return op;
     }
+    if let Some(op) = ops::linalg::lookup_with(&spec, CpuFeatures::detect(), options) {
+        return op;
+    }
     let families = [
-        ops::linalg::lookup,
         ops::index::lookup,
         ops::math::lookup,
         ops::attention::lookup,

@@ -106,8 +106,10 @@ def run_cli(
     repeat: int | None = None,
     timeout: float = 600.0,
     mode: str | None = None,
+    extra: tuple[str, ...] = (),
 ) -> str:
-    """Runs `onnx-prepared run`; returns its stdout; raises RunFailed."""
+    """Runs `onnx-prepared run` (with `extra` flags appended); returns its
+    stdout; raises RunFailed."""
     cmd = bin_command(binary) + ["run", str(model)]
     if inputs is not None:
         cmd += ["--inputs", str(inputs)]
@@ -121,6 +123,7 @@ def run_cli(
         cmd.append("--portable")
     if mode is not None:
         cmd += ["--mode", mode]
+    cmd += list(extra)
     env = dict(os.environ)
     env.setdefault("RUST_BACKTRACE", "1")
     try:

@@ -3,6 +3,7 @@
 
     python tests/conformance/compare_speed.py --bin PATH --fixtures DIR
         [--threads 1,2] [--repeat 20] [--warmup 3] [--json PATH]
+        [--int8-activations]
 
 Cases: prefill (T=128, P=0) and one decode step (T=1, P=128, the cache being
 ORT's prefill presents; the values do not change the work).
@@ -13,6 +14,9 @@ ORT's prefill presents; the values do not change the work).
   * onnx-prepared: `run MODEL --inputs X.npz --repeat R --threads N`; its
     JSON line's median_ms (the first run, which prepares shapes and buffers,
     is excluded from the median and reported separately).
+With --int8-activations our runs pass `--int8-activations` (MatMulNBits
+nodes with accuracy_level = 4 quantize activations as ORT does); with
+--model, ours is then timed both ways in the same run.
 Prints a table (case, threads, ORT ms, ours ms, ours/ORT) and writes it as
 JSON to --json PATH if given. It reports; it does not judge: exit 0 unless a
 run fails. Timings on a shared or busy machine are noisy: compare ratios from
@@ -67,6 +71,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per case (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed ORT runs first (default 3)")
     parser.add_argument("--json", type=Path, help="also write the table as JSON here")
+    parser.add_argument("--int8-activations", action="store_true",
+                        help="pass --int8-activations to our runs (with --model: time ours both ways)")
     args = parser.parse_args()
 
     if not binary_exists(args.bin):
@@ -102,7 +108,8 @@ def main() -> int:
             for i, (label, feeds) in enumerate(cases):
                 ort_median, ort_min = time_ort(sess, feeds, args.warmup, repeat)
                 try:
-                    stdout = run_cli(args.bin, model, tmp / f"case{i}.npz", threads=n, repeat=repeat)
+                    stdout = run_cli(args.bin, model, tmp / f"case{i}.npz", threads=n, repeat=repeat,
+                                     extra=("--int8-activations",) if args.int8_activations else ())
                     ours = parse_timing(stdout)
                 except (RunFailed, ValueError) as e:
                     print(f"error: {label}, threads={n}: {e}", file=sys.stderr)
@@ -174,6 +181,8 @@ def decoder_model(args) -> int:
                 exact_median, _ = time_ort(level0, feeds, args.warmup, repeat)
                 try:
                     ours = parse_timing(run_cli(args.bin, model, tmp / f"case{i}.npz", threads=n, repeat=repeat))
+                    int8 = parse_timing(run_cli(args.bin, model, tmp / f"case{i}.npz", threads=n, repeat=repeat,
+                                                extra=("--int8-activations",))) if args.int8_activations else None
                 except (RunFailed, ValueError) as e:
                     print(f"error: {label}, threads={n}: {e}", file=sys.stderr)
                     return 1
@@ -183,11 +192,18 @@ def decoder_model(args) -> int:
                     "ratio": ours["median_ms"] / ort_median, "ratio_level0": ours["median_ms"] / exact_median,
                     "runs": repeat,
                 })
+                if int8 is not None:
+                    rows[-1]["ours_int8_ms"] = int8["median_ms"]
+                    rows[-1]["ratio_int8"] = int8["median_ms"] / ort_median
             del default, level0
-    print(f"{'case':<20} {'threads':>7} {'ORT ms':>9} {'ORT lvl0':>9} {'ours ms':>9} {'/ORT':>6} {'/lvl0':>6}")
+    head = f"{'case':<20} {'threads':>7} {'ORT ms':>9} {'ORT lvl0':>9} {'ours ms':>9} {'/ORT':>6} {'/lvl0':>6}"
+    print(head + (f" {'int8 ms':>9} {'int8/ORT':>8}" if args.int8_activations else ""))
     for r in rows:
-        print(f"{r['case']:<20} {r['threads']:>7} {r['ort_ms']:>9.3f} {r['ort_level0_ms']:>9.3f} "
-              f"{r['ours_ms']:>9.3f} {r['ratio']:>6.2f} {r['ratio_level0']:>6.2f}")
+        line = (f"{r['case']:<20} {r['threads']:>7} {r['ort_ms']:>9.3f} {r['ort_level0_ms']:>9.3f} "
+                f"{r['ours_ms']:>9.3f} {r['ratio']:>6.2f} {r['ratio_level0']:>6.2f}")
+        if "ours_int8_ms" in r:
+            line += f" {r['ours_int8_ms']:>9.3f} {r['ratio_int8']:>8.2f}"
+        print(line)
     print(f"(median of {repeat} timed runs each; ORT lvl0: int8 activations off)")
     if args.json:
         args.json.write_text(json.dumps({"model": str(model), "rows": rows}, indent=2) + "\n")

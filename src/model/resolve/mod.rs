@@ -8,8 +8,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use onnx_prepared_kernels::{
-    CpuFeatures, ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, Prepack,
-    Sequential, Tensor, registry,
+    CpuFeatures, ElementType, InputInfo, KernelError, KernelOptions, NodeSpec, Operator,
+    OutputInfo, Prepack, Sequential, Tensor, registry,
 };
 use sha2::{Digest, Sha256};
 
@@ -134,6 +134,14 @@ pub struct ResolveOptions {
     /// naming the node. Never above the default allocation ceiling.
     /// Default: [`MAX_RESOLUTION_FOLD_BYTES`](crate::limits::MAX_RESOLUTION_FOLD_BYTES).
     pub fold_limit: usize,
+    /// `com.microsoft` MatMulNBits nodes with `accuracy_level = 4` quantize
+    /// their activations to int8 per block (symmetric, `max|a| / 127`) and
+    /// use integer dot products, as ONNX Runtime's CPU provider does by
+    /// default. Outputs then differ from the exact f32 computation by up to
+    /// about 1–2 % of the largest output magnitude (0.55 % on random
+    /// products, see BENCHMARKS.md for a real model); the packed weights
+    /// are the same. Default `false`: exact f32.
+    pub int8_activations: bool,
 }
 
 impl Default for ResolveOptions {
@@ -142,6 +150,7 @@ impl Default for ResolveOptions {
             cpu: CpuFeatures::detect(),
             probe_dims: HashMap::new(),
             fold_limit: crate::limits::MAX_RESOLUTION_FOLD_BYTES,
+            int8_activations: false,
         }
     }
 }
@@ -312,7 +321,12 @@ impl ResolvedModel {
             };
             let looked_up = match fused {
                 Some(f) => f.operator(options.cpu),
-                None => registry::operator(&spec),
+                None => registry::operator_with(
+                    &spec,
+                    KernelOptions {
+                        int8_activations: options.int8_activations,
+                    },
+                ),
             };
             let op = match looked_up {
                 Ok(op) => op,

@@ -9,7 +9,8 @@
 //!   path for element types without one;
 //! * `sgemm/`: the f32 GEMM driver and its micro-kernels (`avx512.rs`
 //!   `12 x 32`, `avx2.rs` `6 x 16`, `portable.rs` `4 x 16`);
-//! * `q4/`: the 4-bit packed layout, its packing and matrix-vector kernels;
+//! * `q4/`: the 4-bit packed layout, its packing and matrix-vector kernels,
+//!   and the opt-in int8-activation kernels on the same layout (`q4/int8*`);
 //! * `isa.rs`: kernel-family selection from [`CpuFeatures`]; `shape.rs`:
 //!   numpy.matmul shapes and allocation-free batch indexing.
 //!
@@ -41,8 +42,8 @@ mod shape;
 use isa::Isa;
 
 use crate::{
-    CpuFeatures, ElementType, KernelError, NodeSpec, Operator, PackedWeight, Prepack, Tensor,
-    TensorData,
+    CpuFeatures, ElementType, KernelError, KernelOptions, NodeSpec, Operator, PackedWeight,
+    Prepack, Tensor, TensorData,
 };
 
 /// The operator for `spec` if this family implements its op type (the
@@ -58,11 +59,20 @@ pub fn lookup_with_cpu(
     spec: &NodeSpec<'_>,
     cpu: CpuFeatures,
 ) -> Option<Result<Box<dyn Operator>, KernelError>> {
+    lookup_with(spec, cpu, KernelOptions::default())
+}
+
+/// [`lookup_with_cpu`] with the caller's [`KernelOptions`].
+pub fn lookup_with(
+    spec: &NodeSpec<'_>,
+    cpu: CpuFeatures,
+    options: KernelOptions,
+) -> Option<Result<Box<dyn Operator>, KernelError>> {
     let isa = Isa::select(cpu);
     let op = match (spec.domain, spec.op_type) {
         ("" | "ai.onnx", "MatMul") => matmul::MatMul::create(spec, isa),
         ("" | "ai.onnx", "Gemm") => gemm::Gemm::create(spec, isa),
-        ("com.microsoft", "MatMulNBits") => nbits::MatMulNBits::create(spec, isa),
+        ("com.microsoft", "MatMulNBits") => nbits::MatMulNBits::create(spec, isa, options),
         _ => return None,
     };
     Some(op)

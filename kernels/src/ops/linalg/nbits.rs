@@ -1,14 +1,16 @@
 //! The `com.microsoft` MatMulNBits operator (cold path: attributes, shapes,
 //! prepack offer; hot path: `execute`). 4-bit weights only, computed in f32
-//! whatever `accuracy_level` says; `g_idx` is rejected.
+//! unless the caller opted into int8 activations
+//! ([`KernelOptions::int8_activations`]) and the node says
+//! `accuracy_level = 4`; `g_idx` is rejected.
 
 use super::isa::Isa;
 use super::q4;
 use super::reference::{NBitsParams, check_nbits_sources, scales_f32};
 use super::{check_arity, check_attributes, f32_input, output_f32};
 use crate::{
-    CpuFeatures, ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight,
-    ParallelFor, Prepack, Tensor,
+    CpuFeatures, ElementType, InputInfo, KernelError, KernelOptions, NodeSpec, Operator,
+    OutputInfo, PackedWeight, ParallelFor, Prepack, Tensor,
 };
 
 const OP: &str = "MatMulNBits";
@@ -26,10 +28,16 @@ pub(crate) struct MatMulNBits {
     p: NBitsParams,
     /// Kernel family when the weights arrive unpacked.
     isa: Isa,
+    /// Activations quantized to int8 (`accuracy_level = 4`, opted in).
+    int8: bool,
 }
 
 impl MatMulNBits {
-    pub(crate) fn create(spec: &NodeSpec<'_>, isa: Isa) -> Result<Box<dyn Operator>, KernelError> {
+    pub(crate) fn create(
+        spec: &NodeSpec<'_>,
+        isa: Isa,
+        options: KernelOptions,
+    ) -> Result<Box<dyn Operator>, KernelError> {
         check_arity(spec, OP, 3..=6)?;
         check_attributes(
             spec,
@@ -50,8 +58,9 @@ impl MatMulNBits {
             })
         };
         let (k, n) = (dim("K")?, dim("N")?);
-        // Read (type-checked) although every level computes in f32.
-        at.int("accuracy_level")?;
+        // Level 4 is int8 activations, when the caller opted in; every
+        // other level computes in f32.
+        let int8 = options.int8_activations && at.int("accuracy_level")? == Some(4);
         let bits = at.int("bits")?.unwrap_or(4);
         if bits != 4 {
             return Err(KernelError::Attribute {
@@ -89,7 +98,30 @@ impl MatMulNBits {
                 block_size,
             },
             isa,
+            int8,
         }))
+    }
+
+    /// `Y (+)= A * W` on a packed weight: int8 activations when enabled
+    /// (at every `M`: the int8 kernels beat the f32 GEMM at M = 128 too,
+    /// 2.3-2.8x in BENCHMARKS.md), else f32.
+    fn product(
+        &self,
+        packed: &PackedWeight,
+        a: &[f32],
+        rows: usize,
+        y: &mut [f32],
+        accumulate: bool,
+        par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        let (isa, view) = q4::view(packed, &self.p)?;
+        if self.int8 {
+            let family = q4::int8::Int8Isa::for_layout(isa);
+            q4::int8::matmul(family, &view, a, rows, y, accumulate, par)
+        } else {
+            q4::matmul(isa, &view, a, rows, y, accumulate, par);
+            Ok(())
+        }
     }
 
     fn check_a(&self, shape: &[usize]) -> Result<usize, KernelError> {
@@ -250,15 +282,26 @@ impl Operator for MatMulNBits {
 
     fn scratch_bytes(&self, inputs: &[Option<InputInfo<'_>>]) -> usize {
         let get = |i: usize| inputs.get(i).copied().flatten();
+        // Quantized activations past the stack scratch.
+        let int8 = match get(A) {
+            Some(a) if self.int8 => {
+                let rows = crate::element_count(a.shape.split_last().map_or(&[][..], |s| s.1))
+                    .unwrap_or(usize::MAX);
+                q4::int8::scratch_bytes(rows, self.p.blocks(), self.p.block_size)
+            }
+            _ => 0,
+        };
         let (Some(b), Some(scales), zp) = (get(B), get(SCALES), get(ZERO_POINTS)) else {
-            return 0;
+            return int8;
         };
         if b.constant && scales.constant && zp.is_none_or(|z| z.constant) {
-            return 0; // prepacked once, outside the run
+            return int8; // prepacked once, outside the run
         }
         // Packed at every run, from f32 scales.
         let scales_f32 = self.p.n.saturating_mul(self.p.blocks()).saturating_mul(4);
-        q4::packed_bytes(&self.p, self.isa, zp.is_some()).saturating_add(scales_f32)
+        q4::packed_bytes(&self.p, self.isa, zp.is_some())
+            .saturating_add(scales_f32)
+            .saturating_add(int8)
     }
 
     fn execute(
@@ -297,10 +340,7 @@ impl Operator for MatMulNBits {
             None => false,
         };
         match packed {
-            Some(packed) => {
-                let (isa, view) = q4::view(packed, &self.p)?;
-                q4::matmul(isa, &view, av, rows, y, accumulate, par);
-            }
+            Some(packed) => self.product(packed, av, rows, y, accumulate, par)?,
             None => {
                 // Weights that are not constants: pack for this call.
                 let (Some(b), Some(scales)) = (get(B), get(SCALES)) else {
@@ -314,8 +354,7 @@ impl Operator for MatMulNBits {
                 let bytes = b.as_u8().expect("checked u8");
                 let sc = scales_f32(scales)?;
                 let packed = q4::pack(&self.p, self.isa, layout, bytes, &sc, zp.map(|z| z.data()))?;
-                let (isa, view) = q4::view(&packed, &self.p)?;
-                q4::matmul(isa, &view, av, rows, y, accumulate, par);
+                self.product(&packed, av, rows, y, accumulate, par)?;
             }
         }
         Ok(())

@@ -27,9 +27,14 @@
 //!   block; explicit zero points add `-zp * scale * sum(a over the block)`.
 //! * Larger `M`: the f32 GEMM ([`super::sgemm`]) with `B` dequantized one
 //!   `KC x NR` panel at a time into a stack scratch that stays in L1.
+//! * Opt-in, `accuracy_level = 4`: activations quantized to int8 per block
+//!   and integer dot products on the same bytes ([`int8`]).
 
 pub(crate) mod avx2;
 pub(crate) mod avx512;
+pub(crate) mod int8;
+mod int8_avx2;
+mod int8_avx512;
 pub(crate) mod portable;
 
 use super::isa::Isa;
