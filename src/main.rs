@@ -137,7 +137,7 @@ enum Command {
         /// The prepared cache of the demo's second, cached session (default: target/prepared-cache).
         #[arg(long = "cache", value_name = "DIR")]
         cache: Option<PathBuf>,
-        /// Memory limits of the offloaded decode (default `--limit prepared=9MiB`).
+        /// Memory limits of the offloaded decode (default `--limit prepared=5MiB`).
         #[command(flatten)]
         limits: LimitArgs,
     },

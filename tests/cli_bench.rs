@@ -156,7 +156,7 @@ fn demo_prints_the_table_and_the_timeline() {
     };
     assert_eq!(decode_rows(hot).len(), 8, "{text}");
     // Under the limit: objects evicted and restored at every step, the
-    // prepared peak within 9 MiB.
+    // prepared peak within 5 MiB.
     let limited = decode_rows(offloaded);
     assert_eq!(limited.len(), 8, "{text}");
     for row in &limited {
@@ -166,7 +166,7 @@ fn demo_prints_the_table_and_the_timeline() {
             fields[at + 1].parse().expect(name)
         };
         assert!(after("evicted") > 0 && after("restored") > 0, "{row}");
-        assert!(after("peak") <= 9 << 20, "{row}");
+        assert!(after("peak") <= 5 << 20, "{row}");
     }
 }
 

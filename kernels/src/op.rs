@@ -219,6 +219,16 @@ pub trait Operator: Send + Sync + Debug {
         Ok(outs)
     }
 
+    /// Whether this operator reads input 0 only as whole rows along axis
+    /// 0, picked by the indices of input 1 (negative ones counting from the
+    /// end, out of range an error), its one output being those rows in
+    /// index order: `indices.shape + data.shape[1..]` (`Gather` with
+    /// `axis = 0`). A runtime may then serve input 0 from storage row by
+    /// row instead of holding the whole table.
+    fn gathers_rows(&self) -> bool {
+        false
+    }
+
     /// Outputs computed from the input types and shapes alone, for operators
     /// that never read input elements (Shape, Size). Lowering folds these
     /// into constants even when their inputs are run-time values, so the

@@ -34,6 +34,23 @@ pub trait PayloadSource: Send + Sync + std::fmt::Debug {
     /// `byte_len`.
     fn read(&self, id: WeightId, buf: &mut [u8]) -> Result<(), PayloadError>;
 
+    /// Reads `buf.len()` bytes of weight `id` starting `start` bytes into it
+    /// (rows of a table served from storage). The default reads the whole
+    /// weight and copies the range out; sources that can seek override it.
+    ///
+    /// # Errors
+    /// The range is not inside the weight, or the read fails.
+    fn read_range(&self, id: WeightId, start: u64, buf: &mut [u8]) -> Result<(), PayloadError> {
+        let weight = self
+            .descriptor(id)
+            .ok_or(PayloadError::UnknownWeight { id: id.0 })?;
+        let range = checked_range(weight, start, buf.len())?;
+        let mut all = vec![0; usize::try_from(weight.byte_len()).unwrap_or(usize::MAX)];
+        self.read(id, &mut all)?;
+        buf.copy_from_slice(&all[range]);
+        Ok(())
+    }
+
     /// Bytes delivered so far, per weight.
     fn counters(&self) -> &ReadCounters;
 
@@ -160,6 +177,28 @@ fn checked<'a>(
     Ok(weight)
 }
 
+/// The byte range `start..start + len` of `weight`, if it lies inside it.
+fn checked_range(
+    weight: &WeightDescriptor,
+    start: u64,
+    len: usize,
+) -> Result<std::ops::Range<usize>, PayloadError> {
+    let end = start
+        .checked_add(len as u64)
+        .filter(|&e| e <= weight.byte_len());
+    match (
+        usize::try_from(start),
+        end.and_then(|e| usize::try_from(e).ok()),
+    ) {
+        (Ok(s), Some(e)) => Ok(s..e),
+        _ => Err(PayloadError::BufferSize {
+            tensor: weight.name().to_owned(),
+            expected: weight.byte_len(),
+            buffer: len,
+        }),
+    }
+}
+
 /// Positioned reads (`pread`) on the model's handle of each external data
 /// file.
 #[derive(Debug)]
@@ -204,6 +243,41 @@ impl PayloadSource for FileSource {
             }
             WeightSource::External { file, offset, .. } => (*file, *offset),
         };
+        self.pread(weight, file, offset, buf)
+    }
+
+    fn read_range(&self, id: WeightId, start: u64, buf: &mut [u8]) -> Result<(), PayloadError> {
+        let weight = self
+            .weights
+            .get(id.index())
+            .ok_or(PayloadError::UnknownWeight { id: id.0 })?;
+        let range = checked_range(weight, start, buf.len())?;
+        match weight.source() {
+            WeightSource::Embedded { bytes } => {
+                buf.copy_from_slice(&bytes[range]);
+                self.counters.add(id, buf.len() as u64);
+                Ok(())
+            }
+            WeightSource::External { file, offset, .. } => {
+                self.pread(weight, *file, offset + start, buf)
+            }
+        }
+    }
+
+    fn counters(&self) -> &ReadCounters {
+        &self.counters
+    }
+}
+
+impl FileSource {
+    /// Fills `buf` from `file` at `offset` (counted for `weight`).
+    fn pread(
+        &self,
+        weight: &WeightDescriptor,
+        file: super::weight::ExternalFileId,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(), PayloadError> {
         let (handle, path) = &self.files[file.index()];
         let mut done = 0usize;
         let result = loop {
@@ -230,12 +304,8 @@ impl PayloadSource for FileSource {
                 }
             }
         };
-        self.counters.add(id, done as u64);
+        self.counters.add(weight.id(), done as u64);
         result
-    }
-
-    fn counters(&self) -> &ReadCounters {
-        &self.counters
     }
 }
 
@@ -325,6 +395,35 @@ impl PayloadSource for MmapSource {
                         path: path.clone(),
                         read: 0,
                         expected: *length,
+                    });
+                };
+                buf.copy_from_slice(src);
+            }
+        }
+        self.counters.add(id, buf.len() as u64);
+        Ok(())
+    }
+
+    fn read_range(&self, id: WeightId, start: u64, buf: &mut [u8]) -> Result<(), PayloadError> {
+        let weight = self
+            .weights
+            .get(id.index())
+            .ok_or(PayloadError::UnknownWeight { id: id.0 })?;
+        let range = checked_range(weight, start, buf.len())?;
+        match weight.source() {
+            WeightSource::Embedded { bytes } => buf.copy_from_slice(&bytes[range]),
+            WeightSource::External { file, offset, .. } => {
+                let (map, path) = &self.maps[file.index()];
+                let bytes: &[u8] = map.as_deref().map_or(&[], |m| m.bytes());
+                let at = usize::try_from(*offset).unwrap_or(usize::MAX);
+                let Some(src) =
+                    bytes.get(at.saturating_add(range.start)..at.saturating_add(range.end))
+                else {
+                    return Err(PayloadError::ShortRead {
+                        tensor: weight.name().to_owned(),
+                        path: path.clone(),
+                        read: 0,
+                        expected: buf.len() as u64,
                     });
                 };
                 buf.copy_from_slice(src);

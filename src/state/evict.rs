@@ -45,9 +45,7 @@ use super::preparation::Producer;
 use super::residency::UnpersistedEviction;
 use crate::Error;
 use crate::arena::PreparedAllocation;
-use crate::cache::PersistObject;
 use crate::plan::RequirementId;
-use crate::state::PreparedObject;
 use crate::store::Evict;
 use crate::sync::Ordering;
 
@@ -106,7 +104,10 @@ impl Producer {
             // destroyed. Wait for it, a bounded time.
             let store = self.store();
             let held = (0..store.len()).any(|i| {
-                i != r.0 as usize && store.snapshot(i).is_resident() && self.evictable(i)
+                i != r.0 as usize
+                    && store.snapshot(i).is_resident()
+                    && store.bytes(i) > 0
+                    && self.evictable(i)
             });
             let pending = store.resident_bytes() < self.prepared_live();
             if (held || pending) && waited < ROOM_WAIT {
@@ -144,7 +145,8 @@ impl Producer {
                 let s = store.snapshot(i);
                 s.is_resident() && s.pins() == 0 && self.protection().is_protected(i) == protected
             })
-            .filter(|&i| self.evictable(i))
+            // Evicting an object of no bytes (a row table) frees nothing.
+            .filter(|&i| store.bytes(i) > 0 && self.evictable(i))
             .map(|i| (!self.has_entry(RequirementId(i as u32)), store.last_use(i), i))
             .collect();
         candidates.sort_unstable();
@@ -179,10 +181,10 @@ impl Producer {
             let Some(pin) = self.store().pin(i) else {
                 return;
             };
-            match &pin.object {
-                PreparedObject::Source(t) => PersistObject::Tensor(t.clone()),
-                PreparedObject::Packed(p) => PersistObject::Packed(p.clone()),
-            }
+            let Some(object) = pin.object.to_persist() else {
+                return;
+            };
+            object
         };
         let resolved = self.plan().resolved();
         if let Some(job) = cache.persist_job(resolved.model(), &resolved.requirements()[i], object)

@@ -1,13 +1,14 @@
 //! Prepared objects (cold path to build, hot path to read): what a
-//! requirement publishes — a packed weight, or a source tensor used as is.
+//! requirement publishes — a packed weight, a source tensor used as is, or
+//! a table served row by row from its source.
 
 use std::sync::Arc;
 
-use onnx_prepared_kernels::{PackedWeight, Tensor, TensorData};
+use onnx_prepared_kernels::{DataRef, ElementType, KernelError, PackedWeight, Tensor, TensorData};
 
 use crate::Error;
 use crate::error::{ResolveError, RunError};
-use crate::model::{Requirement, ResolvedModel};
+use crate::model::{PayloadSource, Requirement, ResolvedModel, WeightId};
 
 /// The object a requirement publishes.
 #[derive(Debug, Clone)]
@@ -16,6 +17,10 @@ pub enum PreparedObject {
     Source(Arc<Tensor>),
     /// A packed weight, for the kernel whose layout it is.
     Packed(Arc<PackedWeight>),
+    /// A table too large for the prepared arena's limit, read only by
+    /// operators that gather whole rows of it: each run reads the rows it
+    /// needs from the source. Holds no table bytes.
+    Rows(Arc<RowTable>),
 }
 
 impl PreparedObject {
@@ -24,6 +29,7 @@ impl PreparedObject {
         match self {
             PreparedObject::Source(t) => t.byte_len(),
             PreparedObject::Packed(p) => p.byte_len(),
+            PreparedObject::Rows(_) => 0,
         }
     }
 
@@ -31,7 +37,7 @@ impl PreparedObject {
     pub fn as_source(&self) -> Option<&Tensor> {
         match self {
             PreparedObject::Source(t) => Some(t),
-            PreparedObject::Packed(_) => None,
+            _ => None,
         }
     }
 
@@ -39,8 +45,124 @@ impl PreparedObject {
     pub fn as_packed(&self) -> Option<&PackedWeight> {
         match self {
             PreparedObject::Packed(p) => Some(p),
-            PreparedObject::Source(_) => None,
+            _ => None,
         }
+    }
+}
+
+impl PreparedObject {
+    /// What the prepared cache writes for this object (a row table is
+    /// served from its source and has nothing to persist).
+    pub(crate) fn to_persist(&self) -> Option<crate::cache::PersistObject> {
+        use crate::cache::PersistObject;
+        match self {
+            PreparedObject::Source(t) => Some(PersistObject::Tensor(t.clone())),
+            PreparedObject::Packed(p) => Some(PersistObject::Packed(p.clone())),
+            PreparedObject::Rows(_) => None,
+        }
+    }
+
+    /// The row table, if this is one.
+    pub fn as_rows(&self) -> Option<&RowTable> {
+        match self {
+            PreparedObject::Rows(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// A source table `[rows, ...]` read row by row (see
+/// [`PreparedObject::Rows`]): its checksum was verified when the object was
+/// made, like a mapped weight's; rows are decoded as the whole tensor
+/// would be.
+#[derive(Debug)]
+pub struct RowTable {
+    source: Arc<dyn PayloadSource>,
+    weight: WeightId,
+    stored: ElementType,
+    dims: Vec<usize>,
+}
+
+impl RowTable {
+    /// The table of `weight` in `resolved`, read through `source`; `None`
+    /// when it has no rows or its rows have no byte size.
+    pub(crate) fn new(
+        resolved: &ResolvedModel,
+        source: Arc<dyn PayloadSource>,
+        weight: WeightId,
+    ) -> Option<Self> {
+        let d = &resolved.model().weights()[weight.index()];
+        let dims: Vec<usize> = d
+            .dims()
+            .iter()
+            .map(|&x| usize::try_from(x).ok())
+            .collect::<Option<_>>()?;
+        let stored = d.element_type();
+        (!dims.is_empty() && stored.byte_len(1).is_some()).then_some(Self {
+            source,
+            weight,
+            stored,
+            dims,
+        })
+    }
+
+    /// Writes the rows `indices` picks into `out` (shape `indices.shape +
+    /// dims[1..]`, prepared by the lowering): one positioned read per row.
+    ///
+    /// # Errors
+    /// An index out of range, indices that are not integers, or a read that
+    /// fails.
+    pub(crate) fn gather_into(
+        &self,
+        node: &str,
+        indices: &Tensor,
+        out: &mut Tensor,
+    ) -> Result<(), Error> {
+        let kernel = |detail: String| -> Error {
+            RunError::Kernel {
+                node: node.to_owned(),
+                source: KernelError::Invalid { op: "Gather", detail },
+            }
+            .into()
+        };
+        let idx: Vec<i64> = match indices.data() {
+            DataRef::I64(v) => v.to_vec(),
+            DataRef::I32(v) => v.iter().map(|&i| i64::from(i)).collect(),
+            _ => return Err(kernel(format!("indices of type {}", indices.dtype().name()))),
+        };
+        let rows = self.dims[0];
+        let row_elems: usize = self.dims[1..].iter().product();
+        let row_bytes = self
+            .stored
+            .byte_len(row_elems as u64)
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(|| kernel("a row's size overflows".into()))?;
+        if out.len() != idx.len() * row_elems {
+            return Err(kernel(format!(
+                "output of {} elements for {} rows of {row_elems}",
+                out.len(),
+                idx.len()
+            )));
+        }
+        let mut bytes = vec![0u8; idx.len() * row_bytes];
+        for (k, &i) in idx.iter().enumerate() {
+            let row = if i < 0 { i + rows as i64 } else { i };
+            if row < 0 || row >= rows as i64 {
+                return Err(kernel(format!(
+                    "index {i} is out of range for axis of size {rows}"
+                )));
+            }
+            self.source.read_range(
+                self.weight,
+                row as u64 * row_bytes as u64,
+                &mut bytes[k * row_bytes..(k + 1) * row_bytes],
+            )?;
+        }
+        let data = TensorData::decode(self.stored, &bytes, out.len())
+            .filter(|d| d.dtype() == out.dtype())
+            .ok_or_else(|| kernel(format!("rows of {} do not decode", self.stored.name())))?;
+        *out.data_mut() = data;
+        Ok(())
     }
 }
 

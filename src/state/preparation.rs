@@ -28,13 +28,16 @@ use onnx_prepared_kernels::Tensor;
 
 use super::PreparedObject;
 use super::residency::{Protection, ResidencyCounters, UnpersistedEviction};
-use super::object::{prepare, source_tensor};
+use super::object::{RowTable, prepare, source_tensor};
 use super::shared::{self, SharedKey, SharedObject};
 use crate::Error;
-use crate::cache::{Decoded, PersistObject, PersistSink, PreparedModelPolicy, PreparedModelStore};
+use crate::cache::{Decoded, PersistSink, PreparedModelPolicy, PreparedModelStore};
 use crate::arena::{Domain, MemoryBudget, PreparationArena, PreparedArena, Reservation};
 use crate::error::RunError;
-use crate::model::{ChecksumPolicy, PayloadSource, WeightDescriptor, WeightId, read_verified, verify};
+use crate::model::{
+    ChecksumPolicy, Operand, PayloadSource, RequirementIndex, WeightDescriptor, WeightId,
+    read_verified, verify,
+};
 use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
 use crate::store::{LoadAttempt, LoadClaim, GenerationOutcome, PreparedObjectStore, Waiter};
 use crate::sync::{AtomicBool, AtomicU64, Lock, Ordering};
@@ -442,10 +445,9 @@ impl Producer {
     ) -> Result<(), Error> {
         match self.build(&claim, r, inputs) {
             Ok((object, bytes, packed_here)) => {
-                let persist = packed_here.then(|| match &object.object {
-                    PreparedObject::Source(t) => PersistObject::Tensor(t.clone()),
-                    PreparedObject::Packed(p) => PersistObject::Packed(p.clone()),
-                });
+                let persist = packed_here
+                    .then(|| object.object.to_persist())
+                    .flatten();
                 claim.publish(ResidentObject::new(object), bytes);
                 if let Ok(reads) = self.reads_of(r) {
                     inputs.settled(self, r, reads);
@@ -498,8 +500,17 @@ impl Producer {
         if self.store.bytes(r.0 as usize) > 0 {
             self.counters.restores.fetch_add(1, Ordering::Relaxed);
         }
-        let (object, packed_here) = if self.plan.tasks().kind[publisher.0 as usize]
-            == TaskKind::ReadPacked
+        let (object, packed_here) = if let Some(table) = self.row_table(r) {
+            // Served row by row: the source is read once, to verify it
+            // (under the checksum policy) and record its digest.
+            claim.set_preparing();
+            let w = self.plan.resolved().requirements()[r.0 as usize].sources[0];
+            let weight = &self.plan.resolved().model().weights()[w.index()];
+            let mut buffer = self.preparation.alloc_zeroed(weight.byte_len() as usize)?;
+            read_verified(&*self.source, weight, &mut buffer, self.checksums)?;
+            self.record_digest(weight, &buffer);
+            (PreparedObject::Rows(Arc::new(table)), false)
+        } else if self.plan.tasks().kind[publisher.0 as usize] == TaskKind::ReadPacked
             || self.restorable(r)
         {
             claim.set_preparing();
@@ -519,6 +530,39 @@ impl Producer {
             shared::register(key.clone(), &object);
         }
         Ok((object, bytes, packed_here))
+    }
+
+    /// A row table for `r` (served from its source, see
+    /// [`PreparedObject::Rows`]) when `r` is a source used as is, larger
+    /// than the prepared domain's limit, that only operators gathering
+    /// whole rows read (never a graph output); else `None`.
+    fn row_table(&self, r: RequirementId) -> Option<RowTable> {
+        let resolved = self.plan.resolved();
+        let requirement = &resolved.requirements()[r.0 as usize];
+        let [w] = requirement.sources[..] else {
+            return None;
+        };
+        if requirement.prepack.is_some() {
+            return None;
+        }
+        let d = &resolved.model().weights()[w.index()];
+        let bytes = d.element_type().compute().byte_len(d.element_count())?;
+        let limit = self.prepared.limit().min(self.budget.global_limit());
+        if bytes <= limit as u64 {
+            return None;
+        }
+        let me = Operand::Prepared(RequirementIndex(r.0));
+        let read_by_rows = resolved.nodes().iter().all(|n| {
+            n.inputs
+                .iter()
+                .enumerate()
+                .all(|(k, i)| *i != Some(me) || (k == 0 && n.op.gathers_rows()))
+        });
+        let an_output = resolved.outputs().iter().any(|(_, o)| *o == me);
+        if !read_by_rows || an_output {
+            return None;
+        }
+        RowTable::new(resolved, self.source.clone(), w)
     }
 
     /// Whether producing `r` now restores an evicted object from an entry

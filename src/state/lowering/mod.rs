@@ -406,15 +406,22 @@ impl Lowered {
             let mut ins = recycle(std::mem::take(kept_ins));
             let (i0, i1) = (action.inputs.0 as usize, action.inputs.1 as usize);
             let mut missing = None;
+            // A table served row by row (input 0 of a row gather).
+            let mut rows = None;
             for op in &operands[i0..i1] {
                 ins.push(match *op {
                     Operand::None => None,
                     Operand::Const(c) => Some(&*constants[c as usize]),
                     Operand::Buffer(b) => Some(&buffers[b as usize]),
                     Operand::Object(r) => {
-                        let t = objects.object(r).and_then(PreparedObject::as_source);
-                        if t.is_none() {
-                            missing = Some(r);
+                        let object = objects.object(r);
+                        let t = object.and_then(PreparedObject::as_source);
+                        match object.and_then(PreparedObject::as_rows) {
+                            Some(table) if ins.is_empty() && node.op.gathers_rows() => {
+                                rows = Some(table);
+                            }
+                            _ if t.is_none() => missing = Some(r),
+                            _ => {}
                         }
                         t
                     }
@@ -430,13 +437,20 @@ impl Lowered {
                     p
                 }
             };
-            let result = match missing {
-                Some(r) => Err(RunError::NotResident {
+            let result = match (missing, rows) {
+                (Some(r), _) => Err(RunError::NotResident {
                     node: node.name.clone(),
                     requirement: resolved.requirements()[r as usize].name.clone(),
                 }
                 .into()),
-                None => execute_caught(&*node.op, &node.name, &ins, packed, scratch, par),
+                (None, Some(table)) => match (ins.get(1).copied().flatten(), scratch.first_mut()) {
+                    (Some(indices), Some(out)) => table.gather_into(&node.name, indices, out),
+                    _ => Err(RunError::Unsupported {
+                        what: format!("node `{}` gathers rows without indices or output", node.name),
+                    }
+                    .into()),
+                },
+                (None, None) => execute_caught(&*node.op, &node.name, &ins, packed, scratch, par),
             };
             *kept_ins = recycle(ins);
             for (op, t) in operands[o0..o1].iter().zip(scratch.drain(..)) {

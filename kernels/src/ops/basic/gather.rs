@@ -87,6 +87,10 @@ impl Operator for Gather {
         "Gather"
     }
 
+    fn gathers_rows(&self) -> bool {
+        self.axis == 0
+    }
+
     fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
         let inputs = check_inputs("Gather", inputs, 2, 2)?;
         let data = required("Gather", inputs, 0)?;

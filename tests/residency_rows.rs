@@ -1,0 +1,186 @@
+//! A table larger than the prepared domain's limit that only `Gather`
+//! (axis 0) reads is served row by row from its source: a run reads the
+//! rows its indices pick, negative indices count from the end, an index
+//! out of range is a typed error naming the node, and the outputs equal
+//! the table's rows. A table something else reads too must be resident,
+//! so under that limit it is refused with the prepared domain's error.
+
+use std::path::{Path, PathBuf};
+
+use onnx_prepared::arena::{BudgetLimits, Domain};
+use onnx_prepared::model::proto::tensor_proto::{DataLocation, DataType};
+use onnx_prepared::model::proto::tensor_shape_proto::{Dimension, dimension};
+use onnx_prepared::model::proto::{
+    GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, type_proto,
+};
+use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+use onnx_prepared::{ErrorKind, Tensor};
+
+const ROWS: usize = 1000;
+const WIDTH: usize = 64;
+/// Below the table's 256,000 bytes.
+const LIMIT: usize = 64 << 10;
+
+/// The table's element `(r, c)`, computed here independently of the runtime.
+fn element(r: usize, c: usize) -> f32 {
+    r as f32 * 0.5 + c as f32
+}
+
+fn value(name: &str, elem: DataType, dims: &[Result<i64, &str>]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem as i32),
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|d| Dimension {
+                            value: Some(match d {
+                                Ok(n) => dimension::Value::DimValue(*n),
+                                Err(s) => dimension::Value::DimParam((*s).into()),
+                            }),
+                            ..Default::default()
+                        })
+                        .collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `y = Gather(emb, ids)`, and with `also_added`, `z = emb + emb` too.
+fn write_model(dir: &Path, also_added: bool) -> PathBuf {
+    let table: Vec<u8> = (0..ROWS)
+        .flat_map(|r| (0..WIDTH).flat_map(move |c| element(r, c).to_le_bytes()))
+        .collect();
+    std::fs::write(dir.join("emb.data"), &table).unwrap();
+    let mut node = vec![NodeProto {
+        name: Some("lookup".into()),
+        op_type: Some("Gather".into()),
+        input: vec!["emb".into(), "ids".into()],
+        output: vec!["y".into()],
+        ..Default::default()
+    }];
+    let mut output = vec![value("y", DataType::Float, &[Err("n"), Ok(WIDTH as i64)])];
+    if also_added {
+        node.push(NodeProto {
+            name: Some("twice".into()),
+            op_type: Some("Add".into()),
+            input: vec!["emb".into(), "emb".into()],
+            output: vec!["z".into()],
+            ..Default::default()
+        });
+        output.push(value(
+            "z",
+            DataType::Float,
+            &[Ok(ROWS as i64), Ok(WIDTH as i64)],
+        ));
+    }
+    let entry = |k: &str, v: &str| StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v.into()),
+    };
+    let model = ModelProto {
+        ir_version: Some(11),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(21),
+        }],
+        graph: Some(GraphProto {
+            name: Some("rows".into()),
+            node,
+            initializer: vec![TensorProto {
+                name: Some("emb".into()),
+                data_type: Some(DataType::Float as i32),
+                dims: vec![ROWS as i64, WIDTH as i64],
+                data_location: Some(DataLocation::External as i32),
+                external_data: vec![
+                    entry("location", "emb.data"),
+                    entry("offset", "0"),
+                    entry("length", &table.len().to_string()),
+                ],
+                ..Default::default()
+            }],
+            input: vec![value("ids", DataType::Int64, &[Err("n")])],
+            output,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let path = dir.join("rows.onnx");
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    path
+}
+
+fn open(path: &Path, limit: Option<usize>) -> RuntimeSession {
+    let budget = limit.map_or(BudgetLimits::unlimited(), |l| {
+        BudgetLimits::unlimited().with_domain(Domain::Prepared, l)
+    });
+    RuntimeSession::open(
+        path,
+        SessionOptions {
+            cpu_threads: 1,
+            io_workers: 1,
+            budget,
+            ..SessionOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+fn gather(session: &RuntimeSession, ids: &[i64]) -> Result<Vec<f32>, onnx_prepared::Error> {
+    let ids = Tensor::from_i64(vec![ids.len()], ids.to_vec()).unwrap();
+    let ctx = RuntimeContext::new(session).with_input("ids", ids).unwrap();
+    let ctx = session.run(ctx).map_err(|e| e.error)?;
+    Ok(ctx.outputs()[0].1.as_f32().unwrap().to_vec())
+}
+
+#[test]
+fn a_gathered_table_above_the_limit_is_read_row_by_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_model(dir.path(), false);
+    let limited = open(&path, Some(LIMIT));
+    let ids = [3_i64, -1, 999, 0, 3];
+    let want: Vec<f32> = [3_usize, 999, 999, 0, 3]
+        .iter()
+        .flat_map(|&r| (0..WIDTH).map(move |c| element(r, c)))
+        .collect();
+    // Twice: the second run reuses the table object.
+    assert_eq!(gather(&limited, &ids).unwrap(), want);
+    assert_eq!(gather(&limited, &ids[..2]).unwrap(), want[..2 * WIDTH]);
+    assert_eq!(gather(&open(&path, None), &ids).unwrap(), want);
+    let memory = limited.memory();
+    assert!(memory.domain(Domain::Prepared).peak <= LIMIT, "{memory}");
+    // The table was read once whole (its check), then only rows.
+    let read = limited.preparation_stats().source_bytes_read as usize;
+    let table = ROWS * WIDTH * 4;
+    assert_eq!(read, table + 7 * WIDTH * 4);
+
+    let err = gather(&limited, &[1, 1000]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Kernel, "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("lookup") && message.contains("out of range"),
+        "{message}"
+    );
+    assert_eq!(
+        gather(&limited, &[-1000]).unwrap(),
+        want[3 * WIDTH..4 * WIDTH]
+    );
+}
+
+#[test]
+fn a_table_read_otherwise_too_must_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_model(dir.path(), true);
+    let err = gather(&open(&path, Some(LIMIT)), &[1]).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("prepared domain") && message.contains(&LIMIT.to_string()),
+        "{message}"
+    );
+}
