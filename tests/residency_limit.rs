@@ -160,6 +160,30 @@ fn five_mib_serve_the_embedding_row_by_row() {
     let peak = session.memory().domain(Domain::Prepared).peak;
     assert!(peak <= limit, "prepared peak {peak} above {limit}");
     assert!(session.preparation_stats().evictions > 0);
+
+    // Cache cold, then warm: the same tokens; warm, nothing is packed and
+    // the only source bytes are the table's one check and its rows.
+    let cache = dir.path().join("cache");
+    for policy in [
+        PreparedModelPolicy::BuildIfMissing,
+        PreparedModelPolicy::ReadOnly,
+    ] {
+        let s = open(
+            &model,
+            Some(limit),
+            Some((&cache, policy)),
+            UnpersistedEviction::Persist,
+        );
+        assert_eq!(tokens(&s).unwrap(), reference, "{policy:?}");
+        let peak = s.memory().domain(Domain::Prepared).peak;
+        assert!(peak <= limit, "{policy:?}: prepared peak {peak}");
+        s.flush_cache();
+        let stats = s.preparation_stats();
+        if policy == PreparedModelPolicy::ReadOnly {
+            assert_eq!(stats.prepacks, 0, "{stats:?}");
+            assert!(stats.source_bytes_read < 9 << 20, "{stats:?}");
+        }
+    }
 }
 
 /// A limit below the largest packed object (the 2.5 MiB LM head) cannot
