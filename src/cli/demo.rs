@@ -94,6 +94,7 @@ fn offload_tiny_llm(
             budget,
             cache_dir: Some(cache.to_owned()),
             cache_policy: PreparedModelPolicy::BuildIfMissing,
+            trace: true,
             ..SessionOptions::default()
         }),
     )?;
@@ -124,6 +125,13 @@ fn offload_tiny_llm(
     }
     let started = Instant::now();
     ctx = session.run(ctx)?;
+    let first = started.elapsed();
+    if let Some(trace) = session.trace() {
+        let run = trace.events().iter().map(|e| e.run).max().unwrap_or(0);
+        println!("\nthe prompt's run, step by step (live bytes as each step ended):\n");
+        print!("{}", trace.arena_table(run));
+        println!();
+    }
     let mut before = Default::default();
     let mut row = |what: String, elapsed: std::time::Duration, token: i64| {
         let now: onnx_prepared::PreparationStats = session.preparation_stats();
@@ -139,7 +147,7 @@ fn offload_tiny_llm(
         );
         before = now;
     };
-    decode_steps(&session, ctx, prompt, started.elapsed(), &mut row)
+    decode_steps(&session, ctx, prompt, first, &mut row)
 }
 
 /// Greedy decode on the hot session: the next token from the hot run's last

@@ -87,7 +87,7 @@ pub use context::RuntimeContext;
 pub use handle::ExecutionHandle;
 pub use options::SessionOptions;
 pub use status::{Diagnostics, ExecutionError, ResidencyReport, Status};
-pub use trace::{Trace, TraceEvent, TraceLane};
+pub use trace::{StepMemory, Trace, TraceEvent, TraceLane};
 
 use persist::BackgroundWriter;
 use preparation::{Holder, Preparation};

@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::preparation::{Holder, Preparation};
+use super::trace::StepMemory;
 use super::{RuntimeContext, SessionInner, TraceLane};
 use crate::Error;
+use crate::arena::Domain;
 use crate::error::RunError;
 use crate::plan::{RequirementId, TaskId};
 use crate::scheduler::{Submission, TaskContext, TaskFailure, TaskRunner};
@@ -121,7 +123,19 @@ impl RunContinuation {
         let preparation = session.preparation.with(|p| p.clone());
         let on_step = |step: usize, start: Instant, end: Instant| {
             if let Some(trace) = &session.trace {
-                trace.record(TraceLane::Inference, &steps[step].scope, start, end, id);
+                let budget = state.budget();
+                let memory = StepMemory {
+                    live: Domain::ALL.map(|d| budget.live(d)),
+                    evictions: state.evictions(),
+                    restores: state.restores(),
+                };
+                trace.record_with(
+                    TraceLane::Inference,
+                    &steps[step].scope,
+                    (start, end),
+                    id,
+                    Some(memory),
+                );
             }
             if let Some(p) = &preparation {
                 p.submission.advance(step as u32 + 1);

@@ -8,6 +8,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use crate::arena::Domain;
 use crate::sync::Lock;
 
 /// Which lane of the timeline an event belongs to.
@@ -48,6 +49,21 @@ pub struct TraceEvent {
     pub end: Duration,
     /// Which run it belongs to (inference events; 0 for preparation).
     pub run: u64,
+    /// For an inference step of a cold run: the session's memory and
+    /// residency counters as the step ended.
+    pub memory: Option<StepMemory>,
+}
+
+/// Live bytes per memory domain (indexed by [`Domain::index`]) and the
+/// session's eviction and restore counts, read as an inference step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepMemory {
+    /// Live bytes per domain.
+    pub live: [usize; Domain::COUNT],
+    /// Objects evicted so far.
+    pub evictions: u64,
+    /// Objects restored so far.
+    pub restores: u64,
 }
 
 /// A session's recorded events.
@@ -79,14 +95,68 @@ impl Trace {
 
     /// Records a span that ran from `start` to `end`.
     pub fn record(&self, lane: TraceLane, name: &str, start: Instant, end: Instant, run: u64) {
+        self.record_with(lane, name, (start, end), run, None);
+    }
+
+    /// Records a span with the memory as it ended (inference steps).
+    pub fn record_with(
+        &self,
+        lane: TraceLane,
+        name: &str,
+        (start, end): (Instant, Instant),
+        run: u64,
+        memory: Option<StepMemory>,
+    ) {
         let event = TraceEvent {
             lane,
             name: name.to_owned(),
             start: start.saturating_duration_since(self.origin),
             end: end.saturating_duration_since(self.origin),
             run,
+            memory,
         };
         self.events.with(|e| e.push(event));
+    }
+
+    /// The design's arena table for run `run` (its cold steps, in order):
+    /// per step, the plan work (the step's scope), live bytes per arena as
+    /// it ended, and what residency did during it (objects evicted and
+    /// restored since the previous step).
+    pub fn arena_table(&self, run: u64) -> String {
+        let mib = |b: usize| format!("{:.3} MiB", b as f64 / f64::from(1 << 20));
+        let mut out = format!(
+            "{:>4}  {:<28} {:>14} {:>14} {:>14} {:>14}  residency action\n",
+            "step", "plan work", "preparation", "prepared", "execution", "io"
+        );
+        let mut before: Option<StepMemory> = None;
+        let steps = self
+            .events()
+            .into_iter()
+            .filter(|e| e.run == run && e.lane == TraceLane::Inference);
+        for (i, e) in steps.enumerate() {
+            let Some(m) = e.memory else {
+                continue;
+            };
+            let (evicted, restored) = before.map_or((m.evictions, m.restores), |b| {
+                (m.evictions - b.evictions, m.restores - b.restores)
+            });
+            let action = match (evicted, restored) {
+                (0, 0) => "none".to_owned(),
+                (e, r) => format!("evicted {e}, restored {r}"),
+            };
+            let live = |d: Domain| mib(m.live[d.index()]);
+            let _ = writeln!(
+                out,
+                "{i:>4}  {:<28} {:>14} {:>14} {:>14} {:>14}  {action}",
+                e.name,
+                live(Domain::Preparation),
+                live(Domain::Prepared),
+                live(Domain::Execution),
+                live(Domain::Io)
+            );
+            before = Some(m);
+        }
+        out
     }
 
     /// Every event so far, in recording order.
