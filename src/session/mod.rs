@@ -270,18 +270,13 @@ impl RuntimeSession {
             None => None,
         };
         // Under a limit on prepared objects, the look-ahead window shrinks
-        // as they fill it, and what it releases ahead of the running step
-        // stays within half the limit: prefetch must not evict what the
-        // running step needs next.
+        // as they fill it: prefetch must not evict what the running step
+        // needs next.
         let mut options = options;
-        let limit = options
-            .budget
-            .domain(Domain::Prepared)
-            .min(options.budget.global());
-        if limit != crate::arena::UNLIMITED && options.look_ahead.residency.is_none() {
+        let limited = options.budget.domain(Domain::Prepared) != crate::arena::UNLIMITED
+            || options.budget.global() != crate::arena::UNLIMITED;
+        if limited && options.look_ahead.residency.is_none() {
             options.look_ahead.residency = Some((budget.clone(), Domain::Prepared));
-            options.look_ahead.max_bytes_in_flight =
-                options.look_ahead.max_bytes_in_flight.min(limit / 2);
         }
         let mut state = PreparedExecutionState::new(plan, source, budget)
             .with_checksums(options.checksums)
