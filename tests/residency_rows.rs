@@ -184,3 +184,79 @@ fn a_table_read_otherwise_too_must_fit() {
         "{message}"
     );
 }
+
+/// `y = (x · a) · b` in one step (both nodes in scope `block`), each
+/// weight 256 KiB: under a limit that holds one weight but not both, the
+/// step cannot run. The run fails with the prepared domain's error after
+/// the admission's bounded wait — it does not evict its own step's weights
+/// in turn forever.
+#[test]
+fn a_step_whose_objects_exceed_the_limit_together_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 256;
+    let weight: Vec<u8> = (0..n * n)
+        .flat_map(|i| (i as f32 * 1e-4).to_le_bytes())
+        .collect();
+    std::fs::write(
+        dir.path().join("w.data"),
+        [&weight[..], &weight[..]].concat(),
+    )
+    .unwrap();
+    let entry = |k: &str, v: String| StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v),
+    };
+    let init = |name: &str, offset: usize| TensorProto {
+        name: Some(name.into()),
+        data_type: Some(DataType::Float as i32),
+        dims: vec![n as i64, n as i64],
+        data_location: Some(DataLocation::External as i32),
+        external_data: vec![
+            entry("location", "w.data".into()),
+            entry("offset", offset.to_string()),
+            entry("length", weight.len().to_string()),
+        ],
+        ..Default::default()
+    };
+    let matmul = |name: &str, a: &str, b: &str, y: &str| NodeProto {
+        name: Some(name.into()),
+        op_type: Some("MatMul".into()),
+        input: vec![a.into(), b.into()],
+        output: vec![y.into()],
+        ..Default::default()
+    };
+    let model = ModelProto {
+        ir_version: Some(11),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(21),
+        }],
+        graph: Some(GraphProto {
+            name: Some("pair".into()),
+            node: vec![
+                matmul("block/first", "x", "a", "h"),
+                matmul("block/second", "h", "b", "y"),
+            ],
+            initializer: vec![init("a", 0), init("b", weight.len())],
+            input: vec![value("x", DataType::Float, &[Ok(1), Ok(n as i64)])],
+            output: vec![value("y", DataType::Float, &[Ok(1), Ok(n as i64)])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let path = dir.path().join("pair.onnx");
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    let limit = 300 << 10;
+    let session = open(&path, Some(limit));
+    let x = Tensor::from_f32(vec![1, n], vec![1.0; n]).unwrap();
+    let ctx = RuntimeContext::new(&session).with_input("x", x).unwrap();
+    let started = std::time::Instant::now();
+    let err = session.run(ctx).unwrap_err().error;
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    let message = err.to_string();
+    assert!(
+        message.contains("prepared domain") && message.contains(&limit.to_string()),
+        "{message}"
+    );
+    assert!(session.memory().domain(Domain::Prepared).peak <= limit);
+}

@@ -390,8 +390,20 @@ impl PreparedModelStore {
         self.diagnostics.with(|d| d.clone())
     }
 
+    /// Adds a diagnostic line, once (a damaged entry met at every restore
+    /// is reported once).
     fn report(&self, line: String) {
-        self.diagnostics.with(|d| d.push(line));
+        self.diagnostics.with(|d| {
+            if !d.contains(&line) {
+                d.push(line);
+            }
+        });
+    }
+
+    /// Payloads this process persisted so far (an entry can appear only
+    /// when this count moves).
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
     }
 
     /// A trusted SHA-256 of `d`'s bytes, if one is known without reading

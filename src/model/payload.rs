@@ -34,9 +34,16 @@ pub trait PayloadSource: Send + Sync + std::fmt::Debug {
     /// `byte_len`.
     fn read(&self, id: WeightId, buf: &mut [u8]) -> Result<(), PayloadError>;
 
+    /// Whether [`read_range`](Self::read_range) reads only the range (a
+    /// table is served row by row only from such a source).
+    fn reads_ranges(&self) -> bool {
+        false
+    }
+
     /// Reads `buf.len()` bytes of weight `id` starting `start` bytes into it
     /// (rows of a table served from storage). The default reads the whole
-    /// weight and copies the range out; sources that can seek override it.
+    /// weight and copies the range out; sources that can seek override it
+    /// (and [`reads_ranges`](Self::reads_ranges)).
     ///
     /// # Errors
     /// The range is not inside the weight, or the read fails.
@@ -246,6 +253,10 @@ impl PayloadSource for FileSource {
         self.pread(weight, file, offset, buf)
     }
 
+    fn reads_ranges(&self) -> bool {
+        true
+    }
+
     fn read_range(&self, id: WeightId, start: u64, buf: &mut [u8]) -> Result<(), PayloadError> {
         let weight = self
             .weights
@@ -402,6 +413,10 @@ impl PayloadSource for MmapSource {
         }
         self.counters.add(id, buf.len() as u64);
         Ok(())
+    }
+
+    fn reads_ranges(&self) -> bool {
+        true
     }
 
     fn read_range(&self, id: WeightId, start: u64, buf: &mut [u8]) -> Result<(), PayloadError> {

@@ -284,7 +284,10 @@ impl RuntimeSession {
         if let Some(w) = &writer {
             state = state.with_persist_sink(w.clone());
         }
-        if options.share_prepared {
+        // Under a prepared limit a session's objects are its own: an
+        // evicted shared object would stay charged to the session that
+        // built it while another holds it.
+        if options.share_prepared && !limited {
             state = state.with_shared_objects();
         }
         let state = Arc::new(state);
@@ -536,8 +539,9 @@ impl RuntimeSession {
 pub struct PreparationStats {
     /// Bytes of source weights read.
     pub source_bytes_read: u64,
-    /// Source bytes read again after evictions (per weight, beyond its
-    /// size).
+    /// Source bytes read again (per weight, beyond its size): sources of
+    /// objects rebuilt after an eviction, and the rows a table served row
+    /// by row delivers after its one whole read.
     pub source_bytes_reread: u64,
     /// Objects packed from their sources.
     pub prepacks: u64,

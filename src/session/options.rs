@@ -85,7 +85,8 @@ pub struct SessionOptions {
     /// device) uses it at once, with no read, prepack or extra memory (the
     /// bytes stay charged to the session that built them). Off by default
     /// so that a session's reads, faults, evictions and memory accounting
-    /// are its own unless asked.
+    /// are its own unless asked. Ignored under a prepared-domain or global
+    /// limit (eviction needs the session's objects charged to it).
     pub share_prepared: bool,
     /// Map the model's external data files read-only and use suitably
     /// aligned weights in place, with no read buffer, copy or decode

@@ -45,6 +45,7 @@ use super::preparation::Producer;
 use super::residency::UnpersistedEviction;
 use crate::Error;
 use crate::arena::PreparedAllocation;
+use crate::model::{Operand, RequirementIndex};
 use crate::plan::RequirementId;
 use crate::store::Evict;
 use crate::sync::Ordering;
@@ -145,6 +146,10 @@ impl Producer {
                 let s = store.snapshot(i);
                 s.is_resident() && s.pins() == 0 && self.protection().is_protected(i) == protected
             })
+            // A protected object that a step needing `needed` needs too
+            // would only be produced again for that step: under a limit
+            // that cannot hold the step, that is a loop, not progress.
+            .filter(|&i| !protected || !self.share_a_step(needed, i))
             // Evicting an object of no bytes (a row table) frees nothing.
             .filter(|&i| store.bytes(i) > 0 && self.evictable(i))
             .map(|i| (!self.has_entry(RequirementId(i as u32)), store.last_use(i), i))
@@ -164,10 +169,26 @@ impl Producer {
         false
     }
 
-    /// Whether the policy lets object `i` be evicted at all (under
-    /// [`UnpersistedEviction::Keep`], only objects with a cache entry).
+    /// Whether object `i` may be evicted at all: never a graph output (its
+    /// object is read after the run's last step, unpinned), and under
+    /// [`UnpersistedEviction::Keep`] only objects with a cache entry.
     fn evictable(&self, i: usize) -> bool {
-        self.unpersisted() != UnpersistedEviction::Keep || self.has_entry(RequirementId(i as u32))
+        let resolved = self.plan().resolved();
+        let output = resolved
+            .outputs()
+            .iter()
+            .any(|(_, o)| *o == Operand::Prepared(RequirementIndex(i as u32)));
+        !output
+            && (self.unpersisted() != UnpersistedEviction::Keep
+                || self.has_entry(RequirementId(i as u32)))
+    }
+
+    /// Whether some step needs both `r` and `i`.
+    fn share_a_step(&self, r: RequirementId, i: usize) -> bool {
+        self.plan()
+            .steps()
+            .iter()
+            .any(|s| s.needs[r.0 as usize] && s.needs[i])
     }
 
     /// Writes resident object `i`'s payload now (step 2 under `Persist`);

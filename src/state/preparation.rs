@@ -171,6 +171,9 @@ pub(super) struct Producer {
     counters: ResidencyCounters,
     /// Per requirement: a cache entry was found (see [`Self::has_entry`]).
     entry_found: Box<[AtomicBool]>,
+    /// Per requirement: 1 + the cache's write count when a lookup missed
+    /// (0: never looked up).
+    entry_missed: Box<[AtomicU64]>,
 }
 
 impl Producer {
@@ -192,6 +195,9 @@ impl Producer {
             counters: ResidencyCounters::default(),
             entry_found: (0..plan.requirements().len())
                 .map(|_| AtomicBool::new(false))
+                .collect(),
+            entry_missed: (0..plan.requirements().len())
+                .map(|_| AtomicU64::new(0))
                 .collect(),
             store: PreparedObjectStore::new(plan.requirements().len()),
             failures: (0..plan.requirements().len())
@@ -497,9 +503,7 @@ impl Producer {
         let publisher = self.plan.requirements().publisher[r.0 as usize];
         // Published before: this generation restores an evicted object,
         // from the cache when an entry was written meanwhile.
-        if self.store.bytes(r.0 as usize) > 0 {
-            self.counters.restores.fetch_add(1, Ordering::Relaxed);
-        }
+        let restore = self.store.bytes(r.0 as usize) > 0;
         let (object, packed_here) = if let Some(table) = self.row_table(r) {
             // Served row by row: the source is read once, to verify it
             // (under the checksum policy) and record its digest.
@@ -526,6 +530,9 @@ impl Producer {
         };
         let bytes = object.byte_len();
         let object = SharedObject::new(object, self.admit_evicting(r, bytes)?);
+        if restore {
+            self.counters.restores.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(key) = key {
             shared::register(key.clone(), &object);
         }
@@ -535,20 +542,23 @@ impl Producer {
     /// A row table for `r` (served from its source, see
     /// [`PreparedObject::Rows`]) when `r` is a source used as is, larger
     /// than the prepared domain's limit, that only operators gathering
-    /// whole rows read (never a graph output); else `None`.
+    /// whole rows read (never a graph output), and the source reads
+    /// ranges; else `None`.
     fn row_table(&self, r: RequirementId) -> Option<RowTable> {
         let resolved = self.plan.resolved();
         let requirement = &resolved.requirements()[r.0 as usize];
         let [w] = requirement.sources[..] else {
             return None;
         };
-        if requirement.prepack.is_some() {
+        // Only under a prepared-domain limit (the whole table is read once
+        // to verify it, which a global limit would refuse too) and from a
+        // source that reads ranges.
+        if requirement.prepack.is_some() || !self.source.reads_ranges() {
             return None;
         }
         let d = &resolved.model().weights()[w.index()];
         let bytes = d.element_type().compute().byte_len(d.element_count())?;
-        let limit = self.prepared.limit().min(self.budget.global_limit());
-        if bytes <= limit as u64 {
+        if bytes <= self.prepared.limit() as u64 {
             return None;
         }
         let me = Operand::Prepared(RequirementIndex(r.0));
@@ -576,17 +586,27 @@ impl Producer {
     /// removed while a process uses them (pruning takes only what no
     /// current manifest names), so a found entry is remembered.
     pub(super) fn has_entry(&self, r: RequirementId) -> bool {
+        let Some(cache) = &self.cache else {
+            return false;
+        };
         let known = &self.entry_found[r.0 as usize];
         if known.load(Ordering::Relaxed) {
             return true;
         }
+        // A miss stands until this process writes another payload.
+        let missed = &self.entry_missed[r.0 as usize];
+        let writes = cache.writes() + 1;
+        if missed.load(Ordering::Relaxed) == writes {
+            return false;
+        }
         let resolved = self.plan.resolved();
-        let found = self.cache.as_ref().is_some_and(|c| {
-            c.lookup(resolved.model(), &resolved.requirements()[r.0 as usize])
-                .is_ok()
-        });
+        let found = cache
+            .lookup(resolved.model(), &resolved.requirements()[r.0 as usize])
+            .is_ok();
         if found {
             known.store(true, Ordering::Relaxed);
+        } else {
+            missed.store(writes, Ordering::Relaxed);
         }
         found
     }

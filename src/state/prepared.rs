@@ -260,6 +260,9 @@ impl PreparedExecutionState {
         inputs: &[(String, Tensor)],
         order: &[u32],
     ) -> Result<(), Error> {
+        // A run that ended while waiting (failed, cancelled) protects
+        // nothing any more.
+        invocation.waiting = None;
         let resolved = self.plan().resolved();
         let declared = resolved.inputs();
         debug_assert_eq!(order.len(), declared.len());
