@@ -203,6 +203,46 @@ fn a_limit_below_the_largest_packed_object_is_a_typed_error() {
     assert!(session.memory().domain(Domain::Prepared).peak <= limit);
 }
 
+/// A packed object is charged before it is packed: under a limit below
+/// the packed size of a Gemm's `B` (256 KiB of f32 panels), the packing
+/// never runs and the run fails with the domain, the need and the limit.
+#[test]
+fn a_packed_object_is_charged_before_it_is_packed() {
+    use onnx_prepared_fixtures::{WriteMode, fixture_by_name, write_fixture};
+    let dir = common::tempdir();
+    let fixture = fixture_by_name("gemm-transb0").expect("fixture");
+    let model = write_fixture(dir.path(), &fixture, WriteMode::Verify).expect("writes")[0].clone();
+    let a = onnx_prepared::Tensor::from_f32(vec![1, 256], vec![0.5; 256]).expect("tensor");
+    for (limit, fits) in [(200 << 10, false), (300 << 10, true)] {
+        let session = RuntimeSession::open(
+            &model,
+            SessionOptions {
+                cpu_threads: 1,
+                io_workers: 1,
+                budget: BudgetLimits::unlimited().with_domain(Domain::Prepared, limit),
+                ..SessionOptions::default()
+            },
+        )
+        .expect("opens");
+        let mut ctx = onnx_prepared::RuntimeContext::new(&session);
+        ctx.set_input("A", a.clone()).expect("input");
+        let result = session.run(ctx);
+        let prepacks = session.preparation_stats().prepacks;
+        if fits {
+            result.expect("runs under 300 KiB");
+            assert_eq!(prepacks, 1);
+        } else {
+            let err = result.unwrap_err();
+            let message = err.to_string();
+            for part in ["prepared domain", "cannot reserve", &limit.to_string()] {
+                assert!(message.contains(part), "`{part}` missing from: {message}");
+            }
+            assert_eq!(prepacks, 0, "packed before it was charged: {err}");
+        }
+        assert!(session.memory().domain(Domain::Prepared).peak <= limit);
+    }
+}
+
 #[test]
 fn keep_never_evicts_what_the_cache_does_not_hold() {
     let dir = common::tempdir();

@@ -186,6 +186,14 @@ pub trait Prepack: Send + Sync + Debug {
     /// Packs `sources` (the consumed inputs, in `consumes` order). The same
     /// sources always give the same bytes: padding is zeroed.
     fn prepare(&self, sources: &[&Tensor]) -> Result<PackedWeight, KernelError>;
+    /// Bytes of the object [`Prepack::prepare`] makes from sources of
+    /// these shapes (its [`PackedWeight::byte_len`]), so that a runtime can
+    /// charge them before packing. `None`: not known in advance (the
+    /// default). For shapes `prepare` refuses the value is meaningless.
+    fn packed_bytes(&self, shapes: &[&[usize]]) -> Option<usize> {
+        let _ = shapes;
+        None
+    }
 }
 
 /// A resolved operator: attributes parsed and checked, ready to infer shapes

@@ -200,6 +200,9 @@ fn prepack(
         .collect();
     let packed = pre.prepare(&sources).expect("prepare");
     assert_eq!(packed.layout, pre.layout());
+    // The runtime charges this before packing.
+    let shapes: Vec<&[usize]> = sources.iter().map(|t| t.shape()).collect();
+    assert_eq!(pre.packed_bytes(&shapes), Some(packed.byte_len()));
     Some((pre.consumes().to_vec(), packed))
 }
 

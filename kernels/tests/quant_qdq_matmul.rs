@@ -138,6 +138,8 @@ fn run_packed(
     let sources: Vec<&Tensor> = consumed.iter().map(|&i| inputs[i].unwrap()).collect();
     let packed = pre.prepare(&sources).unwrap();
     assert_eq!(packed.layout, pre.layout());
+    let shapes: Vec<&[usize]> = sources.iter().map(|t| t.shape()).collect();
+    assert_eq!(pre.packed_bytes(&shapes), Some(packed.byte_len()));
     assert!(packed.layout.starts_with("qdq-"), "{}", packed.layout);
     // Same sources, same bytes.
     assert_eq!(packed, pre.prepare(&sources).unwrap());

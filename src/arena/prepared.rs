@@ -59,6 +59,13 @@ impl PreparedAllocation {
     pub fn bytes(&self) -> usize {
         self.reservation.bytes()
     }
+
+    /// Charges `bytes` instead (an object charged before it was built, at
+    /// its built size). Growing is refused, changing nothing, when a limit
+    /// would be exceeded.
+    pub fn resize(&mut self, bytes: usize) -> Result<(), ArenaError> {
+        self.reservation.resize(bytes)
+    }
 }
 
 impl fmt::Debug for PreparedAllocation {

@@ -504,7 +504,7 @@ impl Producer {
         // Published before: this generation restores an evicted object,
         // from the cache when an entry was written meanwhile.
         let restore = self.store.bytes(r.0 as usize) > 0;
-        let (object, packed_here) = if let Some(table) = self.row_table(r) {
+        let (object, packed_here, early) = if let Some(table) = self.row_table(r) {
             // Served row by row: the source is read once, to verify it
             // (under the checksum policy) and record its digest.
             claim.set_preparing();
@@ -513,12 +513,13 @@ impl Producer {
             let mut buffer = self.preparation.alloc_zeroed(weight.byte_len() as usize)?;
             read_verified(&*self.source, weight, &mut buffer, self.checksums)?;
             self.record_digest(weight, &buffer);
-            (PreparedObject::Rows(Arc::new(table)), false)
+            (PreparedObject::Rows(Arc::new(table)), false, None)
         } else if self.plan.tasks().kind[publisher.0 as usize] == TaskKind::ReadPacked
             || self.restorable(r)
         {
             claim.set_preparing();
-            self.read_packed(r)?
+            let (object, packed_here) = self.read_packed(r)?;
+            (object, packed_here, None)
         } else {
             let reads = self.reads_of(r)?;
             let mut sources = Vec::with_capacity(reads.len());
@@ -526,10 +527,26 @@ impl Producer {
                 sources.push(inputs.source(self, t)?);
             }
             claim.set_preparing();
-            (self.prepare_counted(r, &sources)?, true)
+            // Charged before packing when the recipe knows the size (room
+            // is made first, so the packed bytes are never over the limit).
+            let early = match self.packed_size(r, &sources) {
+                Some(bytes) => Some(self.admit_evicting(r, bytes)?),
+                None => None,
+            };
+            (self.prepare_counted(r, &sources)?, true, early)
         };
         let bytes = object.byte_len();
-        let object = SharedObject::new(object, self.admit_evicting(r, bytes)?);
+        let allocation = match early {
+            Some(mut a) => match a.resize(bytes) {
+                Ok(()) => a,
+                Err(_) => {
+                    drop(a);
+                    self.admit_evicting(r, bytes)?
+                }
+            },
+            None => self.admit_evicting(r, bytes)?,
+        };
+        let object = SharedObject::new(object, allocation);
         if restore {
             self.counters.restores.fetch_add(1, Ordering::Relaxed);
         }
@@ -609,6 +626,16 @@ impl Producer {
             missed.store(writes, Ordering::Relaxed);
         }
         found
+    }
+
+    /// Bytes of the object `r`'s prepack makes from `sources`, when its
+    /// recipe knows them before packing.
+    fn packed_size(&self, r: RequirementId, sources: &[Arc<Tensor>]) -> Option<usize> {
+        let prepack = self.plan.resolved().requirements()[r.0 as usize]
+            .prepack
+            .as_ref()?;
+        let shapes: Vec<&[usize]> = sources.iter().map(|t| t.shape()).collect();
+        prepack.packed_bytes(&shapes)
     }
 
     /// Builds `r`'s object from decoded sources, counting prepacks.

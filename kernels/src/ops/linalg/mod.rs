@@ -173,6 +173,9 @@ fn store_result(
 /// First header word of an f32 panel packing.
 const F32_MAGIC: u64 = 0x6632_7061_6e65_6c01;
 
+/// Words of an f32 panel packing's `U64` header.
+const F32_HEADER_WORDS: usize = 6;
+
 /// Packs a constant f32 `B` into `B` panels for one kernel family.
 #[derive(Debug)]
 struct F32PanelPrepack {
@@ -233,6 +236,19 @@ impl Prepack for F32PanelPrepack {
                 TensorData::F32(panels).into(),
             ],
         })
+    }
+
+    fn packed_bytes(&self, shapes: &[&[usize]]) -> Option<usize> {
+        let &[&[r, c]] = shapes else {
+            return None;
+        };
+        let (k, n) = if self.trans_b { (c, r) } else { (r, c) };
+        let nr = self.isa.f32_nr();
+        n.div_ceil(nr)
+            .checked_mul(nr)?
+            .checked_mul(k)?
+            .checked_mul(4)?
+            .checked_add(F32_HEADER_WORDS * 8)
     }
 }
 

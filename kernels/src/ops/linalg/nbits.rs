@@ -175,6 +175,12 @@ impl Prepack for NBitsPrepack {
             zp.map(|z| z.data()),
         )
     }
+
+    fn packed_bytes(&self, shapes: &[&[usize]]) -> Option<usize> {
+        (2..=3)
+            .contains(&shapes.len())
+            .then(|| q4::packed_object_bytes(&self.p, self.isa, shapes.len() == 3))
+    }
 }
 
 impl Operator for MatMulNBits {

@@ -337,6 +337,17 @@ impl Prepack for QdqPrepack {
         let (w, s, z) = self.op.sources(w, s, z)?;
         self.op.pack(self.kernel_block, self.isa, w, s, z)
     }
+
+    fn packed_bytes(&self, shapes: &[&[usize]]) -> Option<usize> {
+        (2..=3).contains(&shapes.len()).then(|| {
+            q4::packed_object_bytes(
+                &self.op.params(self.kernel_block),
+                self.isa,
+                // UINT4 without zero points packs explicit zeros.
+                shapes.len() == 3 || !self.op.signed,
+            )
+        })
+    }
 }
 
 /// `y[r] = a[r] * dequantize(W)` with a scalar loop (block sizes the q4

@@ -47,6 +47,9 @@ const OP: &str = "MatMulNBits";
 
 /// First header word of a 4-bit packed weight.
 const MAGIC: u64 = 0x7134_6e62_6974_7301;
+
+/// Words of the `U64` header part.
+const HEADER_WORDS: usize = 7;
 /// Rows up to which products run row by row on the packed bytes.
 pub(crate) const GEMV_MAX_M: usize = 2;
 /// Tiles one GEMV pass keeps in registers (and the task split alignment).
@@ -131,7 +134,7 @@ pub(crate) fn pack(
             }
         }
     }
-    let header = vec![
+    let header: Vec<u64> = vec![
         MAGIC,
         isa.code(),
         k as u64,
@@ -140,6 +143,7 @@ pub(crate) fn pack(
         t as u64,
         nzs.is_some() as u64,
     ];
+    debug_assert_eq!(header.len(), HEADER_WORDS);
     let mut parts = vec![
         TensorData::U64(header).into(),
         TensorData::U8(weights).into(),
@@ -149,6 +153,12 @@ pub(crate) fn pack(
         parts.push(TensorData::F32(z).into());
     }
     Ok(PackedWeight { layout, parts })
+}
+
+/// Bytes of the object [`pack`] returns: its header and
+/// [`packed_bytes`].
+pub(crate) fn packed_object_bytes(p: &NBitsParams, isa: Isa, zero_points: bool) -> usize {
+    packed_bytes(p, isa, zero_points).saturating_add(HEADER_WORDS * 8)
 }
 
 /// Bytes [`pack`] allocates for `p` on `isa` (with zero points or not).
