@@ -1,11 +1,9 @@
 //! Arena accounting: reservations against domain and global limits, the
-//! life of preparation buffers, concurrent reservations, the execution
-//! arena's reset, and I/O leases.
+//! life of preparation buffers, concurrent reservations and the report.
 
 use onnx_prepared::arena::{
-    ArenaError, BudgetLimits, Domain, ExecutionArena, IoArena, IoLease, MemoryBudget,
-    PREPARATION_ALIGN, PreparationArena, PreparationBuffer, PreparedAllocation, PreparedArena,
-    Reservation, UNLIMITED,
+    ArenaError, BudgetLimits, Domain, MemoryBudget, PREPARATION_ALIGN, PreparationArena,
+    PreparationBuffer, PreparedAllocation, PreparedArena, Reservation, UNLIMITED,
 };
 use onnx_prepared::sync::{Arc, Latch, thread};
 
@@ -206,91 +204,15 @@ fn concurrent_reservations_never_exceed_the_limits() {
 }
 
 #[test]
-fn execution_arena_reset_keeps_capacity_and_enforces_its_limit() {
-    let budget = budget(UNLIMITED, Domain::Execution, 64 * KIB);
-    let mut arena = ExecutionArena::new(&budget);
-    for _invocation in 0..3 {
-        let activations = arena.alloc_slice_zeroed::<f32>(4 * KIB).unwrap();
-        let workspace = arena.alloc_u8(8 * KIB).unwrap();
-        activations.fill(1.5);
-        workspace.fill(1);
-        assert_eq!(arena.allocated_bytes(), 24 * KIB);
-        assert_eq!(budget.live(Domain::Execution), 24 * KIB);
-        arena.reset();
-        assert_eq!(budget.live(Domain::Execution), 0);
-        assert!(budget.retained(Domain::Execution) >= 24 * KIB);
-        assert_eq!(budget.retained(Domain::Execution), arena.capacity_bytes());
-    }
-
-    // Allocating beyond the limit is an error, and changes nothing.
-    let _most = arena.alloc_f32(15 * KIB).unwrap();
-    let error = arena.alloc_f32(2 * KIB).unwrap_err();
-    assert_eq!(
-        error,
-        ArenaError::InvocationLimit {
-            requested: 8 * KIB,
-            live: 60 * KIB,
-            limit: 64 * KIB,
-        }
-    );
-    assert_eq!(budget.live(Domain::Execution), 60 * KIB);
-    let _rest = arena.alloc_u8(4 * KIB).unwrap();
-    assert_eq!(budget.peak(Domain::Execution), 64 * KIB);
-}
-
-#[test]
-fn execution_arena_is_refused_by_the_global_budget() {
-    let budget = MemoryBudget::new(BudgetLimits::unlimited().with_global(10 * KIB));
-    let _prepared = budget.reserve(Domain::Prepared, 8 * KIB).unwrap();
-    let arena = ExecutionArena::new(&budget);
-    assert!(matches!(
-        arena.alloc_f32(KIB),
-        Err(ArenaError::OverBudget {
-            domain: Domain::Execution,
-            global_live: 8192,
-            ..
-        })
-    ));
-    assert_eq!(arena.allocated_bytes(), 0);
-    assert_eq!(budget.live(Domain::Execution), 0);
-}
-
-#[test]
-fn io_leases_are_charged_while_leased() {
-    let budget = budget(UNLIMITED, Domain::Io, 100 * KIB);
-    let arena = IoArena::new(&budget);
-    let mut logits = arena.lease_f32(8 * KIB).unwrap();
-    assert!(logits.iter().all(|&x| x == 0.0));
-    logits[0] = 1.0;
-    let input = arena.lease_copy(&[1i64, 2, 3]).unwrap();
-    assert_eq!(budget.live(Domain::Io), 32 * KIB + 24);
-    assert_eq!(logits.charged_bytes(), 32 * KIB);
-    assert!(arena.lease_f32(17 * KIB).is_err());
-
-    drop(logits);
-    assert_eq!(budget.live(Domain::Io), 24);
-    assert_eq!(budget.retained(Domain::Io), 32 * KIB);
-    let next = arena.lease_f32(8 * KIB).unwrap();
-    assert_eq!(next[0], 0.0, "a reused buffer is zeroed");
-    assert_eq!(budget.retained(Domain::Io), 0);
-    drop((next, input));
-    assert_nothing_live(&budget);
-    assert_eq!(arena.trim(), 32 * KIB + 24);
-    assert_eq!(budget.total_retained(), 0);
-}
-
-#[test]
 fn report_shows_every_domain() {
     let budget = budget(1 << 20, Domain::Prepared, 1 << 19);
     let prepared = PreparedArena::new(&budget).admit(4096).unwrap();
-    let mut execution = ExecutionArena::new(&budget);
-    execution.alloc_f32(256).unwrap();
-    execution.reset();
+    drop(budget.reserve(Domain::Execution, 1024).unwrap());
     let report = budget.report();
     assert_eq!(report.domain(Domain::Prepared).live, 4096);
     assert_eq!(report.domain(Domain::Prepared).limit, 1 << 19);
     assert_eq!(report.domain(Domain::Execution).peak, 1024);
-    assert!(report.domain(Domain::Execution).retained >= 1024);
+    assert_eq!(report.domain(Domain::Execution).live, 0);
     assert_eq!(report.total_live, 4096);
     assert_eq!(report.global_limit, 1 << 20);
     let text = format!("{report}");
@@ -302,15 +224,10 @@ fn report_shows_every_domain() {
 #[test]
 fn handles_cross_threads() {
     fn send_sync<T: Send + Sync>() {}
-    fn send<T: Send>() {}
     send_sync::<MemoryBudget>();
     send_sync::<Reservation>();
     send_sync::<PreparationArena>();
     send_sync::<PreparationBuffer>();
     send_sync::<PreparedArena>();
     send_sync::<PreparedAllocation>();
-    send_sync::<IoArena>();
-    send_sync::<IoLease<f32>>();
-    // One per invocation context: movable between threads, not shared.
-    send::<ExecutionArena>();
 }

@@ -353,3 +353,59 @@ fn the_first_token_walks_the_design_s_arena_table() {
     assert_eq!(table.lines().count(), scopes.len() + 1, "{table}");
     assert!(table.contains("evicted"), "{table}");
 }
+
+/// Every domain limited at once to the least that can work — prepared at
+/// the design's 5 MiB, the others at the peaks a one-worker run reached
+/// under that limit — with one and with two CPU workers: decoding finishes
+/// (a watchdog turns a deadlock into a failure) with the unlimited tokens,
+/// and no domain's peak passes its limit.
+#[test]
+fn the_smallest_limits_that_can_work_all_finish() {
+    use onnx_prepared::sync::thread;
+    use std::sync::{Arc, mpsc};
+    use std::time::Duration;
+
+    let dir = common::tempdir();
+    let model = common::tiny_llm_in(dir.path());
+    let expected = tokens(&open(&model, None, None, UnpersistedEviction::Rebuild)).unwrap();
+    let probe = open(&model, Some(5 << 20), None, UnpersistedEviction::Rebuild);
+    assert_eq!(tokens(&probe).unwrap(), expected);
+    let peak = |d| probe.memory().domain(d).peak;
+    let mut limits = BudgetLimits::unlimited().with_domain(Domain::Prepared, 5 << 20);
+    for d in [Domain::Preparation, Domain::Execution, Domain::Io] {
+        limits = limits.with_domain(d, peak(d).max(1));
+    }
+    for cpu_threads in [1, 2] {
+        let session = Arc::new(
+            RuntimeSession::open(
+                &model,
+                SessionOptions {
+                    cpu_threads,
+                    io_workers: 1,
+                    budget: limits,
+                    ..SessionOptions::default()
+                },
+            )
+            .expect("opens"),
+        );
+        let (done, finished) = mpsc::channel();
+        let worker = {
+            let session = session.clone();
+            thread::spawn(move || done.send(tokens(&session)).expect("the test waits"))
+        };
+        let got = finished
+            .recv_timeout(Duration::from_secs(300))
+            .unwrap_or_else(|_| panic!("{cpu_threads} workers under {limits:?}: no end in 300 s"));
+        worker.join().expect("decodes");
+        assert_eq!(got.expect("finishes under the smallest limits"), expected);
+        for d in [
+            Domain::Prepared,
+            Domain::Preparation,
+            Domain::Execution,
+            Domain::Io,
+        ] {
+            let p = session.memory().domain(d).peak;
+            assert!(p <= limits.domain(d), "{d}: peak {p} above its limit");
+        }
+    }
+}

@@ -2,8 +2,7 @@
 //! domain under one global limit (hot path: every arena allocation passes
 //! through `Shared::reserve` and `Shared::release`).
 //!
-//! Each domain has a `live` counter, a `peak` and a `retained` counter; the
-//! budget has one global `live` counter and `peak`. The reservation protocol
+//! Each domain has a `live` counter and a `peak`; the budget has one global `live` counter and `peak`. The reservation protocol
 //! (see the module docs of [`crate::arena`]) keeps each `live` counter at or
 //! below its limit at every instant.
 
@@ -18,8 +17,7 @@ pub const UNLIMITED: usize = usize::MAX;
 
 /// The limits of a `MemoryBudget`, in bytes: one global limit over the live
 /// bytes of all domains and one limit per domain. [`UNLIMITED`] refuses
-/// nothing. Limits apply to live bytes; retained capacity is reported, not
-/// limited.
+/// nothing. Limits apply to live bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BudgetLimits {
     global: usize,
@@ -132,7 +130,6 @@ pub trait ReleaseWatcher: Send + Sync {
 pub(super) struct Shared {
     global: Counter,
     domains: [Counter; Domain::COUNT],
-    retained: [AtomicUsize; Domain::COUNT],
     /// Watchers registered (a budget nobody watches pays one load per
     /// release).
     watching: AtomicUsize,
@@ -207,20 +204,6 @@ impl Shared {
             }
         }
     }
-
-    /// Moves `domain`'s retained count from `from` to `to` bytes.
-    pub(super) fn set_retained(&self, domain: Domain, from: usize, to: usize) {
-        let retained = &self.retained[domain.index()];
-        if to > from {
-            retained.fetch_add(to - from, Ordering::Relaxed);
-        } else if from > to {
-            let before = retained.fetch_sub(from - to, Ordering::Relaxed);
-            debug_assert!(
-                before >= from - to,
-                "released more retained bytes than held"
-            );
-        }
-    }
 }
 
 /// One global memory budget with a limit per [`Domain`]: the accounting every
@@ -240,7 +223,6 @@ impl MemoryBudget {
             shared: Arc::new(Shared {
                 global: Counter::new(limits.global),
                 domains: std::array::from_fn(|i| Counter::new(limits.domains[i])),
-                retained: std::array::from_fn(|_| AtomicUsize::new(0)),
                 watching: AtomicUsize::new(0),
                 releases: AtomicU64::new(0),
                 watchers: Lock::new(Vec::new()),
@@ -270,10 +252,6 @@ impl MemoryBudget {
     /// A budget that refuses nothing (it still accounts).
     pub fn unlimited() -> Self {
         Self::new(BudgetLimits::unlimited())
-    }
-
-    pub(super) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
     }
 
     /// The limits this budget was made with.
@@ -311,13 +289,6 @@ impl MemoryBudget {
         self.shared.domains[domain.index()].live()
     }
 
-    /// Bytes `domain`'s arenas hold for reuse beyond the live bytes (the
-    /// execution arena's free chunk capacity, kept I/O buffers). Live plus
-    /// retained is what the domain holds from the allocator.
-    pub fn retained(&self, domain: Domain) -> usize {
-        self.shared.retained[domain.index()].load(Ordering::Relaxed)
-    }
-
     /// The most bytes live in `domain` at once since the budget was made or
     /// [`MemoryBudget::reset_peaks`] ran. Never above `domain`'s limit.
     pub fn peak(&self, domain: Domain) -> usize {
@@ -327,11 +298,6 @@ impl MemoryBudget {
     /// Bytes live in all domains now.
     pub fn total_live(&self) -> usize {
         self.shared.global.live()
-    }
-
-    /// Bytes retained in all domains now.
-    pub fn total_retained(&self) -> usize {
-        Domain::ALL.iter().map(|&d| self.retained(d)).sum()
     }
 
     /// The most bytes live in all domains at once. Never above the global
@@ -353,13 +319,11 @@ impl MemoryBudget {
         let domains = Domain::ALL.map(|domain| DomainReport {
             domain,
             live: self.live(domain),
-            retained: self.retained(domain),
             peak: self.peak(domain),
             limit: self.limit(domain),
         });
         BudgetReport {
             total_live: self.total_live(),
-            total_retained: domains.iter().map(|d| d.retained).sum(),
             total_peak: self.total_peak(),
             global_limit: self.global_limit(),
             domains,
@@ -473,8 +437,6 @@ pub struct DomainReport {
     pub domain: Domain,
     /// Bytes live now.
     pub live: usize,
-    /// Bytes held for reuse beyond the live bytes.
-    pub retained: usize,
     /// The most bytes live at once.
     pub peak: usize,
     /// The domain's limit (`usize::MAX`: unlimited).
@@ -489,8 +451,6 @@ pub struct BudgetReport {
     pub domains: [DomainReport; Domain::COUNT],
     /// Bytes live in all domains.
     pub total_live: usize,
-    /// Bytes retained in all domains.
-    pub total_retained: usize,
     /// The most bytes live in all domains at once.
     pub total_peak: usize,
     /// The global limit (`usize::MAX`: unlimited).
@@ -515,26 +475,24 @@ impl fmt::Display for BudgetReport {
         };
         writeln!(
             f,
-            "{:<12} {:>14} {:>14} {:>14} {:>14}",
-            "domain", "live", "retained", "peak", "limit"
+            "{:<12} {:>14} {:>14} {:>14}",
+            "domain", "live", "peak", "limit"
         )?;
         for d in &self.domains {
             writeln!(
                 f,
-                "{:<12} {:>14} {:>14} {:>14} {:>14}",
+                "{:<12} {:>14} {:>14} {:>14}",
                 d.domain.name(),
                 d.live,
-                d.retained,
                 d.peak,
                 limit(d.limit)
             )?;
         }
         write!(
             f,
-            "{:<12} {:>14} {:>14} {:>14} {:>14}",
+            "{:<12} {:>14} {:>14} {:>14}",
             "total",
             self.total_live,
-            self.total_retained,
             self.total_peak,
             limit(self.global_limit)
         )

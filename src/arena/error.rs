@@ -32,23 +32,8 @@ pub enum ArenaError {
         /// The global limit (`usize::MAX`: unlimited).
         global_limit: usize,
     },
-    /// An `ExecutionArena` allocation would take the invocation over
-    /// the arena's own limit.
-    #[error(
-        "the execution arena cannot allocate {requested} bytes: {live} of {} bytes allocated in this invocation",
-        shown(.limit)
-    )]
-    InvocationLimit {
-        /// The bytes asked for.
-        requested: usize,
-        /// Bytes already allocated since the arena's last reset.
-        live: usize,
-        /// The arena's per-invocation limit.
-        limit: usize,
-    },
     /// The accounting admitted the request but the memory could not be
-    /// obtained (the system allocator failed, or the execution arena's chunks
-    /// would exceed their capacity cap).
+    /// obtained (the system allocator failed).
     #[error("the {domain} domain could not obtain {requested} bytes")]
     AllocationFailed {
         /// The domain asked.
@@ -92,17 +77,13 @@ impl ArenaError {
             | ArenaError::AllocationFailed { domain, .. }
             | ArenaError::AboveCeiling { domain, .. }
             | ArenaError::TooLarge { domain, .. } => *domain,
-            ArenaError::InvocationLimit { .. } => Domain::Execution,
         }
     }
 
     /// Whether a limit refused the request (as opposed to the allocator):
     /// the request may succeed once other holders return bytes.
     pub fn is_over_budget(&self) -> bool {
-        matches!(
-            self,
-            ArenaError::OverBudget { .. } | ArenaError::InvocationLimit { .. }
-        )
+        matches!(self, ArenaError::OverBudget { .. })
     }
 }
 

@@ -1,7 +1,7 @@
 //! Allocation domains and their budgets: every byte the runtime allocates for
 //! preparation, residency, execution and I/O is charged to one [`Domain`] of
-//! one [`MemoryBudget`] (hot path for [`ExecutionArena`], cold path for the
-//! rest).
+//! one [`MemoryBudget`], before it is allocated (cold path: a hot run
+//! charges nothing new).
 //!
 //! # Domains
 //!
@@ -9,17 +9,14 @@
 //! |---|---|---|---|---|
 //! | [`Domain::Preparation`] | [`PreparationArena`] | source bytes read from the model, packing/hashing/persist scratch | a read or prepack task, one [`PreparationBuffer`] per buffer | the buffer is dropped: when the producing task completes, or earlier once no later task needs the source |
 //! | [`Domain::Prepared`] | [`PreparedArena`] | resident packed weights of the session | publishing a prepared object: a [`PreparedAllocation`] held by the store next to the object | the store evicts the object (the allocation is dropped) |
-//! | [`Domain::Execution`] | [`ExecutionArena`] | activations and kernel workspaces of one invocation | each allocation of the invocation | [`ExecutionArena::reset`] at the end of the invocation; the capacity stays as retained bytes |
-//! | [`Domain::Io`] | [`IoArena`] | final outputs (and staged inputs) that cross the runtime boundary | leasing an [`IoLease`] to the caller | the caller drops the lease (or detaches the buffer with [`IoLease::into_boxed_slice`]) |
+//! | [`Domain::Execution`] | the activation plan of a lowering | activation buffers of one input-shape set (laid out once, reused by every run of those shapes) and room for the largest kernel temporary | lowering a new input-shape set, checked before any buffer is allocated | the context lowers other shapes or is dropped |
+//! | [`Domain::Io`] | a context's outputs | final outputs that cross the runtime boundary | the end of a run, before the outputs are written | the caller takes the outputs or drops the context |
 //!
 //! The mutable KV-cache is caller-owned and outside every domain; disk
 //! persistence is a cache tier, not an arena.
 //!
-//! Each domain reports *live* bytes (charged now, limited), *retained* bytes
-//! (capacity its arenas keep for reuse beyond the live bytes: the execution
-//! arena's chunk capacity not handed out, the I/O arena's kept buffers;
-//! reported, not limited) and the *peak* of its live bytes.
-//! [`MemoryBudget::report`] renders all of them.
+//! Each domain reports its *live* bytes (charged now, limited) and the
+//! *peak* of its live bytes. [`MemoryBudget::report`] renders them.
 //!
 //! # Limits
 //!
@@ -27,7 +24,7 @@
 //! limit per domain, so speculative preparation (limited by its domain)
 //! cannot take the memory an active invocation needs. Every charge is a
 //! [`Reservation`] (RAII: dropping it returns the bytes); the arenas' handles
-//! ([`PreparationBuffer`], [`PreparedAllocation`], [`IoLease`]) each hold one.
+//! ([`PreparationBuffer`], [`PreparedAllocation`]) each hold one.
 //!
 //! # Reservation protocol
 //!
@@ -62,10 +59,7 @@
 
 mod budget;
 mod domain;
-mod element;
 mod error;
-mod execution;
-mod io;
 mod preparation;
 mod prepared;
 
@@ -73,9 +67,6 @@ pub use budget::{
     BudgetLimits, BudgetReport, DomainReport, MemoryBudget, ReleaseWatcher, Reservation, UNLIMITED,
 };
 pub use domain::Domain;
-pub use element::Element;
 pub use error::ArenaError;
-pub use execution::{ExecutionArena, PADDING_SLACK};
-pub use io::{IO_FREE_BUFFERS, IoArena, IoLease};
 pub use preparation::{PREPARATION_ALIGN, PreparationArena, PreparationBuffer};
 pub use prepared::{PreparedAllocation, PreparedArena};

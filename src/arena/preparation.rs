@@ -14,7 +14,7 @@ pub const PREPARATION_ALIGN: usize = 64;
 
 /// Hands out [`PreparationBuffer`]s charged to [`Domain::Preparation`].
 /// Cloning gives another handle to the same budget; the arena keeps no memory
-/// of its own (its retained bytes are always 0).
+/// of its own.
 #[derive(Debug, Clone)]
 pub struct PreparationArena {
     budget: MemoryBudget,
@@ -146,7 +146,7 @@ mod tests {
         assert_eq!(arena.live_bytes(), 1 + 63 + 64 + 65 + 1000 + 4096);
         drop(buffers);
         assert_eq!(arena.live_bytes(), 0);
-        assert_eq!(budget.retained(Domain::Preparation), 0);
+        assert_eq!(budget.live(Domain::Preparation), 0);
     }
 
     #[test]

@@ -99,7 +99,7 @@ use crate::cache::{CacheStats, PreparedModelPolicy, PreparedModelStore};
 use crate::error::RunError;
 use crate::model::{FileSource, MmapSource, Model, PayloadSource, ResolvedModel};
 use crate::plan::{Csr, PreparedExecutionPlan, Priority, ResourceClass, TaskId};
-use crate::scheduler::{Submission, TaskGraph, WorkerPool};
+use crate::scheduler::{Admission, Submission, TaskGraph, WorkerPool};
 use crate::state::PreparedExecutionState;
 use crate::sync::{AtomicU64, Lock, Ordering};
 
@@ -125,6 +125,14 @@ struct SessionInner {
     free_runs: Lock<Vec<(Arc<RunContinuation>, Submission)>>,
     /// The prepared cache's background writes (with a cache).
     writer: Option<Arc<BackgroundWriter>>,
+    /// Admission of preparation tasks (protocol "admit"): prefetch and
+    /// background tasks hold at most `workers − 1` of each lane's workers,
+    /// so one CPU and one I/O worker stay free for what a run waits for.
+    /// Its budget is its own and unlimited: the session's bytes are
+    /// charged by the tasks themselves, before they allocate, and held
+    /// back from speculative reads by the budget gate (`state::tasks`,
+    /// protocol 3).
+    admission: Arc<Admission>,
 }
 
 /// Run submissions kept for reuse per session.
@@ -306,6 +314,7 @@ impl RuntimeSession {
                 writer,
                 options,
                 run_graph: Arc::new(run_graph),
+                admission: Arc::new(Admission::new(MemoryBudget::unlimited())),
             }),
         })
     }
@@ -328,7 +337,7 @@ impl RuntimeSession {
         self.inner.state.plan()
     }
 
-    /// Live, retained and peak bytes per memory domain with their limits,
+    /// Live and peak bytes per memory domain with their limits,
     /// as of now (a copy; `Display` renders a table).
     ///
     /// ```

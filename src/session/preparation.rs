@@ -198,7 +198,7 @@ impl SessionInner {
             });
             let options = SubmitOptions {
                 look_ahead: streaming.then(|| self.options.look_ahead.clone()),
-                ..SubmitOptions::default()
+                admission: Some(self.admission.clone()),
             };
             let submission = self
                 .pool

@@ -43,7 +43,10 @@
 //!    live bytes and the `2s` of every read running, and `2s` plus
 //!    the estimated bytes of every other object not yet resident fits the
 //!    global limit — so sources read ahead can never take the room the prepacks
-//!    consuming them will need. A read that does not fit suspends
+//!    consuming them will need. A read no run waits for yet (not critical,
+//!    not promoted) sees each limit less the critical reserve
+//!    ([`SCHEDULER_CRITICAL_RESERVE_PERCENT`]): a speculative read never
+//!    takes the room a critical one needs. A read that does not fit suspends
 //!    ([`TaskContext::suspend`]) under the gate's lock; every session task
 //!    that ends (its bytes released before it takes the lock) resumes all
 //!    suspended reads, which check again. A read starts anyway when waiting
@@ -78,7 +81,8 @@ use super::prepared::PreparedExecutionState;
 use crate::Error;
 use crate::arena::{Domain, UNLIMITED};
 use crate::error::RunError;
-use crate::plan::{RequirementId, TaskId, TaskKind, TaskScope};
+use crate::limits::SCHEDULER_CRITICAL_RESERVE_PERCENT;
+use crate::plan::{Priority, RequirementId, TaskId, TaskKind, TaskScope};
 use crate::scheduler::{TaskContext, TaskFailure, TaskRunner};
 use crate::sync::{AtomicBool, Ordering, FreeList};
 
@@ -160,10 +164,12 @@ impl SessionTasks<'_> {
             let d = d.0 as usize;
             tasks.kind[d] == TaskKind::Prepack && !self.inbox[d].is_empty()
         });
+        // Reads nobody waits for yet keep the critical reserve free.
+        let critical = ctx.priority() == Priority::Critical;
         gate.inner.with(|g| {
             if need == 0
                 || sibling_waits
-                || self.fits(gate, g.admitted + need, tasks.publishes[t])
+                || self.fits(gate, g.admitted + need, tasks.publishes[t], critical)
                 || (g.running == 0 && g.held == 0)
             {
                 g.running += 1;
@@ -178,17 +184,31 @@ impl SessionTasks<'_> {
 
     /// Whether `need` more preparation bytes fit both limits (protocol 3);
     /// `own` is the object the read publishes as is (its bytes are part of
-    /// `need`, not pending).
-    fn fits(&self, gate: &BudgetGate, need: u64, own: Option<RequirementId>) -> bool {
+    /// `need`, not pending). A read that is not `critical` sees each limit
+    /// less the critical reserve ([`SCHEDULER_CRITICAL_RESERVE_PERCENT`]).
+    fn fits(
+        &self,
+        gate: &BudgetGate,
+        need: u64,
+        own: Option<RequirementId>,
+        critical: bool,
+    ) -> bool {
         let budget = self.state.budget();
         let need = usize::try_from(need).unwrap_or(usize::MAX);
-        let prep_limit = budget.limit(Domain::Preparation);
+        let usable = |limit: usize| {
+            if critical || limit == UNLIMITED {
+                limit
+            } else {
+                limit - limit / 100 * SCHEDULER_CRITICAL_RESERVE_PERCENT
+            }
+        };
+        let prep_limit = usable(budget.limit(Domain::Preparation));
         if prep_limit != UNLIMITED
             && budget.live(Domain::Preparation).saturating_add(need) > prep_limit
         {
             return false;
         }
-        let global = budget.global_limit();
+        let global = usable(budget.global_limit());
         if global == UNLIMITED {
             return true;
         }

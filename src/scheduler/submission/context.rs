@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::plan::TaskId;
+use crate::plan::{Priority, TaskId};
 use crate::sync::{AtomicBool, Ordering};
 
 use super::{CancelToken, ResumeHandle, SubmissionInner, suspend};
@@ -76,6 +76,14 @@ impl TaskContext<'_> {
     /// The running task.
     pub fn task(&self) -> TaskId {
         self.task
+    }
+
+    /// The priority the running task was admitted at: critical once
+    /// promoted (a run waits for it), else its graph priority.
+    pub fn priority(&self) -> Priority {
+        let t = self.task.0 as usize;
+        self.submission
+            .priority(self.task, self.submission.states[t].snapshot())
     }
 
     /// The lane of the worker running it (an inline task runs on a CPU or
