@@ -269,3 +269,77 @@ fn claim_racing_eviction_keeps_the_new_generation() {
         assert_eq!(new.drops.load(Ordering::Relaxed), usize::from(reloaded));
     });
 }
+
+/// One consumer of an evicted object: restore it (generation 2, value 42)
+/// under the claim, or wait for whoever does; then pin and read it.
+fn restore(store: &PreparedObjectStore<Obj>, probe: &Arc<Probe>, tally: &Tally) -> u64 {
+    match store.try_claim_load(0) {
+        LoadAttempt::Claimed(claim) => {
+            tally.claimed.fetch_add(1, Ordering::Relaxed);
+            assert_eq!(
+                claim.generation(),
+                Generation(2),
+                "a restore is a new generation"
+            );
+            claim.set_preparing();
+            claim.publish(Obj::produce(probe, 42), 8);
+        }
+        LoadAttempt::InFlight(waiter) => {
+            tally.in_flight.fetch_add(1, Ordering::Relaxed);
+            assert_eq!(waiter.generation(), Generation(2));
+            assert_eq!(waiter.wait(), GenerationOutcome::Resident(Generation(2)));
+            tally.woken.fetch_add(1, Ordering::Relaxed);
+        }
+        LoadAttempt::Resident(generation) => {
+            tally.resident.fetch_add(1, Ordering::Relaxed);
+            assert_eq!(generation, Generation(2));
+        }
+        LoadAttempt::Failed(generation) => panic!("nobody fails here, got {generation}"),
+    }
+    let pinned = store.pin(0).expect("restored: pinnable");
+    assert_eq!(pinned.generation(), Generation(2));
+    pinned.read()
+}
+
+/// An evicted object needed by two runs at once: exactly one restores it
+/// (a new generation), the other waits for that generation and is woken
+/// once; both read the restored bytes, never the evicted ones.
+#[test]
+fn restore_racing_a_second_waiter_restores_once() {
+    model(|| {
+        let store = Arc::new(PreparedObjectStore::<Obj>::new(1));
+        let (old, new) = (probe(), probe());
+        let LoadAttempt::Claimed(claim) = store.try_claim_load(0) else {
+            unreachable!()
+        };
+        claim.publish(Obj::produce(&old, 1), 8);
+        assert_eq!(
+            store.try_evict(0),
+            Evict::Evicted {
+                generation: Generation(1),
+                bytes: 8
+            }
+        );
+        let tally = Arc::new(Tally::default());
+        let other = {
+            let (store, new, tally) = (store.clone(), new.clone(), tally.clone());
+            thread::spawn(move || restore(&store, &new, &tally))
+        };
+        assert_eq!(restore(&store, &new, &tally), 42);
+        assert_eq!(other.join().unwrap(), 42);
+
+        let count = |c: &AtomicUsize| c.load(Ordering::Relaxed);
+        assert_eq!(count(&tally.claimed), 1, "exactly one restore");
+        assert_eq!(count(&tally.in_flight), count(&tally.woken));
+        assert_eq!(count(&tally.in_flight) + count(&tally.resident), 1);
+        let s = store.snapshot(0);
+        assert_eq!(
+            (s.residency(), s.generation(), s.pins()),
+            (Residency::Resident, Generation(2), 0)
+        );
+        assert_eq!(count(&new.drops), 0);
+        drop(store);
+        assert_eq!(count(&old.drops), 1, "the evicted object freed once");
+        assert_eq!(count(&new.drops), 1, "the restored object freed once");
+    });
+}

@@ -35,6 +35,7 @@ use crate::error::RunError;
 use crate::model::{ChecksumPolicy, PayloadSource};
 use crate::plan::{PreparedExecutionPlan, RequirementId};
 use crate::store::{Pin, PreparedObjectStore, ReadGuard};
+use crate::sync::Lock;
 
 /// The session state: the producer of its prepared objects (plan, store,
 /// arenas, payload source) and the budget gate of its session tasks.
@@ -225,12 +226,20 @@ impl PreparedExecutionState {
         invocation.lowered = None;
         invocation.execution = None;
         let ordered: Vec<&Tensor> = (0..count).map(input).collect();
-        // Nothing is allocated before the budget (and the default ceiling)
-        // could hold it: a trial reservation per request, dropped at once.
+        // Nothing is allocated before it is charged: each request of the
+        // lowering (its folded constants so far, then every buffer and
+        // temporary) resizes one reservation, held while it allocates.
         let ceiling = ceiling_gate(crate::limits::default_allocation_ceiling());
+        let held: Lock<Option<Reservation>> = Lock::new(None);
         let gate = |what: &str, bytes: usize| -> Result<(), Error> {
             ceiling(what, bytes)?;
-            drop(self.budget().reserve(Domain::Execution, bytes)?);
+            held.with(|h| match h {
+                Some(r) => r.resize(bytes),
+                None => self
+                    .budget()
+                    .reserve(Domain::Execution, bytes)
+                    .map(|r| *h = Some(r)),
+            })?;
             Ok(())
         };
         let lowered = lower_all(
@@ -241,10 +250,16 @@ impl PreparedExecutionState {
         )?;
         // Activation buffers live in the execution domain for as long as
         // this lowering is kept; over the limit, the run is refused.
-        invocation.execution = Some(
-            self.budget()
+        let charge = match held.with(Option::take) {
+            Some(mut r) => {
+                r.resize(lowered.buffer_bytes())?;
+                r
+            }
+            None => self
+                .budget()
                 .reserve(Domain::Execution, lowered.buffer_bytes())?,
-        );
+        };
+        invocation.execution = Some(charge);
         invocation.lowered = Some(lowered);
         Ok(())
     }
