@@ -113,11 +113,18 @@ pub(crate) fn pack(
     for col in 0..n {
         let (tile, lane) = (col / t, col % t);
         for blk in 0..blocks {
-            for g in 0..groups {
-                let src = &b[(col * blocks + blk) * blob + g * 4..][..4];
-                let dst =
-                    &mut weights[((tile * blocks + blk) * groups + g) * t * 4 + lane * 4..][..4];
-                let mut word = u32::from_le_bytes(src.try_into().expect("4 bytes"));
+            let src = &b[(col * blocks + blk) * blob..][..blob];
+            let base = (tile * blocks + blk) * groups * t * 4 + lane * 4;
+            // Every block but a partial last one is copied as is; the
+            // nibbles past K of a partial one are cleared.
+            let full = (blk + 1) * bs <= k;
+            for (g, word) in src.chunks_exact(4).enumerate() {
+                let dst = &mut weights[base + g * t * 4..][..4];
+                if full {
+                    dst.copy_from_slice(word);
+                    continue;
+                }
+                let mut word = u32::from_le_bytes(word.try_into().expect("4 bytes"));
                 let first = blk * bs + g * 8;
                 for j in 0..8 {
                     if first + j >= k {
