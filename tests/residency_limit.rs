@@ -36,16 +36,24 @@ fn open(
     RuntimeSession::open(
         model,
         SessionOptions {
-            cpu_threads: 1,
-            io_workers: 1,
-            budget,
             cache_dir: cache.map(|(d, _)| d.to_owned()),
             cache_policy: cache.map_or(PreparedModelPolicy::Disabled, |(_, p)| p),
             unpersisted_eviction: unpersisted,
-            ..SessionOptions::default()
+            ..limited(budget, 1)
         },
     )
     .expect("tiny-llm opens")
+}
+
+/// Options of a session under `budget` with `cpu_threads` CPU workers and
+/// one I/O worker.
+fn limited(budget: BudgetLimits, cpu_threads: usize) -> SessionOptions {
+    SessionOptions {
+        cpu_threads,
+        io_workers: 1,
+        budget,
+        ..SessionOptions::default()
+    }
 }
 
 fn tokens(session: &RuntimeSession) -> Result<Vec<i64>, onnx_prepared::Error> {
@@ -214,16 +222,8 @@ fn a_packed_object_is_charged_before_it_is_packed() {
     let model = write_fixture(dir.path(), &fixture, WriteMode::Verify).expect("writes")[0].clone();
     let a = onnx_prepared::Tensor::from_f32(vec![1, 256], vec![0.5; 256]).expect("tensor");
     for (limit, fits) in [(200 << 10, false), (300 << 10, true)] {
-        let session = RuntimeSession::open(
-            &model,
-            SessionOptions {
-                cpu_threads: 1,
-                io_workers: 1,
-                budget: BudgetLimits::unlimited().with_domain(Domain::Prepared, limit),
-                ..SessionOptions::default()
-            },
-        )
-        .expect("opens");
+        let budget = BudgetLimits::unlimited().with_domain(Domain::Prepared, limit);
+        let session = RuntimeSession::open(&model, limited(budget, 1)).expect("opens");
         let mut ctx = onnx_prepared::RuntimeContext::new(&session);
         ctx.set_input("A", a.clone()).expect("input");
         let result = session.run(ctx);
@@ -312,11 +312,11 @@ fn the_first_token_walks_the_design_s_arena_table() {
     let session = RuntimeSession::open(
         &model,
         SessionOptions {
-            cpu_threads: 1,
-            io_workers: 1,
-            budget: BudgetLimits::unlimited().with_domain(Domain::Prepared, limit),
             trace: true,
-            ..SessionOptions::default()
+            ..limited(
+                BudgetLimits::unlimited().with_domain(Domain::Prepared, limit),
+                1,
+            )
         },
     )
     .unwrap();
@@ -376,18 +376,8 @@ fn the_smallest_limits_that_can_work_all_finish() {
         limits = limits.with_domain(d, peak(d).max(1));
     }
     for cpu_threads in [1, 2] {
-        let session = Arc::new(
-            RuntimeSession::open(
-                &model,
-                SessionOptions {
-                    cpu_threads,
-                    io_workers: 1,
-                    budget: limits,
-                    ..SessionOptions::default()
-                },
-            )
-            .expect("opens"),
-        );
+        let session =
+            Arc::new(RuntimeSession::open(&model, limited(limits, cpu_threads)).expect("opens"));
         let (done, finished) = mpsc::channel();
         let worker = {
             let session = session.clone();

@@ -73,29 +73,40 @@ struct Tally {
 /// One consumer: claim and publish 42, or wait for whoever does; then pin
 /// and read the object.
 fn consume(store: &PreparedObjectStore<Obj>, probe: &Arc<Probe>, tally: &Tally) -> u64 {
+    consume_at(store, probe, tally, Generation(1))
+}
+
+/// [`consume`] of the object's `generation` (2: restoring an evicted
+/// object is a new generation).
+fn consume_at(
+    store: &PreparedObjectStore<Obj>,
+    probe: &Arc<Probe>,
+    tally: &Tally,
+    generation: Generation,
+) -> u64 {
     match store.try_claim_load(0) {
         LoadAttempt::Claimed(claim) => {
             tally.claimed.fetch_add(1, Ordering::Relaxed);
-            assert_eq!(claim.generation(), Generation(1));
+            assert_eq!(claim.generation(), generation);
             claim.set_preparing();
             claim.publish(Obj::produce(probe, 42), 8);
         }
         LoadAttempt::InFlight(waiter) => {
             tally.in_flight.fetch_add(1, Ordering::Relaxed);
-            assert_eq!(waiter.generation(), Generation(1));
-            assert_eq!(waiter.wait(), GenerationOutcome::Resident(Generation(1)));
+            assert_eq!(waiter.generation(), generation);
+            assert_eq!(waiter.wait(), GenerationOutcome::Resident(generation));
             tally.woken.fetch_add(1, Ordering::Relaxed);
         }
-        LoadAttempt::Resident(generation) => {
+        LoadAttempt::Resident(g) => {
             tally.resident.fetch_add(1, Ordering::Relaxed);
-            assert_eq!(generation, Generation(1));
+            assert_eq!(g, generation);
         }
-        LoadAttempt::Failed(generation) => panic!("nobody fails here, got {generation}"),
+        LoadAttempt::Failed(g) => panic!("nobody fails here, got {g}"),
     }
     let pinned = store
         .pin(0)
-        .expect("woken or told Resident: pinnable (no eviction in this model)");
-    assert_eq!(pinned.generation(), Generation(1));
+        .expect("woken or told Resident: pinnable (no eviction meanwhile)");
+    assert_eq!(pinned.generation(), generation);
     pinned.read()
 }
 
@@ -270,37 +281,6 @@ fn claim_racing_eviction_keeps_the_new_generation() {
     });
 }
 
-/// One consumer of an evicted object: restore it (generation 2, value 42)
-/// under the claim, or wait for whoever does; then pin and read it.
-fn restore(store: &PreparedObjectStore<Obj>, probe: &Arc<Probe>, tally: &Tally) -> u64 {
-    match store.try_claim_load(0) {
-        LoadAttempt::Claimed(claim) => {
-            tally.claimed.fetch_add(1, Ordering::Relaxed);
-            assert_eq!(
-                claim.generation(),
-                Generation(2),
-                "a restore is a new generation"
-            );
-            claim.set_preparing();
-            claim.publish(Obj::produce(probe, 42), 8);
-        }
-        LoadAttempt::InFlight(waiter) => {
-            tally.in_flight.fetch_add(1, Ordering::Relaxed);
-            assert_eq!(waiter.generation(), Generation(2));
-            assert_eq!(waiter.wait(), GenerationOutcome::Resident(Generation(2)));
-            tally.woken.fetch_add(1, Ordering::Relaxed);
-        }
-        LoadAttempt::Resident(generation) => {
-            tally.resident.fetch_add(1, Ordering::Relaxed);
-            assert_eq!(generation, Generation(2));
-        }
-        LoadAttempt::Failed(generation) => panic!("nobody fails here, got {generation}"),
-    }
-    let pinned = store.pin(0).expect("restored: pinnable");
-    assert_eq!(pinned.generation(), Generation(2));
-    pinned.read()
-}
-
 /// An evicted object needed by two runs at once: exactly one restores it
 /// (a new generation), the other waits for that generation and is woken
 /// once; both read the restored bytes, never the evicted ones.
@@ -323,9 +303,9 @@ fn restore_racing_a_second_waiter_restores_once() {
         let tally = Arc::new(Tally::default());
         let other = {
             let (store, new, tally) = (store.clone(), new.clone(), tally.clone());
-            thread::spawn(move || restore(&store, &new, &tally))
+            thread::spawn(move || consume_at(&store, &new, &tally, Generation(2)))
         };
-        assert_eq!(restore(&store, &new, &tally), 42);
+        assert_eq!(consume_at(&store, &new, &tally, Generation(2)), 42);
         assert_eq!(other.join().unwrap(), 42);
 
         let count = |c: &AtomicUsize| c.load(Ordering::Relaxed);
