@@ -36,8 +36,7 @@ use super::Q4View;
 use super::int8_avx2 as avx2;
 use super::int8_avx512 as avx512;
 use crate::ops::linalg::isa::Isa;
-use crate::ops::linalg::sgemm::{self, OutPtr};
-use crate::par::chunk;
+use crate::ops::linalg::sgemm::OutPtr;
 use crate::{CpuFeatures, KernelError, ParallelFor};
 
 const OP: &str = "MatMulNBits";
@@ -250,21 +249,8 @@ pub(crate) fn matmul(
         // columns of its tiles.
         unsafe { gemm(isa, v, &qa, rows, out.ptr(), tiles, accumulate) };
     };
-    let threads = par.threads();
-    if threads <= 1 || rows.saturating_mul(k).saturating_mul(n) < sgemm::PARALLEL_MIN_MACS {
-        task(0..v.tiles);
-    } else {
-        let parts = v
-            .tiles
-            .div_ceil(TASK_TILES)
-            .min(threads * sgemm::TASKS_PER_THREAD);
-        par.run(parts, &|i| {
-            let range = chunk(v.tiles, parts, TASK_TILES, i);
-            if !range.is_empty() {
-                task(range);
-            }
-        });
-    }
+    let macs = rows.saturating_mul(k).saturating_mul(n);
+    super::split_tiles(par, v.tiles, macs, TASK_TILES, &task);
     Ok(())
 }
 

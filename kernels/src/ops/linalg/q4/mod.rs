@@ -291,16 +291,32 @@ pub(crate) fn matmul(
             };
         }
     };
+    split_tiles(
+        par,
+        v.tiles,
+        rows.saturating_mul(k).saturating_mul(n),
+        GEMV_GROUP,
+        &task,
+    );
+}
+
+/// Runs `task` over `0..tiles`: whole on this thread for one thread or a
+/// product below [`sgemm::PARALLEL_MIN_MACS`] multiply-adds, else split
+/// across `par` in chunks of whole `group`s of tiles.
+pub(crate) fn split_tiles(
+    par: &dyn ParallelFor,
+    tiles: usize,
+    macs: usize,
+    group: usize,
+    task: &(dyn Fn(std::ops::Range<usize>) + Sync),
+) {
     let threads = par.threads();
-    if threads <= 1 || rows.saturating_mul(k).saturating_mul(n) < sgemm::PARALLEL_MIN_MACS {
-        task(0..v.tiles);
+    if threads <= 1 || macs < sgemm::PARALLEL_MIN_MACS {
+        task(0..tiles);
     } else {
-        let parts = v
-            .tiles
-            .div_ceil(GEMV_GROUP)
-            .min(threads * sgemm::TASKS_PER_THREAD);
+        let parts = tiles.div_ceil(group).min(threads * sgemm::TASKS_PER_THREAD);
         par.run(parts, &|i| {
-            let range = chunk(v.tiles, parts, GEMV_GROUP, i);
+            let range = chunk(tiles, parts, group, i);
             if !range.is_empty() {
                 task(range);
             }
