@@ -16,7 +16,10 @@
 //! 2. A preparation that finished (or whose producer of a needed object
 //!    already ran, the object having been evicted since) is replaced by a
 //!    new one: tasks whose objects are resident skip at once, so only the
-//!    missing generations are produced again.
+//!    missing generations are produced again. "Already ran": the
+//!    producer's run returned; under a prepared or global limit (where the
+//!    evictor may take the object between the producer's check and its
+//!    end) already when it started.
 //!
 //! **Run** (one suspendable continuation per inference, not a task per
 //! node):
@@ -579,6 +582,14 @@ fn plan_error(e: crate::scheduler::GraphError) -> Error {
 }
 
 impl SessionInner {
+    /// Whether objects may be evicted behind a running producer: under a
+    /// prepared-domain or global limit, the evictor runs.
+    fn evicts(&self) -> bool {
+        let budget = &self.options.budget;
+        budget.domain(Domain::Prepared) != crate::arena::UNLIMITED
+            || budget.global() != crate::arena::UNLIMITED
+    }
+
     /// Run step 2's check: one compare when nothing changed since every
     /// object was last seen resident.
     fn is_hot(&self) -> bool {

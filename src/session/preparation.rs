@@ -9,7 +9,7 @@ use super::{SessionInner, Trace, TraceLane};
 use crate::plan::{RequirementId, TaskId};
 use crate::scheduler::{Submission, SubmitOptions, TaskContext, TaskFailure, TaskRunner};
 use crate::state::SessionTasks;
-use crate::sync::Lock;
+use crate::sync::{AtomicBool, Lock, Ordering};
 
 /// The live preparation submission and what its tasks hold.
 pub(super) struct Preparation {
@@ -104,10 +104,29 @@ struct PreparationRunner {
     tasks: SessionTasks<'static>,
     ids: Box<[TaskId]>,
     trace: Option<Arc<Trace>>,
+    /// Per session-graph task: its run returned without suspending.
+    finished: Box<[AtomicBool]>,
+}
+
+impl PreparationRunner {
+    /// Whether `task`'s run returned without suspending.
+    fn finished(&self, task: TaskId) -> bool {
+        self.finished[task.0 as usize].load(Ordering::Acquire)
+    }
 }
 
 impl TaskRunner for PreparationRunner {
     fn run(&self, task: TaskId, ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+        let result = self.run_traced(task, ctx);
+        if !ctx.is_suspending() {
+            self.finished[task.0 as usize].store(true, Ordering::Release);
+        }
+        result
+    }
+}
+
+impl PreparationRunner {
+    fn run_traced(&self, task: TaskId, ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
         let t = self.ids[task.0 as usize];
         let Some(trace) = &self.trace else {
             return self.tasks.run(t, ctx);
@@ -175,9 +194,18 @@ impl SessionInner {
                     || p.submission.cancel_token().is_cancelled()
                     || needed.is_some_and(|r| {
                         let publisher = self.publisher[r.0 as usize];
-                        p.submission.is_claimed(publisher)
-                            && !p.submission.is_suspended(publisher)
-                            && !self.state.store().snapshot(r.0 as usize).is_in_flight()
+                        // Without a limit nothing evicts: a publisher that
+                        // started will produce the object (or find it in
+                        // flight), so only one that finished is stale.
+                        // Under a limit the object may be evicted between
+                        // its check and its end: one that started is.
+                        let ran = if self.evicts() {
+                            p.submission.is_claimed(publisher)
+                                && !p.submission.is_suspended(publisher)
+                        } else {
+                            p.runner.finished(publisher)
+                        };
+                        ran && !self.state.store().snapshot(r.0 as usize).is_in_flight()
                     });
                 if !stale {
                     if !streaming && p.streaming {
@@ -195,6 +223,11 @@ impl SessionInner {
                 tasks: self.state.shared_session_tasks(),
                 ids: self.session_ids.clone(),
                 trace: self.trace.clone(),
+                finished: self
+                    .session_ids
+                    .iter()
+                    .map(|_| AtomicBool::new(false))
+                    .collect(),
             });
             let options = SubmitOptions {
                 look_ahead: streaming.then(|| self.options.look_ahead.clone()),

@@ -73,6 +73,12 @@ impl TaskContext<'_> {
         }
     }
 
+    /// Whether this run called [`TaskContext::suspend`]: the task is not
+    /// finished when it returns.
+    pub fn is_suspending(&self) -> bool {
+        self.suspended.load(Ordering::Relaxed)
+    }
+
     /// The running task.
     pub fn task(&self) -> TaskId {
         self.task
