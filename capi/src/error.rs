@@ -1,6 +1,6 @@
 //! Error objects (cold path but for the success check): [`OnnxpError`], its
 //! [`OnnxpErrorKind`], and the boundary every entry point runs in
-//! ([`boundary`]): a caught panic becomes an error, never an abort.
+//! (`boundary`): a caught panic becomes an error, never an abort.
 
 use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -9,7 +9,10 @@
 //!    thread that finishes the run, sets `ready`, calls the caller's
 //!    callback (exactly once: the hook runs once), then sets `done` and
 //!    wakes waiters: `wait` returns only after the callback returned, so
-//!    the caller may free the user data then.
+//!    the caller may free the user data then. The hook holds only that
+//!    state (`Completion`), never the session: run on a worker, it must
+//!    not drop the last reference to the session that owns the worker's
+//!    pool.
 //! 2. The Rust handle sits behind an `Arc` so that `cancel` and `status`
 //!    call it with no lock held: the hook may run inside `cancel`, and a
 //!    callback may call `status` on its own handle.
@@ -127,13 +130,20 @@ struct Shared {
     state: Arc<Mutex<ContextState>>,
     /// The Rust handle until a `wait` takes it (protocol step 2).
     handle: Mutex<Option<Arc<ExecutionHandle<RuntimeContext>>>>,
-    /// Set by the completion hook once the callback returned (step 1).
-    done: Mutex<bool>,
-    wake: Condvar,
-    /// Set by the completion hook before the callback (step 1).
-    ready: AtomicBool,
+    completion: Arc<Completion>,
     /// The outcome, once a `wait` finished the run (step 3).
     finished: Mutex<Option<Outcome>>,
+}
+
+/// What the completion hook touches (step 1). It holds no session: the
+/// hook runs on a worker, and a worker must never drop the last reference
+/// to the session whose pool it belongs to (dropping the pool joins it).
+struct Completion {
+    /// Set before the callback.
+    ready: AtomicBool,
+    /// Set once the callback returned.
+    done: Mutex<bool>,
+    wake: Condvar,
 }
 
 struct Outcome {
@@ -151,9 +161,10 @@ impl Shared {
     fn wait(&self) -> Result<()> {
         let mut finished = lock(&self.finished);
         if finished.is_none() {
-            let mut done = lock(&self.done);
+            let c = &self.completion;
+            let mut done = lock(&c.done);
             while !*done {
-                done = self.wake.wait(done).unwrap_or_else(|p| p.into_inner());
+                done = c.wake.wait(done).unwrap_or_else(|p| p.into_inner());
             }
             drop(done);
             let mut handle = lock(&self.handle)
@@ -203,7 +214,10 @@ pub struct OnnxpRunHandle {
 impl std::fmt::Debug for OnnxpRunHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OnnxpRunHandle")
-            .field("ready", &self.shared.ready.load(Ordering::Acquire))
+            .field(
+                "ready",
+                &self.shared.completion.ready.load(Ordering::Acquire),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -248,16 +262,19 @@ pub unsafe extern "C" fn onnxp_run_async(
         same_session(session, context)?;
         let ctx = lock(&context.state).lend()?;
         let handle = Arc::new(s.session.run_async(ctx));
+        let completion = Arc::new(Completion {
+            ready: AtomicBool::new(false),
+            done: Mutex::new(false),
+            wake: Condvar::new(),
+        });
         let shared = Arc::new(Shared {
             session: context.session.clone(),
             state: context.state.clone(),
             handle: Mutex::new(Some(handle.clone())),
-            done: Mutex::new(false),
-            wake: Condvar::new(),
-            ready: AtomicBool::new(false),
+            completion: completion.clone(),
             finished: Mutex::new(None),
         });
-        let hook = shared.clone();
+        let hook = completion;
         let user_data = UserData(user_data);
         handle.on_complete(move || {
             let user_data = user_data;
@@ -323,7 +340,7 @@ pub unsafe extern "C" fn onnxp_run_handle_is_ready(
         // SAFETY: NULL or live (the caller's contract).
         let shared = unsafe { handle_arg(handle) }?;
         // SAFETY: checked non-NULL; valid for a write (the caller's contract).
-        unsafe { ready.write(shared.ready.load(Ordering::Acquire)) };
+        unsafe { ready.write(shared.completion.ready.load(Ordering::Acquire)) };
         Ok(())
     })
 }

@@ -4,7 +4,7 @@
 //! taken; asynchronous runs call back exactly once, cancel, report status,
 //! and give the context back; `generate` matches the Rust decoder.
 
-#![allow(clippy::disallowed_types)] // test bookkeeping
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)] // test bookkeeping and threads
 
 mod common;
 
@@ -487,4 +487,185 @@ fn kv_cache_pairs_bind_and_unknown_bindings_fail() {
         assert!(message.contains("past_key_0"), "{message}");
     }
     assert_eq!(pairs, 8);
+}
+
+/// Sets every tiny-llm input for a prompt of `t` tokens and an empty cache.
+fn tiny_prompt(ctx: &Context, t: usize) {
+    let ids: Vec<i64> = (1..=t as i64).collect();
+    let bias: Vec<f32> = (0..t * t)
+        .map(|k| if k % t <= k / t { 0.0 } else { -10000.0 })
+        .collect();
+    let (ids_name, bias_name) = (c("input_ids"), c("attn_bias"));
+    // SAFETY: a live context; dims and data valid for their lengths.
+    unsafe {
+        ok(onnxp_context_set_input(
+            ctx.0,
+            ids_name.as_ptr(),
+            I64,
+            [1, t].as_ptr(),
+            2,
+            ids.as_ptr().cast(),
+            t * 8,
+        ));
+        ok(onnxp_context_set_input(
+            ctx.0,
+            bias_name.as_ptr(),
+            F32,
+            [1, 1, t, t].as_ptr(),
+            4,
+            bias.as_ptr().cast(),
+            t * t * 4,
+        ));
+        for layer in 0..4 {
+            for kv in ["key", "value"] {
+                let name = c(&format!("past_{kv}_{layer}"));
+                ok(onnxp_context_set_input(
+                    ctx.0,
+                    name.as_ptr(),
+                    F32,
+                    [1, 8, 0, 64].as_ptr(),
+                    4,
+                    ptr::null(),
+                    0,
+                ));
+            }
+        }
+    }
+}
+
+/// What a callback that inspects its own handle saw.
+#[derive(Default)]
+struct Probe {
+    handle: std::sync::atomic::AtomicPtr<OnnxpRunHandle>,
+    calls: AtomicUsize,
+    /// Bit 0: the handle was known; bit 1: it read ready and not running.
+    seen: AtomicUsize,
+}
+
+unsafe extern "C" fn probe(user_data: *mut c_void) {
+    // SAFETY: every caller passes a live `Probe`.
+    let p = unsafe { &*user_data.cast::<Probe>() };
+    p.calls.fetch_add(1, Ordering::SeqCst);
+    let handle = p.handle.load(Ordering::SeqCst);
+    if handle.is_null() {
+        return;
+    }
+    let (mut ready, mut s) = (false, OnnxpStatus::Running);
+    // SAFETY: the handle is live until its wait returned, which happens
+    // only after this callback returns.
+    unsafe {
+        ok(onnxp_run_handle_is_ready(handle, &mut ready));
+        ok(onnxp_run_handle_status(handle, &mut s));
+    }
+    let good = usize::from(ready && s != OnnxpStatus::Running) << 1;
+    p.seen.store(1 | good, Ordering::SeqCst);
+}
+
+#[test]
+fn a_callback_may_read_its_own_handle_and_cancel_may_race_wait() {
+    // A panic on any thread (a worker dropping its own pool, say) is
+    // counted; no other test of this file panics.
+    static PANICS: AtomicUsize = AtomicUsize::new(0);
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICS.fetch_add(1, Ordering::SeqCst);
+        previous(info);
+    }));
+    let (mut saw_handle, mut cancelled) = (0, 0);
+    for round in 0..6 {
+        // A cold session each round: the prompt's run streams the weights.
+        let session = open("tiny-llm");
+        let ctx = session.context();
+        tiny_prompt(&ctx, 16);
+        let p = Probe::default();
+        let mut handle = null();
+        // SAFETY: a live session and context; `p` outlives the handle,
+        // which is waited and released below.
+        ok(unsafe {
+            onnxp_run_async(
+                session.0,
+                ctx.0,
+                Some(probe),
+                ptr::from_ref(&p).cast_mut().cast(),
+                &mut handle,
+            )
+        });
+        p.handle.store(handle, Ordering::SeqCst);
+        let handle_addr = handle as usize;
+        // Half the rounds cancel from another thread while this one waits.
+        let canceller = (round % 2 == 1).then(|| {
+            std::thread::spawn(move || {
+                // SAFETY: the handle is released only after this thread
+                // is joined.
+                ok(unsafe { onnxp_run_handle_cancel(handle_addr as *mut OnnxpRunHandle) });
+            })
+        });
+        // SAFETY: a live handle, waited, then released once (after the
+        // canceller is joined).
+        let result = common::outcome(unsafe { onnxp_run_handle_wait(handle) });
+        if let Some(t) = canceller {
+            t.join().expect("canceller");
+        }
+        match &result {
+            None => assert_eq!(status(handle), OnnxpStatus::Succeeded),
+            Some((K::Cancelled, _)) => {
+                assert!(round % 2 == 1);
+                assert_eq!(status(handle), OnnxpStatus::Cancelled);
+            }
+            Some(other) => panic!("round {round}: {other:?}"),
+        }
+        // SAFETY: released once.
+        unsafe { onnxp_run_handle_release(handle) };
+        assert_eq!(p.calls.load(Ordering::SeqCst), 1, "round {round}");
+        let seen = p.seen.load(Ordering::SeqCst);
+        assert!(
+            seen == 0 || seen == 3,
+            "round {round}: the callback saw {seen:#b}"
+        );
+        saw_handle += usize::from(seen == 3);
+        cancelled += usize::from(result.is_some());
+        if result.is_none() {
+            assert_eq!(output_shape(&ctx, "logits"), vec![1, 16, 8192]);
+        }
+    }
+    eprintln!("{saw_handle} of 6 callbacks read their handle; {cancelled} of 3 cancels won");
+    // A cold prompt's run outlasts storing its handle by far.
+    assert!(saw_handle > 0);
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a thread panicked");
+}
+
+#[test]
+fn runs_on_one_session_overlap_from_several_threads() {
+    let session = open("gemm-chain");
+    let expected: Vec<Vec<f32>> = (0..4).map(|k| rust_y(&a_values(k as f32 * 0.1))).collect();
+    std::thread::scope(|s| {
+        for (k, want) in expected.iter().enumerate() {
+            let session = &session;
+            s.spawn(move || {
+                let ctx = session.context();
+                let a = a_values(k as f32 * 0.1);
+                for _ in 0..50 {
+                    ok(set_a(&ctx, &a, k % 2 == 0));
+                    assert_eq!(run(session, &ctx), None);
+                    assert_eq!(&output(&ctx, "Y").expect("an output").1, want);
+                }
+            });
+        }
+    });
+}
+
+fn output_shape(ctx: &Context, name: &str) -> Vec<usize> {
+    let name = c(name);
+    let mut view = std::mem::MaybeUninit::<OnnxpTensorView>::uninit();
+    // SAFETY: a live context and a valid out-pointer; the dims are read
+    // before the next call on the context.
+    unsafe {
+        ok(onnxp_context_output(
+            ctx.0,
+            name.as_ptr(),
+            view.as_mut_ptr(),
+        ));
+        let v = view.assume_init();
+        std::slice::from_raw_parts(v.dims, v.rank).to_vec()
+    }
 }

@@ -162,8 +162,10 @@ impl<T> ExecutionHandle<T> {
     ///
     /// `f` runs inside the runtime's completion path (on a worker thread it
     /// delays that worker's next task): it must not block, and must not
-    /// wait for another submission of the same pool. Registering several
-    /// callbacks calls each once, in order.
+    /// wait for another submission of the same pool. It is dropped on the
+    /// thread that ran it, so it must not own the last reference to the
+    /// session (dropping a session joins its pool's workers). Registering
+    /// several callbacks calls each once, in order.
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -75,6 +75,12 @@ pub fn open(name: &str) -> Session {
 /// A session released on drop.
 pub struct Session(pub *const OnnxpSession);
 
+// SAFETY: the C API documents every session function as callable from any
+// thread, concurrently; the pointer is released once, on drop.
+unsafe impl Send for Session {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Session {}
+
 impl Session {
     /// A new context for it.
     pub fn context(&self) -> Context {
