@@ -1,5 +1,6 @@
-//! Loom models of `sync::Latch`: no lost wake-up, and everything written
-//! before `open` is visible after `wait`.
+//! Loom models of `sync::Latch`: no lost wake-up, everything written
+//! before `open` is visible after `wait`, and an `on_open` hook runs exactly
+//! once whichever side gets there first.
 #![cfg(loom)]
 
 use loom_tests::model;
@@ -62,5 +63,33 @@ fn every_waiter_is_woken_exactly_once() {
         }
         assert_eq!(woken.load(Ordering::Relaxed), 2);
         assert!(latch.is_open());
+    });
+}
+
+#[test]
+fn hook_runs_exactly_once() {
+    model(|| {
+        let latch = Arc::new(Latch::new());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let payload = Arc::new(Payload(UnsafeCell::new(0)));
+        let opener = {
+            let (latch, payload) = (latch.clone(), payload.clone());
+            thread::spawn(move || {
+                // SAFETY: the hook reads only once the latch is open, after
+                // this write.
+                payload.0.with_mut(|p| unsafe { *p = 7 });
+                latch.open();
+            })
+        };
+        let (r, p) = (runs.clone(), payload.clone());
+        latch.on_open(Box::new(move || {
+            // SAFETY: the hook runs only after `open`, which follows the
+            // opener's write.
+            let seen = p.0.with(|v| unsafe { *v });
+            assert_eq!(seen, 7);
+            r.fetch_add(1, Ordering::Relaxed);
+        }));
+        opener.join().unwrap();
+        assert_eq!(runs.load(Ordering::Relaxed), 1);
     });
 }

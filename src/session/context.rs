@@ -255,6 +255,19 @@ impl RuntimeContext {
         self.outputs.iter().find(|(n, _)| n == name).map(|(_, t)| t)
     }
 
+    /// Takes output `name` of the last run: it leaves the context (and its
+    /// I/O-domain charge) with no copy, an empty tensor in its place in
+    /// [`RuntimeContext::outputs`]; the next run allocates a new one. `None`
+    /// when the last run produced no output `name`.
+    pub fn take_output(&mut self, name: &str) -> Option<Tensor> {
+        let slot = &mut self.outputs.iter_mut().find(|(n, _)| n == name)?.1;
+        let value = std::mem::take(slot);
+        if let Some(io) = &mut self.io {
+            io.shrink(value.byte_len().min(io.bytes()));
+        }
+        Some(value)
+    }
+
     /// Takes the outputs of the last run: they leave the context (and its
     /// I/O-domain charge); the next run allocates new ones.
     ///

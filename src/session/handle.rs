@@ -153,6 +153,46 @@ impl<T> ExecutionHandle<T> {
         self.submission().is_done()
     }
 
+    /// Calls `f` exactly once, when the submission reaches its terminal
+    /// state: on the thread that finishes it — a pool worker, a thread in
+    /// `wait` or [`cancel`](Self::cancel) that ran or cancelled its last
+    /// task, or a dropping handle's — or at once on the calling thread when
+    /// it has finished already. When `f` runs,
+    /// [`is_ready`](Self::is_ready) is true and `wait` does not block.
+    ///
+    /// `f` runs inside the runtime's completion path (on a worker thread it
+    /// delays that worker's next task): it must not block, and must not
+    /// wait for another submission of the same pool. It is dropped on the
+    /// thread that ran it, so it must not own the last reference to the
+    /// session (dropping a session joins its pool's workers). Registering
+    /// several callbacks calls each once, in order.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+    /// # use onnx_prepared::plan::PreparedExecutionPlan;
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir)?;
+    /// # let model = Model::open(dir.join("gemm-chain.onnx"))?;
+    /// # let plan = PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?;
+    /// use std::sync::mpsc;
+    /// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+    /// use onnx_prepared_kernels::Tensor;
+    ///
+    /// let session = RuntimeSession::new(plan, SessionOptions::default())?;
+    /// let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256])?;
+    /// let run = session.run_async(RuntimeContext::new(&session).with_input("A", a)?);
+    /// let (done, finished) = mpsc::channel();
+    /// run.on_complete(move || done.send(()).expect("receiver alive"));
+    /// finished.recv()?; // the run finished (on a worker, here)
+    /// assert!(run.is_ready());
+    /// assert_eq!(run.wait()?.outputs().len(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn on_complete(&self, f: impl FnOnce() + Send + 'static) {
+        self.submission().on_done(Box::new(f));
+    }
+
     /// Cooperative cancellation: tasks that have not started never run; a
     /// suspended run ends cancelled, its pins released. The session's
     /// preparation (its reads and prepacks) is shared: it is cancelled

@@ -18,20 +18,43 @@
 //!    waiter sleeps — and notifies it. No wake-up is lost (loom model
 //!    `latch::every_waiter_is_woken_exactly_once`).
 //!
+//! 4. `on_open` registers a hook the way `wait` registers a sleeper: under
+//!    the lock it increments `waiters`, then re-checks `open` (SeqCst). Open
+//!    already: it undoes the increment and runs the hook itself, after
+//!    releasing the lock. Still closed: it stores the hook (chained after any
+//!    earlier one) and keeps the increment, so the opener's RMW of step 1
+//!    reads a non-zero count, takes the lock and the hook, and runs it after
+//!    releasing the lock. By the argument of step 3 exactly one of the two
+//!    runs it (loom model `latch::hook_runs_exactly_once`).
+//!
 //! The Release store in `open` pairs with the Acquire loads in `wait`, so
 //! everything the opener wrote before opening is visible to every waiter after
-//! `wait` returns.
+//! `wait` returns (and to a hook, which runs after the lock or the SeqCst
+//! load that saw the latch open).
 
 use super::{AtomicBool, AtomicUsize, Condvar, Mutex, Ordering, lock};
 
+/// What [`Latch::on_open`] runs once the latch is open.
+type Hook = Box<dyn FnOnce() + Send>;
+
 /// A gate that starts closed and, once opened, stays open.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Latch {
     open: AtomicBool,
-    /// Threads inside the locked part of `wait`.
+    /// Threads inside the locked part of `wait`, plus one while a hook is
+    /// stored.
     waiters: AtomicUsize,
-    lock: Mutex<()>,
+    /// The hook registered by `on_open` while the latch was closed.
+    lock: Mutex<Option<Hook>>,
     cond: Condvar,
+}
+
+impl std::fmt::Debug for Latch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Latch")
+            .field("open", &self.is_open())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Latch {
@@ -47,9 +70,50 @@ impl Latch {
         // release in the counter's modification order — makes the store
         // above visible to any waiter whose increment comes after it.
         if self.waiters.fetch_add(0, Ordering::SeqCst) > 0 {
-            let _guard = lock(&self.lock);
-            self.cond.notify_all();
+            let hook = {
+                let mut guard = lock(&self.lock);
+                self.cond.notify_all();
+                guard.take()
+            };
+            if let Some(hook) = hook {
+                self.waiters.fetch_sub(1, Ordering::SeqCst);
+                hook();
+            }
         }
+    }
+
+    /// Runs `hook` exactly once, once the latch is open (protocol step 4):
+    /// at once on the calling thread when it is open already, else on the
+    /// thread whose [`Latch::open`] opens it, after that thread has woken the
+    /// waiters. Several hooks run in the order they were registered. A hook
+    /// of a latch that never opens is dropped with it, never run.
+    pub fn on_open(&self, hook: Hook) {
+        let mut guard = lock(&self.lock);
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        if self.open.load(Ordering::SeqCst) {
+            // A hook stored before the opening that its opener has not
+            // taken yet runs first, here (the opener then finds none).
+            let earlier = guard.take();
+            let stored = usize::from(earlier.is_some());
+            self.waiters.fetch_sub(1 + stored, Ordering::SeqCst);
+            drop(guard);
+            if let Some(earlier) = earlier {
+                earlier();
+            }
+            hook();
+            return;
+        }
+        *guard = Some(match guard.take() {
+            Some(first) => {
+                // The stored hook already holds its increment.
+                self.waiters.fetch_sub(1, Ordering::SeqCst);
+                Box::new(move || {
+                    first();
+                    hook();
+                })
+            }
+            None => hook,
+        });
     }
 
     /// Closes an open latch again, for reuse. Only sound to call when no

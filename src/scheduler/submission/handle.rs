@@ -87,6 +87,16 @@ impl Submission {
         self.inner.is_done()
     }
 
+    /// Runs `hook` exactly once when every task reached a terminal state:
+    /// on the thread whose terminal accounting completes the submission (a
+    /// worker, a helping waiter, a canceller), right after the waiters were
+    /// woken, or at once on the calling thread when it is complete already
+    /// (`Latch::on_open`). Cold path: one allocation, and the completion
+    /// takes the latch's lock only when a hook or a sleeper is registered.
+    pub fn on_done(&self, hook: Box<dyn FnOnce() + Send>) {
+        self.inner.all_done.on_open(hook);
+    }
+
     /// A token that cancels this submission (protocol "cancel"). It does not
     /// keep the submission alive, so a runner may own one of its own.
     pub fn cancel_token(&self) -> CancelToken {

@@ -1,0 +1,313 @@
+//! Session options (cold path): [`OnnxpOptions`] wraps `SessionOptions`;
+//! one setter per knob a C caller needs.
+
+use std::ffi::c_char;
+use std::path::PathBuf;
+
+use onnx_prepared::{Domain, PreparedModelPolicy, SessionOptions};
+
+use crate::error::{OnnxpError, boundary, quiet};
+use crate::{arg, out_arg, str_arg};
+
+/// Options for `onnxp_session_open`: threads, I/O workers, pinning, memory
+/// limits, the prepared cache. Made by `onnxp_options_create` with the
+/// runtime's defaults; read (not kept) by `onnxp_session_open`.
+#[derive(Debug, Clone, Default)]
+pub struct OnnxpOptions {
+    pub(crate) inner: SessionOptions,
+}
+
+/// A memory domain whose live bytes a limit caps
+/// (`onnxp_options_set_memory_limit`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnnxpMemoryDomain {
+    /// Source buffers and scratch of reads, prepacks and cache writes.
+    Preparation = 0,
+    /// Resident prepared (packed) weights; under a limit, the least
+    /// recently used are evicted and restored when needed.
+    Prepared = 1,
+    /// A run's intermediates and kernel workspaces.
+    Execution = 2,
+    /// Outputs held by contexts, and staged inputs.
+    Io = 3,
+    /// Every domain together.
+    Global = 4,
+}
+
+/// What a session does with the prepared cache
+/// (`onnxp_options_set_cache_policy`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnnxpCachePolicy {
+    /// Ignore any prepared cache and never write one (the default).
+    Disabled = 0,
+    /// Use compatible entries; build misses in memory only.
+    ReadOnly = 1,
+    /// Use compatible entries; build misses and persist them.
+    BuildIfMissing = 2,
+    /// Fail at open when a prepared object has no compatible entry.
+    RequireComplete = 3,
+}
+
+/// Runs `f` on the options behind `options`.
+///
+/// # Safety
+/// `options` is NULL or live and used by no other thread.
+unsafe fn with_options(
+    options: *mut OnnxpOptions,
+    f: impl FnOnce(&mut SessionOptions) -> Result<(), OnnxpError>,
+) -> *mut OnnxpError {
+    boundary(|| {
+        // SAFETY: NULL or live and not shared (the caller's contract).
+        let options = unsafe { options.as_mut() }.ok_or_else(|| OnnxpError::null("options"))?;
+        f(&mut options.inner)
+    })
+}
+
+/// Writes new options with the runtime's defaults to `*out`: a CPU worker
+/// per core, two I/O workers, no pinning, no memory limit, no prepared
+/// cache.
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// `out` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onnxp_options_create(out: *mut *mut OnnxpOptions) -> *mut OnnxpError {
+    boundary(|| {
+        out_arg(out, "out")?;
+        let options = Box::into_raw(Box::default());
+        // SAFETY: checked non-NULL; valid for a write (the caller's contract).
+        unsafe { out.write(options) };
+        Ok(())
+    })
+}
+
+/// Frees `options`. NULL is a no-op. Sessions opened with them are not
+/// affected.
+///
+/// Thread safety: once, when no other thread uses the options.
+///
+/// # Safety
+/// `options` is NULL or made by `onnxp_options_create` and not released.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onnxp_options_release(options: *mut OnnxpOptions) {
+    quiet(|| {
+        if !options.is_null() {
+            // SAFETY: made by `Box::into_raw` in `onnxp_options_create`,
+            // released once (the caller's contract).
+            drop(unsafe { Box::from_raw(options) });
+        }
+    });
+}
+
+/// Sets the number of CPU workers of the session's pool (kernels and
+/// prepacks; at least 1) and the most threads one kernel uses, the calling
+/// thread included (`intra_op_threads`; 0: the caller plus every CPU
+/// worker).
+///
+/// Thread safety: not with other calls on the same options.
+///
+/// # Safety
+/// `options` is NULL or live.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onnxp_options_set_threads(
+    options: *mut OnnxpOptions,
+    cpu_threads: usize,
+    intra_op_threads: usize,
+) -> *mut OnnxpError {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_options(options, |o| {
+            if cpu_threads == 0 {
+                return Err(OnnxpError::invalid("cpu_threads must be at least 1"));
+            }
+            o.cpu_threads = cpu_threads;
+            o.intra_op_threads = (intra_op_threads > 0).then_some(intra_op_threads);
+            Ok(())
+        })
+    }
+}
+
+/// Sets the number of I/O workers (weight reads; at least 1).
+///
+/// Thread safety: not with other calls on the same options.
+///
+/// # Safety
+/// `options` is NULL or live.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onnxp_options_set_io_workers(
+    options: *mut OnnxpOptions,
+    io_workers: usize,
+) -> *mut OnnxpError {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_options(options, |o| {
+            if io_workers == 0 {
+                return Err(OnnxpError::invalid("io_workers must be at least 1"));
+            }
+            o.io_workers = io_workers;
+            Ok(())
+        })
+    }
+}
+
+/// Pins the CPU workers to cores (`pin` true) or not.
+///
+/// Thread safety: not with other calls on the same options.
+///
+/// # Safety
+/// `options` is NULL or live.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onnxp_options_set_pin_threads(
+    options: *mut OnnxpOptions,
+    pin: bool,
+) -> *mut OnnxpError {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_options(options, |o| {
+            o.pin_threads = pin;
+            Ok(())
+        })
+    }
+}
+
+/// Maps the model's external data files and uses aligned weights in place
+/// (`map` true) instead of reading them. A data file truncated by another
+/// program while it is mapped kills the process (SIGBUS).
+///
+/// Thread safety: not with other calls on the same options.
+///
+/// # Safety
+/// `options` is NULL or live.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onnxp_options_set_map_weights(
+    options: *mut OnnxpOptions,
+    map: bool,
+) -> *mut OnnxpError {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_options(options, |o| {
+            o.map_weights = map;
+            Ok(())
+        })
+    }
+}
+
+/// Caps the live bytes of `domain` (an `OnnxpMemoryDomain` value) at
+/// `bytes`; `UINT64_MAX` removes the limit. An allocation the limit refuses
+/// fails with `ONNXP_ERROR_KIND_BUDGET` (reads wait for room instead).
+///
+/// Thread safety: not with other calls on the same options.
+///
+/// # Safety
+/// `options` is NULL or live.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onnxp_options_set_memory_limit(
+    options: *mut OnnxpOptions,
+    domain: i32,
+    bytes: u64,
+) -> *mut OnnxpError {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_options(options, |o| {
+            let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+            let budget = o.budget;
+            o.budget = match domain {
+                0 => budget.with_domain(Domain::Preparation, bytes),
+                1 => budget.with_domain(Domain::Prepared, bytes),
+                2 => budget.with_domain(Domain::Execution, bytes),
+                3 => budget.with_domain(Domain::Io, bytes),
+                4 => budget.with_global(bytes),
+                _ => {
+                    return Err(OnnxpError::invalid(format!(
+                        "{domain} is not an OnnxpMemoryDomain"
+                    )));
+                }
+            };
+            Ok(())
+        })
+    }
+}
+
+/// Sets the prepared cache's directory (`dir`, UTF-8), or clears it when
+/// `dir` is NULL. A policy other than `ONNXP_CACHE_POLICY_DISABLED` needs a
+/// directory.
+///
+/// Thread safety: not with other calls on the same options.
+///
+/// # Safety
+/// `options` is NULL or live; `dir` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onnxp_options_set_cache_dir(
+    options: *mut OnnxpOptions,
+    dir: *const c_char,
+) -> *mut OnnxpError {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_options(options, |o| {
+            o.cache_dir = if dir.is_null() {
+                None
+            } else {
+                // SAFETY: non-NULL and NUL-terminated (the caller's contract).
+                Some(PathBuf::from(str_arg(dir, "dir")?))
+            };
+            Ok(())
+        })
+    }
+}
+
+/// Sets what the session does with the prepared cache (`policy`, an
+/// `OnnxpCachePolicy` value).
+///
+/// Thread safety: not with other calls on the same options.
+///
+/// # Safety
+/// `options` is NULL or live.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onnxp_options_set_cache_policy(
+    options: *mut OnnxpOptions,
+    policy: i32,
+) -> *mut OnnxpError {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_options(options, |o| {
+            o.cache_policy = match policy {
+                0 => PreparedModelPolicy::Disabled,
+                1 => PreparedModelPolicy::ReadOnly,
+                2 => PreparedModelPolicy::BuildIfMissing,
+                3 => PreparedModelPolicy::RequireComplete,
+                _ => {
+                    return Err(OnnxpError::invalid(format!(
+                        "{policy} is not an OnnxpCachePolicy"
+                    )));
+                }
+            };
+            Ok(())
+        })
+    }
+}
+
+/// The options behind `options` (defaults for NULL), checked for a policy
+/// without a directory.
+///
+/// # Safety
+/// `options` is NULL or live.
+pub(crate) unsafe fn session_options(
+    options: *const OnnxpOptions,
+) -> Result<SessionOptions, OnnxpError> {
+    let o = if options.is_null() {
+        SessionOptions::default()
+    } else {
+        // SAFETY: non-NULL and live (the caller's contract).
+        unsafe { arg(options, "options") }?.inner.clone()
+    };
+    if o.cache_dir.is_none() && o.cache_policy != PreparedModelPolicy::Disabled {
+        return Err(OnnxpError::invalid(format!(
+            "cache policy {} needs a cache directory (onnxp_options_set_cache_dir)",
+            o.cache_policy.name()
+        )));
+    }
+    Ok(o)
+}
