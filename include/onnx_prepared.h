@@ -507,8 +507,12 @@ OnnxpError *onnxp_run(const OnnxpSession *session, OnnxpContext *context);
 // `onnxp_run_handle_wait` (and `onnxp_run_handle_release`) return only
 // after it has returned, so `user_data` may be freed then. It runs inside
 // the runtime's completion path: it must not block (no wait on this or
-// another run: signal a condition variable, post to a queue), and
-// `user_data` must be usable on that thread.
+// another run: signal a condition variable, post to a queue), must not
+// release a session, context or run handle (the last release of a
+// session joins the runtime's threads, possibly the one calling back),
+// and `user_data` must be usable on that thread. `*out` is written
+// before the callback can run: a callback may read the handle from
+// where `out` pointed (e.g. to call `onnxp_run_handle_status`).
 //
 // Thread safety: as `onnxp_run`.
 //

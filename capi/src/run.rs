@@ -236,8 +236,12 @@ impl std::fmt::Debug for OnnxpRunHandle {
 /// `onnxp_run_handle_wait` (and `onnxp_run_handle_release`) return only
 /// after it has returned, so `user_data` may be freed then. It runs inside
 /// the runtime's completion path: it must not block (no wait on this or
-/// another run: signal a condition variable, post to a queue), and
-/// `user_data` must be usable on that thread.
+/// another run: signal a condition variable, post to a queue), must not
+/// release a session, context or run handle (the last release of a
+/// session joins the runtime's threads, possibly the one calling back),
+/// and `user_data` must be usable on that thread. `*out` is written
+/// before the callback can run: a callback may read the handle from
+/// where `out` pointed (e.g. to call `onnxp_run_handle_status`).
 ///
 /// Thread safety: as `onnxp_run`.
 ///
@@ -274,6 +278,12 @@ pub unsafe extern "C" fn onnxp_run_async(
             completion: completion.clone(),
             finished: Mutex::new(None),
         });
+        // The handle reaches the caller before the callback can run (it
+        // may run at once, here, when the run finished already): a
+        // callback that reads `*out` finds it written.
+        let boxed = Box::new(OnnxpRunHandle { shared });
+        // SAFETY: checked non-NULL; valid for a write (the caller's contract).
+        unsafe { out.write(Box::into_raw(boxed)) };
         let hook = completion;
         let user_data = UserData(user_data);
         handle.on_complete(move || {
@@ -290,9 +300,6 @@ pub unsafe extern "C" fn onnxp_run_async(
             hook.wake.notify_all();
         });
         drop(handle);
-        let handle = Box::new(OnnxpRunHandle { shared });
-        // SAFETY: checked non-NULL; valid for a write (the caller's contract).
-        unsafe { out.write(Box::into_raw(handle)) };
         Ok(())
     })
 }

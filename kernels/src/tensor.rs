@@ -519,6 +519,20 @@ impl Tensor {
         })
     }
 
+    /// A copy that owns its elements: a tensor over shared bytes is copied
+    /// out of them (a clone would keep using them in place), an owned one
+    /// is cloned. For values that outlive the bytes' lender, e.g. a
+    /// caller's buffer lent for one run.
+    pub fn to_owned_elements(&self) -> Self {
+        match &self.data {
+            Storage::Owned(_) => self.clone(),
+            Storage::Shared { .. } => Self {
+                shape: self.shape.clone(),
+                data: Storage::Owned(self.data().to_data()),
+            },
+        }
+    }
+
     /// Whether the elements are used in place from shared bytes (made by
     /// [`Tensor::shared`] and not mutated since).
     pub fn is_shared(&self) -> bool {
@@ -735,10 +749,16 @@ mod tests {
         let owned = Tensor::from_f32(vec![2, 2], values.to_vec()).unwrap();
         assert_eq!(t, owned);
         assert_ne!(t, Tensor::from_f32(vec![4], values.to_vec()).unwrap());
-        // A clone shares the bytes.
+        // A clone shares the bytes; an owned copy does not hold them.
         let c = t.clone();
         assert!(c.is_shared());
         assert_eq!(c.data(), DataRef::F32(&values));
+        let before = Arc::strong_count(&bytes);
+        let o = t.to_owned_elements();
+        assert!(!o.is_shared());
+        assert_eq!(o, owned);
+        assert_eq!(Arc::strong_count(&bytes), before, "the copy holds no view");
+        assert!(!owned.to_owned_elements().is_shared());
         assert!(format!("{t:?}").contains("Shared(f32 x 4)"));
         // f16 reads in place too (two per four bytes).
         let h = Tensor::shared(vec![2], ElementType::F16, bytes.clone(), 4).expect("f16");

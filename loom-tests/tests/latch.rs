@@ -93,3 +93,38 @@ fn hook_runs_exactly_once() {
         assert_eq!(runs.load(Ordering::Relaxed), 1);
     });
 }
+
+/// A latch reused (reset) while the opener of its first opening is still
+/// on its way to the hook: the first opening's hook runs exactly once
+/// (taken by the opener or by the reset), and a hook registered for the
+/// second opening runs exactly once, never before that opening.
+#[test]
+fn a_reset_runs_a_late_opener_s_hook_and_keeps_the_next_one() {
+    model(|| {
+        let latch = Arc::new(Latch::new());
+        let (first, second) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let reopened = Arc::new(AtomicUsize::new(0));
+        let f = first.clone();
+        latch.on_open(Box::new(move || {
+            f.fetch_add(1, Ordering::SeqCst);
+        }));
+        let opener = {
+            let latch = latch.clone();
+            thread::spawn(move || latch.open())
+        };
+        while !latch.is_open() {
+            thread::yield_now();
+        }
+        latch.reset();
+        let (s, r) = (second.clone(), reopened.clone());
+        latch.on_open(Box::new(move || {
+            assert_eq!(r.load(Ordering::SeqCst), 1, "ran before its opening");
+            s.fetch_add(1, Ordering::SeqCst);
+        }));
+        reopened.store(1, Ordering::SeqCst);
+        latch.open();
+        opener.join().unwrap();
+        assert_eq!(first.load(Ordering::SeqCst), 1);
+        assert_eq!(second.load(Ordering::SeqCst), 1);
+    });
+}

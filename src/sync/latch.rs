@@ -25,7 +25,12 @@
 //!    earlier one) and keeps the increment, so the opener's RMW of step 1
 //!    reads a non-zero count, takes the lock and the hook, and runs it after
 //!    releasing the lock. By the argument of step 3 exactly one of the two
-//!    runs it (loom model `latch::hook_runs_exactly_once`).
+//!    runs it (loom model `latch::hook_runs_exactly_once`). An opener
+//!    takes the hook only while the latch is still open under the lock; a
+//!    [`Latch::reset`] (the latch reused) takes, under the lock, a hook its
+//!    opener has not taken yet and runs it: an opener delayed past the reset
+//!    runs neither that hook nor one stored for the next opening (loom model
+//!    `latch::a_reset_runs_a_late_opener_s_hook_and_keeps_the_next_one`).
 //!
 //! The Release store in `open` pairs with the Acquire loads in `wait`, so
 //! everything the opener wrote before opening is visible to every waiter after
@@ -73,7 +78,14 @@ impl Latch {
             let hook = {
                 let mut guard = lock(&self.lock);
                 self.cond.notify_all();
-                guard.take()
+                // A latch reset (and reused) since this opening is closed
+                // again: a hook stored now belongs to its next opening,
+                // which takes it.
+                if self.open.load(Ordering::SeqCst) {
+                    guard.take()
+                } else {
+                    None
+                }
             };
             if let Some(hook) = hook {
                 self.waiters.fetch_sub(1, Ordering::SeqCst);
@@ -120,7 +132,23 @@ impl Latch {
     /// thread is waiting and none can start waiting on the old opening (the
     /// owner of the latch has observed it open and hands it out again).
     pub fn reset(&self) {
-        self.open.store(false, Ordering::Release);
+        // A hook of the opening being reset that its opener has not taken
+        // yet (the opener was delayed before the lock) runs here, once: the
+        // opener, finding the latch closed under the lock, leaves it. Hooks
+        // imply a non-zero count, so a reset without one takes no lock.
+        if self.waiters.load(Ordering::SeqCst) == 0 {
+            self.open.store(false, Ordering::Release);
+            return;
+        }
+        let hook = {
+            let mut guard = lock(&self.lock);
+            self.open.store(false, Ordering::SeqCst);
+            guard.take()
+        };
+        if let Some(hook) = hook {
+            self.waiters.fetch_sub(1, Ordering::SeqCst);
+            hook();
+        }
     }
 
     /// Whether the latch has been opened.

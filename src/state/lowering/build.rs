@@ -54,7 +54,9 @@ fn lower(
     let mut known = vec![Known::Unknown; resolved.value_count()];
     for (i, t) in inputs.iter().enumerate() {
         known[i] = if value_inputs.contains(&i) {
-            Known::Const(Arc::new((*t).clone()))
+            // Kept with the lowering after the run: never a view of
+            // bytes lent for one run.
+            Known::Const(Arc::new(t.to_owned_elements()))
         } else {
             Known::Dynamic(t.dtype(), t.shape().to_vec())
         };
@@ -238,7 +240,7 @@ fn lower(
     let mut lowered = Lowered {
         key_shapes: inputs.iter().map(|t| t.shape().to_vec()).collect(),
         key_values: (0..inputs.len())
-            .map(|i| value_inputs.contains(&i).then(|| inputs[i].clone()))
+            .map(|i| value_inputs.contains(&i).then(|| inputs[i].to_owned_elements()))
             .collect(),
         constants: Vec::new(),
         buffers: Vec::new(),

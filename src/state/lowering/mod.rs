@@ -353,8 +353,10 @@ impl Lowered {
             }
             let empty = Tensor::default();
             let value = self.output_value(*operand, objects, &empty);
+            // Outputs outlive the run: never views of an input's bytes
+            // lent for it.
             if i == out.len() {
-                out.push((name.clone(), value.clone()));
+                out.push((name.clone(), value.to_owned_elements()));
                 continue;
             }
             let (slot_name, slot) = &mut out[i];
@@ -362,7 +364,7 @@ impl Lowered {
                 name.clone_into(slot_name);
             }
             if slot.copy_from(value).is_err() {
-                *slot = value.clone();
+                *slot = value.to_owned_elements();
             }
         }
     }
