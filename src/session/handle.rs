@@ -193,6 +193,49 @@ impl<T> ExecutionHandle<T> {
         self.submission().on_done(Box::new(f));
     }
 
+    /// Blocks until the submission reached its terminal state
+    /// ([`is_ready`](Self::is_ready) is then true) without taking its
+    /// result: for a caller that waits on one thread while another may
+    /// [`cancel`](Self::cancel), then takes the result with `wait` (which
+    /// no longer blocks on the submission). A run's `wait_ready` runs the
+    /// continuation on the calling thread when no worker claimed it yet, as
+    /// `wait` does.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
+    /// # use onnx_prepared::plan::PreparedExecutionPlan;
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir)?;
+    /// # let model = Model::open(dir.join("gemm-chain.onnx"))?;
+    /// # let plan = PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?;
+    /// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+    /// use onnx_prepared_kernels::Tensor;
+    ///
+    /// let session = RuntimeSession::new(plan, SessionOptions::default())?;
+    /// let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256])?;
+    /// let run = session.run_async(RuntimeContext::new(&session).with_input("A", a)?);
+    /// std::thread::scope(|s| {
+    ///     s.spawn(|| run.wait_ready()); // waits; `run.cancel()` stays callable here
+    /// });
+    /// assert!(run.is_ready());
+    /// assert_eq!(run.wait()?.outputs().len(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_ready(&self) {
+        match &self.inner().kind {
+            Kind::Prepare(p) => {
+                p.submission.wait();
+            }
+            Kind::Run { submission, .. } if self.helping => {
+                submission.wait_helping();
+            }
+            Kind::Run { submission, .. } => {
+                submission.wait();
+            }
+        }
+    }
+
     /// Cooperative cancellation: tasks that have not started never run; a
     /// suspended run ends cancelled, its pins released. The session's
     /// preparation (its reads and prepacks) is shared: it is cancelled

@@ -1,0 +1,184 @@
+//! `RunHandle`: the caller's side of a `run_async` or `prepare_async`.
+//!
+//! `wait` blocks (GIL released) until the submission is terminal while
+//! `cancel` stays callable from any thread: both only read the
+//! [`ExecutionHandle`] (a read lock, never held while the GIL is
+//! awaited). `result` waits, then the first caller takes the handle (a
+//! write lock, GIL released) and converts its outcome once; every later
+//! call returns the same outputs or raises the same exception. The
+//! Python package's wrapper makes the handle awaitable.
+
+use std::sync::RwLock;
+
+use onnx_prepared::{ExecutionError, ExecutionHandle, RuntimeContext};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+
+use crate::errors;
+use crate::session::{InferenceSession, Selection};
+
+/// A submission in flight.
+#[derive(Debug)]
+pub enum Pending {
+    /// A run, with the outputs to return.
+    Run {
+        handle: ExecutionHandle<RuntimeContext>,
+        selection: Selection,
+    },
+    /// An eager preparation.
+    Prepare(ExecutionHandle<()>),
+}
+
+impl Pending {
+    fn is_ready(&self) -> bool {
+        match self {
+            Pending::Run { handle, .. } => handle.is_ready(),
+            Pending::Prepare(h) => h.is_ready(),
+        }
+    }
+
+    fn wait_ready(&self) {
+        match self {
+            Pending::Run { handle, .. } => handle.wait_ready(),
+            Pending::Prepare(h) => h.wait_ready(),
+        }
+    }
+
+    fn cancel(&self) {
+        match self {
+            Pending::Run { handle, .. } => handle.cancel(),
+            Pending::Prepare(h) => h.cancel(),
+        }
+    }
+}
+
+/// A terminal submission's outcome, before conversion.
+enum Finished {
+    Run(Result<Box<RuntimeContext>, ExecutionError>, Selection),
+    Prepare(Result<(), ExecutionError>),
+}
+
+/// A run or preparation in flight: `done()`, `wait()`, `cancel()`,
+/// `result()` (the outputs; `None` for a preparation).
+#[pyclass(module = "onnx_prepared._onnx_prepared", name = "RunHandle", frozen)]
+pub struct RunHandle {
+    session: Py<InferenceSession>,
+    /// The submission until `result` took it.
+    pending: RwLock<Option<Pending>>,
+    /// The converted outcome, once taken.
+    settled: PyOnceLock<Result<Py<PyAny>, PyErr>>,
+}
+
+impl std::fmt::Debug for RunHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHandle").finish_non_exhaustive()
+    }
+}
+
+impl RunHandle {
+    pub fn new(session: Py<InferenceSession>, pending: Pending) -> Self {
+        Self {
+            session,
+            pending: RwLock::new(Some(pending)),
+            settled: PyOnceLock::new(),
+        }
+    }
+
+    /// Takes the submission and converts its outcome (once).
+    fn settle(&self, py: Python<'_>) -> Result<Py<PyAny>, PyErr> {
+        let finished = py.detach(|| {
+            let mut pending = self.pending.write().unwrap_or_else(|e| e.into_inner());
+            pending.take().map(|p| match p {
+                Pending::Run { handle, selection } => {
+                    Finished::Run(handle.wait().map(Box::new), selection)
+                }
+                Pending::Prepare(h) => Finished::Prepare(h.wait()),
+            })
+        });
+        match finished {
+            Some(Finished::Run(Ok(ctx), selection)) => Ok(self
+                .session
+                .get()
+                .outputs_to_python(py, *ctx, &selection)?
+                .into_any()
+                .unbind()),
+            Some(Finished::Run(Err(e), _) | Finished::Prepare(Err(e))) => {
+                Err(errors::from_execution(py, &e))
+            }
+            Some(Finished::Prepare(Ok(()))) => Ok(py.None()),
+            None => Err(errors::input(
+                py,
+                "the handle's result was taken already".to_owned(),
+            )),
+        }
+    }
+}
+
+#[pymethods]
+impl RunHandle {
+    /// Whether the submission reached its terminal state (`result` would
+    /// not block).
+    fn done(&self, py: Python<'_>) -> bool {
+        if self.settled.get(py).is_some() {
+            return true;
+        }
+        let pending = self.pending.read().unwrap_or_else(|e| e.into_inner());
+        pending.as_ref().is_none_or(Pending::is_ready)
+    }
+
+    /// Blocks (the GIL released) until the submission is terminal.
+    fn wait(&self, py: Python<'_>) {
+        py.detach(|| {
+            let pending = self.pending.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(p) = pending.as_ref() {
+                p.wait_ready();
+            }
+        });
+    }
+
+    /// Cooperative cancellation: a run that has not finished ends with
+    /// `onnx_prepared.Cancelled` (a run already finished keeps its
+    /// outputs). The session's preparation goes on for other runs.
+    fn cancel(&self) {
+        let pending = self.pending.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = pending.as_ref() {
+            p.cancel();
+        }
+    }
+
+    /// Waits, then returns the run's outputs (a list of arrays, as
+    /// `InferenceSession.run`; `None` for a preparation) or raises its
+    /// error.
+    fn result(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.wait(py);
+        match self.settled.get_or_init(py, || self.settle(py)) {
+            Ok(v) => Ok(v.clone_ref(py)),
+            Err(e) => Err(e.clone_ref(py)),
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "<RunHandle {}>",
+            if self.done(py) { "done" } else { "running" }
+        )
+    }
+}
+
+/// A handle dropped while its submission runs waits for it (the runtime's
+/// handles never detach) with the GIL released, so that other Python
+/// threads go on meanwhile.
+impl Drop for RunHandle {
+    fn drop(&mut self) {
+        let pending = self
+            .pending
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(p) = pending
+            && !p.is_ready()
+        {
+            Python::attach(|py| py.detach(move || drop(p)));
+        }
+    }
+}

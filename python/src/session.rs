@@ -1,0 +1,454 @@
+//! `InferenceSession`: an onnxruntime-compatible session over a
+//! [`RuntimeSession`]. `run` is the hot path: inputs become tensors over
+//! the arrays' buffers, the run goes on with the GIL released (on the
+//! calling thread, helped by the session's CPU workers), outputs move into
+//! NumPy arrays. A finished run's context (its lowering and activation
+//! buffers) is kept for the next run.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use onnx_prepared::decoder::{self, KvCache};
+use onnx_prepared::limits::MAX_NEW_TOKENS;
+use onnx_prepared::{Domain, ElementType, RuntimeContext, RuntimeSession, Tensor, UNLIMITED};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
+
+use crate::convert::{tensor_from_numpy, tensor_to_numpy};
+use crate::errors;
+use crate::handle::{Pending, RunHandle};
+use crate::meta::ValueMeta;
+use crate::options::session_options;
+
+/// Finished contexts kept per session for the next runs.
+const KEPT_CONTEXTS: usize = 4;
+
+/// An inference session (`onnx_prepared.InferenceSession` subclasses it
+/// with `get_inputs`, `get_outputs` and the awaitable `run_async`).
+#[pyclass(
+    module = "onnx_prepared._onnx_prepared",
+    name = "InferenceSession",
+    subclass,
+    frozen
+)]
+pub struct InferenceSession {
+    session: RuntimeSession,
+    path: PathBuf,
+    /// Declared inputs (initializers excluded), in graph order.
+    inputs: Vec<ValueMeta>,
+    /// Per declared input, the element type the runtime expects.
+    input_types: Vec<ElementType>,
+    /// Graph outputs, in graph order (the order of a context's outputs).
+    outputs: Vec<ValueMeta>,
+    /// Finished contexts for reuse.
+    contexts: Mutex<Vec<RuntimeContext>>,
+}
+
+impl std::fmt::Debug for InferenceSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InferenceSession")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which outputs a run returns: every one (`None`) or these, by position.
+pub type Selection = Option<Vec<usize>>;
+
+impl InferenceSession {
+    /// A context for a run: a finished one kept from an earlier run, or new.
+    fn context(&self) -> RuntimeContext {
+        let kept = self.contexts.lock().ok().and_then(|mut c| c.pop());
+        kept.unwrap_or_else(|| RuntimeContext::new(&self.session))
+    }
+
+    /// Takes back a finished context: its inputs are dropped (the arrays
+    /// are the caller's again) and it is kept for the next run.
+    pub(crate) fn recycle(&self, mut ctx: RuntimeContext) {
+        for m in &self.inputs {
+            // Every declared name is accepted, so this cannot fail.
+            let _ = ctx.set_input(&m.name, Tensor::default());
+        }
+        if let Ok(mut kept) = self.contexts.lock()
+            && kept.len() < KEPT_CONTEXTS
+        {
+            kept.push(ctx);
+        }
+    }
+
+    /// The positions of `names` among the outputs (`None`: every output).
+    fn selection(&self, py: Python<'_>, names: Option<Vec<String>>) -> PyResult<Selection> {
+        let Some(names) = names else {
+            return Ok(None);
+        };
+        names
+            .iter()
+            .map(|n| {
+                self.outputs
+                    .iter()
+                    .position(|o| &o.name == n)
+                    .ok_or_else(|| {
+                        errors::input(
+                            py,
+                            format!(
+                                "`{n}` is not a graph output (outputs: {})",
+                                self.output_names().join(", ")
+                            ),
+                        )
+                    })
+            })
+            .collect::<PyResult<Vec<_>>>()
+            .map(Some)
+    }
+
+    fn output_names(&self) -> Vec<&str> {
+        self.outputs.iter().map(|o| o.name.as_str()).collect()
+    }
+
+    /// A context holding `feeds` (every declared input, nothing else).
+    fn feed(&self, py: Python<'_>, feeds: &Bound<'_, PyDict>) -> PyResult<RuntimeContext> {
+        let mut ctx = self.context();
+        let set = |ctx: &mut RuntimeContext| -> PyResult<()> {
+            for (key, value) in feeds.iter() {
+                let key = key.cast::<PyString>().map_err(|_| {
+                    PyTypeError::new_err("input_feed: keys must be input names (str)")
+                })?;
+                let name = key.to_str()?;
+                let Some(at) = self.inputs.iter().position(|m| m.name == name) else {
+                    return Err(errors::input(
+                        py,
+                        format!(
+                            "`{name}` is not a graph input (inputs: {})",
+                            self.input_names().join(", ")
+                        ),
+                    ));
+                };
+                let tensor = tensor_from_numpy(py, name, &value, Some(self.input_types[at]))?;
+                ctx.set_input(name, tensor)
+                    .map_err(|e| errors::from_error(py, &e))?;
+            }
+            // Keys are unique and each one is declared: as many keys as
+            // declared inputs means every input is set.
+            if feeds.len() != self.inputs.len() {
+                let missing: Vec<&str> = self
+                    .inputs
+                    .iter()
+                    .filter(|m| !feeds.contains(m.name.as_str()).unwrap_or(false))
+                    .map(|m| m.name.as_str())
+                    .collect();
+                return Err(errors::input(
+                    py,
+                    format!("input_feed lacks input(s) {}", missing.join(", ")),
+                ));
+            }
+            Ok(())
+        };
+        match set(&mut ctx) {
+            Ok(()) => Ok(ctx),
+            Err(e) => {
+                self.recycle(ctx);
+                Err(e)
+            }
+        }
+    }
+
+    fn input_names(&self) -> Vec<&str> {
+        self.inputs.iter().map(|i| i.name.as_str()).collect()
+    }
+
+    /// A finished run's outputs as a list of arrays (the selected ones, in
+    /// the selection's order); the context is recycled.
+    pub(crate) fn outputs_to_python<'py>(
+        &self,
+        py: Python<'py>,
+        mut ctx: RuntimeContext,
+        selection: &Selection,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let outputs = ctx.take_outputs();
+        self.recycle(ctx);
+        match selection {
+            None => {
+                let list = PyList::empty(py);
+                for (name, t) in outputs {
+                    list.append(tensor_to_numpy(py, &name, t)?)?;
+                }
+                Ok(list)
+            }
+            Some(picks) => {
+                let mut slots: Vec<Option<(String, Tensor)>> =
+                    outputs.into_iter().map(Some).collect();
+                let mut made: Vec<Option<Bound<'py, PyAny>>> = vec![None; slots.len()];
+                let list = PyList::empty(py);
+                for &i in picks {
+                    let array = match (slots.get_mut(i).and_then(Option::take), &made[i]) {
+                        (Some((name, t)), _) => {
+                            let a = tensor_to_numpy(py, &name, t)?;
+                            made[i] = Some(a.clone());
+                            a
+                        }
+                        // The same output asked for twice: a copy.
+                        (None, Some(a)) => a.call_method0("copy")?,
+                        (None, None) => {
+                            return Err(errors::input(
+                                py,
+                                format!("output {i} is missing from the run's outputs"),
+                            ));
+                        }
+                    };
+                    list.append(array)?;
+                }
+                Ok(list)
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl InferenceSession {
+    /// Opens the model at `path_or_bytes` (a path: weights are read by the
+    /// first run or by `prepare`). `sess_options`: an
+    /// `onnx_prepared.SessionOptions` (or any object with some of its
+    /// attributes). `providers` and `provider_options` are accepted for
+    /// onnxruntime compatibility; the runtime runs on the CPU.
+    #[new]
+    #[pyo3(signature = (path_or_bytes, sess_options=None, providers=None, provider_options=None, **kwargs))]
+    fn new(
+        py: Python<'_>,
+        path_or_bytes: &Bound<'_, PyAny>,
+        sess_options: Option<&Bound<'_, PyAny>>,
+        providers: Option<&Bound<'_, PyAny>>,
+        provider_options: Option<&Bound<'_, PyAny>>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let _ = (providers, provider_options, kwargs);
+        if path_or_bytes.is_instance_of::<PyBytes>()
+            || path_or_bytes.is_instance_of::<PyByteArray>()
+        {
+            return Err(PyTypeError::new_err(
+                "onnx_prepared opens models from a file path (external data and the \
+                 prepared cache live beside it), not from serialized bytes",
+            ));
+        }
+        let path: PathBuf = path_or_bytes.extract()?;
+        let options = session_options(sess_options)?;
+        let open = path.clone();
+        let session = py
+            .detach(move || RuntimeSession::open(open, options))
+            .map_err(|e| errors::from_error(py, &e))?;
+        let resolved = session.plan().resolved();
+        let graph = resolved.model().graph();
+        let inputs: Vec<ValueMeta> = resolved
+            .inputs()
+            .iter()
+            .map(|i| ValueMeta::of(&i.name, &graph.input))
+            .collect();
+        let input_types = resolved.inputs().iter().map(|i| i.dtype).collect();
+        let outputs = resolved
+            .outputs()
+            .iter()
+            .map(|(n, _)| ValueMeta::of(n, &graph.output))
+            .collect();
+        Ok(Self {
+            session,
+            path,
+            inputs,
+            input_types,
+            outputs,
+            contexts: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// `(name, type, shape)` of each graph input (initializers excluded).
+    fn _declared_inputs<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Vec<(String, String, Bound<'py, PyList>)>> {
+        self.inputs.iter().map(|m| m.to_python(py)).collect()
+    }
+
+    /// `(name, type, shape)` of each graph output.
+    fn _declared_outputs<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Vec<(String, String, Bound<'py, PyList>)>> {
+        self.outputs.iter().map(|m| m.to_python(py)).collect()
+    }
+
+    /// Runs the model on `input_feed` (input name to array) and returns
+    /// the outputs named in `output_names` (`None`: all), as onnxruntime's
+    /// `run`. The GIL is released while the model runs.
+    #[pyo3(signature = (output_names, input_feed, run_options=None))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        output_names: Option<Vec<String>>,
+        input_feed: &Bound<'py, PyDict>,
+        run_options: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let _ = run_options;
+        let selection = self.selection(py, output_names)?;
+        let ctx = self.feed(py, input_feed)?;
+        let session = &self.session;
+        match py.detach(move || session.run(ctx)) {
+            Ok(ctx) => self.outputs_to_python(py, ctx, &selection),
+            // The context is dropped here, with the GIL held.
+            Err(e) => Err(errors::from_execution(py, &e)),
+        }
+    }
+
+    /// Starts a run and returns at once: a `RunHandle` to wait on, cancel
+    /// or take the outputs from.
+    #[pyo3(signature = (output_names, input_feed, run_options=None))]
+    fn run_async(
+        slf: &Bound<'_, Self>,
+        output_names: Option<Vec<String>>,
+        input_feed: &Bound<'_, PyDict>,
+        run_options: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<RunHandle> {
+        let _ = run_options;
+        let py = slf.py();
+        let this = slf.get();
+        let selection = this.selection(py, output_names)?;
+        let ctx = this.feed(py, input_feed)?;
+        let handle = this.session.run_async(ctx);
+        Ok(RunHandle::new(
+            slf.clone().unbind(),
+            Pending::Run { handle, selection },
+        ))
+    }
+
+    /// Reads, verifies and prepacks every weight now (with the GIL
+    /// released); later runs take the hot path.
+    fn prepare(&self, py: Python<'_>) -> PyResult<()> {
+        let session = &self.session;
+        py.detach(move || session.prepare())
+            .map_err(|e| errors::from_execution(py, &e))
+    }
+
+    /// Starts `prepare` and returns at once: a `RunHandle` whose result is
+    /// `None`.
+    fn prepare_async(slf: &Bound<'_, Self>) -> RunHandle {
+        let handle = slf.get().session.prepare_async();
+        RunHandle::new(slf.clone().unbind(), Pending::Prepare(handle))
+    }
+
+    /// Greedy decoding for a decoder model with a past/present KV cache:
+    /// the `max_new_tokens` token ids after `prompt_ids` (the GIL released
+    /// meanwhile). A model made by the ONNX Runtime GenAI builder runs in
+    /// the cache form its `genai_config.json` names.
+    #[pyo3(signature = (prompt_ids, max_new_tokens=16))]
+    fn generate(
+        &self,
+        py: Python<'_>,
+        prompt_ids: Vec<i64>,
+        max_new_tokens: usize,
+    ) -> PyResult<Vec<i64>> {
+        if max_new_tokens == 0 || max_new_tokens > MAX_NEW_TOKENS {
+            return Err(errors::input(
+                py,
+                format!("max_new_tokens {max_new_tokens}: generate takes 1 to {MAX_NEW_TOKENS}"),
+            ));
+        }
+        let cache = decoder::genai_kv_cache(&self.path).unwrap_or(KvCache::Growing);
+        let session = &self.session;
+        let prompt = &prompt_ids;
+        py.detach(move || decoder::generate_with(session, prompt, max_new_tokens, cache))
+            .map(|g| g.tokens)
+            .map_err(|e| errors::from_error(py, &e))
+    }
+
+    /// What the session did so far: source bytes read, prepacks, prepared
+    /// cache counters, evictions, and live / peak bytes per memory domain
+    /// with its limit (`None`: unlimited). Keys as in `run --stats`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.session.preparation_stats();
+        let memory = self.session.memory();
+        let residency = self.session.residency();
+        let out = PyDict::new(py);
+        out.set_item("source_bytes_read", s.source_bytes_read)?;
+        out.set_item("source_bytes_reread", s.source_bytes_reread)?;
+        out.set_item("packed_bytes_read", s.cache.packed_bytes_read)?;
+        out.set_item("packed_bytes_in_place", s.cache.bytes_in_place)?;
+        out.set_item("prepacks", s.prepacks)?;
+        out.set_item("cache_hits", s.cache.hits)?;
+        out.set_item("cache_misses", s.cache.misses)?;
+        out.set_item("cache_writes", s.cache.writes)?;
+        out.set_item("evictions", s.evictions)?;
+        out.set_item("restores", s.restores)?;
+        out.set_item("prepared_objects", residency.total)?;
+        out.set_item("resident_objects", residency.resident)?;
+        out.set_item("resident_bytes", residency.resident_bytes)?;
+        let limit = |bytes: usize| (bytes != UNLIMITED).then_some(bytes);
+        let peaks = PyDict::new(py);
+        let domains = PyDict::new(py);
+        for d in Domain::ALL {
+            let r = memory.domain(d);
+            peaks.set_item(d.name(), r.peak)?;
+            let entry = PyDict::new(py);
+            entry.set_item("live", r.live)?;
+            entry.set_item("peak", r.peak)?;
+            entry.set_item("limit", limit(r.limit))?;
+            domains.set_item(d.name(), entry)?;
+        }
+        let total = PyDict::new(py);
+        total.set_item("live", memory.total_live)?;
+        total.set_item("peak", memory.total_peak)?;
+        total.set_item("limit", limit(memory.global_limit))?;
+        domains.set_item("total", total)?;
+        out.set_item("peak_live_bytes", peaks)?;
+        out.set_item("memory", domains)?;
+        Ok(out)
+    }
+
+    /// Whether every prepared object is resident (runs take the hot path).
+    fn is_hot(&self) -> bool {
+        self.session.is_hot()
+    }
+
+    /// Waits for the prepared-cache writes submitted so far.
+    fn flush_cache(&self, py: Python<'_>) {
+        let session = &self.session;
+        py.detach(move || session.flush_cache());
+    }
+
+    /// The execution providers in use (onnxruntime compatibility).
+    fn get_providers(&self) -> Vec<&'static str> {
+        vec!["CPUExecutionProvider"]
+    }
+
+    /// Nanoseconds of each of `repeat` runs of `RuntimeSession::run` on
+    /// `input_feed` in Rust (one context reused, outputs left in it): the
+    /// baseline the Python `run`'s overhead is measured against.
+    fn _time_rust_runs(
+        &self,
+        py: Python<'_>,
+        input_feed: &Bound<'_, PyDict>,
+        repeat: usize,
+    ) -> PyResult<Vec<u64>> {
+        let ctx = self.feed(py, input_feed)?;
+        let session = &self.session;
+        let timed = py.detach(move || {
+            let mut ctx = session.run(ctx)?;
+            let mut times = Vec::with_capacity(repeat);
+            for _ in 0..repeat {
+                let t = Instant::now();
+                ctx = session.run(ctx)?;
+                times.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
+            }
+            Ok((ctx, times))
+        });
+        match timed {
+            Ok((ctx, times)) => {
+                self.recycle(ctx);
+                Ok(times)
+            }
+            Err(e) => Err(errors::from_execution(py, &e)),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("InferenceSession({:?})", self.path)
+    }
+}

@@ -1,0 +1,69 @@
+//! `ExecutionHandle::wait_ready` blocks on one thread while another cancels
+//! the same handle: a run suspended on a weight whose read is held at a
+//! gate stays unfinished while the waiter waits, ends cancelled once
+//! cancelled, and `wait` then returns at once with `Cancelled`.
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use onnx_prepared::ErrorKind;
+use onnx_prepared::model::{
+    FaultInjectingSource, FileSource, Model, ReadFault, ResolveOptions, ResolvedModel, WeightId,
+};
+use onnx_prepared::plan::PreparedExecutionPlan;
+use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+use onnx_prepared::sync::Latch;
+use onnx_prepared_kernels::Tensor;
+
+#[test]
+fn a_waiting_thread_returns_when_another_cancels() {
+    let dir = onnx_prepared_fixtures::default_dir();
+    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
+    let model = Model::open(dir.join("gemm-chain.onnx")).unwrap();
+    let weight = WeightId(
+        model
+            .weights()
+            .iter()
+            .position(|w| w.name() == "chain1.weight")
+            .unwrap() as u32,
+    );
+    let gate = Arc::new(Latch::new()); // closed: chain1's read waits
+    let source = Arc::new(
+        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
+            .with_fault(weight, ReadFault::Gate(gate.clone())),
+    );
+    let resolved = ResolvedModel::resolve(model, &ResolveOptions::default()).unwrap();
+    let plan = PreparedExecutionPlan::build(resolved).unwrap();
+    let options = SessionOptions {
+        cpu_threads: 1,
+        io_workers: 1,
+        ..SessionOptions::default()
+    };
+    let session = RuntimeSession::with_source(plan, source, options).unwrap();
+    let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256]).unwrap();
+    let run =
+        Arc::new(session.run_async(RuntimeContext::new(&session).with_input("A", a).unwrap()));
+
+    let (done_tx, done_rx) = mpsc::channel();
+    let waiter = {
+        let run = run.clone();
+        onnx_prepared::sync::thread::spawn(move || {
+            run.wait_ready();
+            done_tx.send(run.is_ready()).unwrap();
+        })
+    };
+    // The run cannot finish while the read is held: the waiter waits.
+    let early = done_rx.recv_timeout(Duration::from_millis(200));
+    run.cancel(); // from this thread, while the waiter holds the handle
+    let ready = done_rx.recv_timeout(Duration::from_secs(60));
+    gate.open(); // the held read completes (nobody needs it now)
+    waiter.join().unwrap();
+    assert!(early.is_err(), "wait_ready returned before the run ended");
+    assert_eq!(ready, Ok(true), "wait_ready returned on cancellation");
+
+    let run = Arc::into_inner(run).expect("the waiter's clone is gone");
+    let err = run.wait().unwrap_err();
+    assert_eq!(err.error.kind(), ErrorKind::Cancelled);
+    assert!(err.context.is_some(), "the context comes back");
+}
