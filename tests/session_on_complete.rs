@@ -96,15 +96,26 @@ fn a_cancelled_or_dropped_run_calls_back_exactly_once() {
             ErrorKind::Cancelled | ErrorKind::Input
         ));
     }
-    assert_eq!(calls.load(Ordering::SeqCst), 10);
-    // A dropped handle waits, so its callback has run once it is gone.
+    settled(&calls, 10);
+    // A dropped handle waits for the run; its callback runs once.
     let run = session.run_async(RuntimeContext::new(&session));
     let c = calls.clone();
     run.on_complete(move || {
         c.fetch_add(1, Ordering::SeqCst);
     });
     drop(run);
-    assert_eq!(calls.load(Ordering::SeqCst), 11);
+    settled(&calls, 11);
+}
+
+/// Asserts `calls` reaches `n` and stays there: `wait` returns once the run
+/// finished, while the thread that finished it may still be calling back.
+fn settled(calls: &AtomicUsize, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while calls.load(Ordering::SeqCst) < n && std::time::Instant::now() < deadline {
+        onnx_prepared::sync::thread::yield_now();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(calls.load(Ordering::SeqCst), n, "each callback exactly once");
 }
 
 #[test]
