@@ -115,7 +115,11 @@ fn settled(calls: &AtomicUsize, n: usize) {
         onnx_prepared::sync::thread::yield_now();
     }
     std::thread::sleep(std::time::Duration::from_millis(20));
-    assert_eq!(calls.load(Ordering::SeqCst), n, "each callback exactly once");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        n,
+        "each callback exactly once"
+    );
 }
 
 #[test]

@@ -108,7 +108,15 @@ impl InferenceSession {
     }
 
     /// A context holding `feeds` (every declared input, nothing else).
-    fn feed(&self, py: Python<'_>, feeds: &Bound<'_, PyDict>) -> PyResult<RuntimeContext> {
+    /// A context holding `feeds`; with `owned`, every input is copied out
+    /// of its array (an asynchronous run outlives the call, and Python may
+    /// write or resize the array meanwhile).
+    fn feed(
+        &self,
+        py: Python<'_>,
+        feeds: &Bound<'_, PyDict>,
+        owned: bool,
+    ) -> PyResult<RuntimeContext> {
         let mut ctx = self.context();
         let set = |ctx: &mut RuntimeContext| -> PyResult<()> {
             for (key, value) in feeds.iter() {
@@ -125,7 +133,10 @@ impl InferenceSession {
                         ),
                     ));
                 };
-                let tensor = tensor_from_numpy(py, name, &value, Some(self.input_types[at]))?;
+                let mut tensor = tensor_from_numpy(py, name, &value, Some(self.input_types[at]))?;
+                if owned {
+                    tensor = tensor.to_owned_elements();
+                }
                 ctx.set_input(name, tensor)
                     .map_err(|e| errors::from_error(py, &e))?;
             }
@@ -182,7 +193,10 @@ impl InferenceSession {
                 let mut made: Vec<Option<Bound<'py, PyAny>>> = vec![None; slots.len()];
                 let list = PyList::empty(py);
                 for &i in picks {
-                    let array = match (slots.get_mut(i).and_then(Option::take), &made[i]) {
+                    let array = match (
+                        slots.get_mut(i).and_then(Option::take),
+                        made.get(i).and_then(Option::as_ref),
+                    ) {
                         (Some((name, t)), _) => {
                             let a = tensor_to_numpy(py, &name, t)?;
                             made[i] = Some(a.clone());
@@ -289,7 +303,7 @@ impl InferenceSession {
     ) -> PyResult<Bound<'py, PyList>> {
         let _ = run_options;
         let selection = self.selection(py, output_names)?;
-        let ctx = self.feed(py, input_feed)?;
+        let ctx = self.feed(py, input_feed, false)?;
         let session = &self.session;
         match py.detach(move || session.run(ctx)) {
             Ok(ctx) => self.outputs_to_python(py, ctx, &selection),
@@ -311,7 +325,7 @@ impl InferenceSession {
         let py = slf.py();
         let this = slf.get();
         let selection = this.selection(py, output_names)?;
-        let ctx = this.feed(py, input_feed)?;
+        let ctx = this.feed(py, input_feed, true)?;
         let handle = this.session.run_async(ctx);
         Ok(RunHandle::new(
             slf.clone().unbind(),
@@ -427,11 +441,12 @@ impl InferenceSession {
         input_feed: &Bound<'_, PyDict>,
         repeat: usize,
     ) -> PyResult<Vec<u64>> {
-        let ctx = self.feed(py, input_feed)?;
+        let ctx = self.feed(py, input_feed, false)?;
         let session = &self.session;
         let timed = py.detach(move || {
             let mut ctx = session.run(ctx)?;
-            let mut times = Vec::with_capacity(repeat);
+            // Grown as it goes: a huge `repeat` is never one allocation.
+            let mut times = Vec::new();
             for _ in 0..repeat {
                 let t = Instant::now();
                 ctx = session.run(ctx)?;
