@@ -81,7 +81,7 @@ impl Latch {
                 // A latch reset (and reused) since this opening is closed
                 // again: a hook stored now belongs to its next opening,
                 // which takes it.
-                if self.open.load(Ordering::SeqCst) {
+                if guard.is_some() && self.open.load(Ordering::SeqCst) {
                     guard.take()
                 } else {
                     None
