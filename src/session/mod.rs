@@ -97,7 +97,7 @@ use preparation::{Holder, Preparation};
 use run::RunContinuation;
 
 use crate::Error;
-use crate::arena::{BudgetReport, Domain, MemoryBudget};
+use crate::arena::{BudgetLimits, BudgetReport, Domain, MemoryBudget};
 use crate::cache::{CacheStats, PreparedModelPolicy, PreparedModelStore};
 use crate::error::RunError;
 use crate::model::{FileSource, MmapSource, Model, PayloadSource, ResolvedModel};
@@ -284,8 +284,7 @@ impl RuntimeSession {
         // as they fill it: prefetch must not evict what the running step
         // needs next.
         let mut options = options;
-        let limited = options.budget.domain(Domain::Prepared) != crate::arena::UNLIMITED
-            || options.budget.global() != crate::arena::UNLIMITED;
+        let limited = evicts(&options.budget);
         if limited && options.look_ahead.residency.is_none() {
             options.look_ahead.residency = Some((budget.clone(), Domain::Prepared));
         }
@@ -585,9 +584,7 @@ impl SessionInner {
     /// Whether objects may be evicted behind a running producer: under a
     /// prepared-domain or global limit, the evictor runs.
     fn evicts(&self) -> bool {
-        let budget = &self.options.budget;
-        budget.domain(Domain::Prepared) != crate::arena::UNLIMITED
-            || budget.global() != crate::arena::UNLIMITED
+        evicts(&self.options.budget)
     }
 
     /// Run step 2's check: one compare when nothing changed since every
@@ -604,6 +601,13 @@ impl SessionInner {
         }
         false
     }
+}
+
+/// Whether `limits` bound the prepared objects (a prepared-domain or a
+/// global limit): the evictor runs under them.
+fn evicts(limits: &BudgetLimits) -> bool {
+    limits.domain(Domain::Prepared) != crate::arena::UNLIMITED
+        || limits.global() != crate::arena::UNLIMITED
 }
 
 /// The payload source [`RuntimeSession::new`] reads `model` through:
