@@ -62,6 +62,10 @@ pub const SCHEDULER_LOCAL_CAPACITY: usize = 4;
 /// at most the rest, so an inference that needs memory can always start.
 pub const SCHEDULER_CRITICAL_RESERVE_PERCENT: usize = 25;
 
+/// Bytes a table served row by row is read in when it is verified (its
+/// digest checked or recorded): the check holds one piece, never the table.
+pub const ROW_TABLE_CHECK_PIECE_BYTES: usize = 64 << 10;
+
 /// Physical memory assumed where the system does not report it (non-Linux
 /// systems, or `/proc/meminfo` unreadable).
 pub const FALLBACK_PHYSICAL_MEMORY_BYTES: u64 = 8 << 30;

@@ -52,11 +52,21 @@ fn value(name: &str, elem: DataType, dims: &[Result<i64, &str>]) -> ValueInfoPro
     }
 }
 
+/// The table's bytes: `ROWS × WIDTH` little-endian f32.
+fn table_bytes() -> Vec<u8> {
+    (0..ROWS)
+        .flat_map(|r| (0..WIDTH).flat_map(move |c| element(r, c).to_le_bytes()))
+        .collect()
+}
+
 /// `y = Gather(emb, ids)`, and with `also_added`, `z = emb + emb` too.
 fn write_model(dir: &Path, also_added: bool) -> PathBuf {
-    let table: Vec<u8> = (0..ROWS)
-        .flat_map(|r| (0..WIDTH).flat_map(move |c| element(r, c).to_le_bytes()))
-        .collect();
+    write_model_declaring(dir, also_added, None)
+}
+
+/// [`write_model`] whose table declares `checksum` (a `sha256:` entry).
+fn write_model_declaring(dir: &Path, also_added: bool, checksum: Option<String>) -> PathBuf {
+    let table = table_bytes();
     std::fs::write(dir.join("emb.data"), &table).unwrap();
     let mut node = vec![NodeProto {
         name: Some("lookup".into()),
@@ -98,11 +108,14 @@ fn write_model(dir: &Path, also_added: bool) -> PathBuf {
                 data_type: Some(DataType::Float as i32),
                 dims: vec![ROWS as i64, WIDTH as i64],
                 data_location: Some(DataLocation::External as i32),
-                external_data: vec![
+                external_data: [
                     entry("location", "emb.data"),
                     entry("offset", "0"),
                     entry("length", &table.len().to_string()),
-                ],
+                ]
+                .into_iter()
+                .chain(checksum.map(|c| entry("checksum", &c)))
+                .collect(),
                 ..Default::default()
             }],
             input: vec![value("ids", DataType::Int64, &[Err("n")])],
@@ -155,10 +168,9 @@ fn a_gathered_table_above_the_limit_is_read_row_by_row() {
     assert_eq!(gather(&open(&path, None), &ids).unwrap(), want);
     let memory = limited.memory();
     assert!(memory.domain(Domain::Prepared).peak <= LIMIT, "{memory}");
-    // The table was read once whole (its check), then only rows.
+    // No digest to check: the table is never read whole, only rows.
     let read = limited.preparation_stats().source_bytes_read as usize;
-    let table = ROWS * WIDTH * 4;
-    assert_eq!(read, table + 7 * WIDTH * 4);
+    assert_eq!(read, 7 * WIDTH * 4);
 
     let err = gather(&limited, &[1, 1000]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Kernel, "{err}");
@@ -170,6 +182,44 @@ fn a_gathered_table_above_the_limit_is_read_row_by_row() {
     assert_eq!(
         gather(&limited, &[-1000]).unwrap(),
         want[3 * WIDTH..4 * WIDTH]
+    );
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A table that declares its digest is checked once, read piece by piece
+/// (the preparation domain never holds it whole), then served by rows; a
+/// table whose bytes do not match its digest is never served.
+#[test]
+fn a_declared_digest_is_checked_without_holding_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table_bytes();
+    let good = format!("sha256:{}", sha256_hex(&table));
+    let path = write_model_declaring(dir.path(), false, Some(good));
+    let limited = open(&path, Some(LIMIT));
+    let want: Vec<f32> = (0..WIDTH).map(|c| element(7, c)).collect();
+    assert_eq!(gather(&limited, &[7]).unwrap(), want);
+    let read = limited.preparation_stats().source_bytes_read as usize;
+    assert_eq!(read, table.len() + WIDTH * 4);
+    let prep = limited.memory().domain(Domain::Preparation).peak;
+    assert!(
+        prep > 0 && prep < table.len() / 2,
+        "preparation peak {prep} for a {}-byte table",
+        table.len()
+    );
+
+    let other = tempfile::tempdir().unwrap();
+    let wrong = format!("sha256:{}", sha256_hex(b"other bytes"));
+    let path = write_model_declaring(other.path(), false, Some(wrong));
+    let err = gather(&open(&path, Some(LIMIT)), &[7]).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("emb") && message.contains("checksum"),
+        "{message}"
     );
 }
 

@@ -102,6 +102,46 @@ pub(crate) fn read_verified(
     verify(weight, buf, policy)
 }
 
+/// Reads `weight` through `source` in pieces of at most `piece.len()` bytes
+/// (positioned reads), hashing as it goes, and checks the declared digest
+/// under `policy`: a table served row by row is verified without ever
+/// being held whole. Reads nothing when there is nothing to check and no
+/// digest is wanted. Returns the SHA-256 of the bytes when one was computed.
+///
+/// # Errors
+/// A read that fails or comes up short, or a digest that does not match.
+///
+/// # Panics
+/// If `piece` is empty and the weight is not.
+pub(crate) fn verify_in_pieces(
+    source: &dyn PayloadSource,
+    weight: &WeightDescriptor,
+    piece: &mut [u8],
+    policy: ChecksumPolicy,
+    want_digest: bool,
+) -> Result<Option<[u8; 32]>, PayloadError> {
+    use sha2::{Digest, Sha256};
+    let check = policy == ChecksumPolicy::Strict && weight.declares_digest();
+    if !check && !want_digest {
+        return Ok(None);
+    }
+    let mut hasher = Sha256::new();
+    let len = weight.byte_len();
+    let mut start = 0u64;
+    while start < len {
+        let n = usize::try_from(len - start).map_or(piece.len(), |rest| rest.min(piece.len()));
+        assert!(n > 0, "verifying a weight through an empty piece");
+        source.read_range(weight.id(), start, &mut piece[..n])?;
+        hasher.update(&piece[..n]);
+        start += n as u64;
+    }
+    let digest: [u8; 32] = hasher.finalize().into();
+    if check {
+        weight.check_digest(&digest)?;
+    }
+    Ok(Some(digest))
+}
+
 /// Under [`ChecksumPolicy::Strict`], checks `bytes` (the whole payload of
 /// `weight`) against its declared digest. The one place the check lives:
 /// [`read_verified`] and weights used in place from

@@ -178,17 +178,34 @@ impl WeightDescriptor {
     /// Checks `bytes` against the `sha256:` checksum, when there is one.
     /// Returns `Ok(false)` when the weight carries no tensor digest.
     pub fn verify_checksum(&self, bytes: &[u8]) -> Result<bool, PayloadError> {
+        if !self.declares_digest() {
+            return Ok(false);
+        }
+        self.check_digest(&Sha256::digest(bytes).into())
+    }
+
+    /// Whether the weight declares a `sha256:` digest of its bytes.
+    pub fn declares_digest(&self) -> bool {
+        self.checksum
+            .as_ref()
+            .and_then(Checksum::tensor_sha256)
+            .is_some()
+    }
+
+    /// Checks `actual`, the SHA-256 of the weight's bytes computed by the
+    /// caller (say, piece by piece), against the declared digest. Returns
+    /// `Ok(false)` when the weight carries no tensor digest.
+    pub fn check_digest(&self, actual: &[u8; 32]) -> Result<bool, PayloadError> {
         let Some(expected) = self.checksum.as_ref().and_then(Checksum::tensor_sha256) else {
             return Ok(false);
         };
-        let actual = Sha256::digest(bytes);
         if actual.as_slice() == expected.as_slice() {
             Ok(true)
         } else {
             Err(PayloadError::ChecksumMismatch {
                 tensor: self.name.clone(),
                 expected: hex(expected),
-                actual: hex(&actual),
+                actual: hex(actual),
             })
         }
     }

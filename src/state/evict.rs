@@ -101,8 +101,8 @@ impl Producer {
             // Room that will come back by itself: an object pinned (a step
             // executing, in this run or another) or protected (a run that
             // will resume) or raced by a pin, an object admitted by a
-            // producer that has not published yet, an evicted one not yet
-            // destroyed. Wait for it, a bounded time.
+            // producer that has not published yet (or is publishing), an
+            // evicted one not yet destroyed. Wait for it, a bounded time.
             let store = self.store();
             let held = (0..store.len()).any(|i| {
                 i != r.0 as usize
@@ -110,7 +110,10 @@ impl Producer {
                     && store.bytes(i) > 0
                     && self.evictable(i)
             });
-            let pending = store.resident_bytes() < self.prepared_live();
+            // An object in flight may hold admitted bytes, or be between
+            // counting its bytes and becoming resident (then evictable).
+            let pending = store.resident_bytes() < self.prepared_live()
+                || (0..store.len()).any(|i| i != r.0 as usize && store.snapshot(i).is_in_flight());
             if (held || pending) && waited < ROOM_WAIT {
                 idle = 0;
                 crate::sync::epoch::flush();

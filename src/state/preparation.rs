@@ -34,9 +34,10 @@ use crate::Error;
 use crate::cache::{Decoded, PersistSink, PreparedModelPolicy, PreparedModelStore};
 use crate::arena::{Domain, MemoryBudget, PreparationArena, PreparedArena, Reservation};
 use crate::error::RunError;
+use crate::limits::ROW_TABLE_CHECK_PIECE_BYTES;
 use crate::model::{
     ChecksumPolicy, Operand, PayloadSource, RequirementIndex, WeightDescriptor, WeightId,
-    read_verified, verify,
+    read_verified, verify, verify_in_pieces,
 };
 use crate::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
 use crate::store::{LoadAttempt, LoadClaim, GenerationOutcome, PreparedObjectStore, Waiter};
@@ -505,14 +506,25 @@ impl Producer {
         // from the cache when an entry was written meanwhile.
         let restore = self.store.bytes(r.0 as usize) > 0;
         let (object, packed_here, early) = if let Some(table) = self.row_table(r) {
-            // Served row by row: the source is read once, to verify it
-            // (under the checksum policy) and record its digest.
+            // Served row by row: the source is read once, piece by piece,
+            // when its digest is checked (under the checksum policy) or
+            // recorded; never held whole.
             claim.set_preparing();
             let w = self.plan.resolved().requirements()[r.0 as usize].sources[0];
             let weight = &self.plan.resolved().model().weights()[w.index()];
-            let mut buffer = self.preparation.alloc_zeroed(weight.byte_len() as usize)?;
-            read_verified(&*self.source, weight, &mut buffer, self.checksums)?;
-            self.record_digest(weight, &buffer);
+            let wanted = self.cache.as_ref().filter(|c| c.wants_digest(weight));
+            let piece_len = weight.byte_len().min(ROW_TABLE_CHECK_PIECE_BYTES as u64) as usize;
+            let mut piece = self.preparation.alloc_zeroed(piece_len.max(1))?;
+            let digest = verify_in_pieces(
+                &*self.source,
+                weight,
+                &mut piece,
+                self.checksums,
+                wanted.is_some(),
+            )?;
+            if let (Some(cache), Some(digest)) = (wanted, digest) {
+                cache.record_digest(weight, digest);
+            }
             (PreparedObject::Rows(Arc::new(table)), false, None)
         } else if self.plan.tasks().kind[publisher.0 as usize] == TaskKind::ReadPacked
             || self.restorable(r)

@@ -51,10 +51,17 @@
 //!    that ends (its bytes released before it takes the lock) resumes all
 //!    suspended reads, which check again. A read starts anyway when waiting
 //!    could never end, so that an impossible budget fails with the arena's
-//!    typed error instead of hanging: when no other session task runs and
-//!    no share is held (nothing could release bytes), or when one of its
+//!    typed error instead of hanging: when no other session task runs
+//!    (none could release bytes) and either no share is held or one of its
 //!    prepacks already holds a sibling read's share (that prepack cannot
-//!    run, and release it, before this read). Shares never wait for a
+//!    run, and release it, before this read). While another task runs,
+//!    such a read waits for it like any other: admitting it at once could
+//!    only fail its allocation. A task stuck that way (nothing running)
+//!    behind shares held for other prepacks drops those shares first:
+//!    partial groups read ahead never block the group that must finish
+//!    (their prepacks read those sources again, and a prepack missing
+//!    shares is gated like the reads it makes).
+//!    Shares never wait for a
 //!    prepack that will not run: a failed read drops its consumers' shares
 //!    (and marks them, so a sibling's later share is dropped too), and the
 //!    session releases what a finished or cancelled preparation still
@@ -109,6 +116,17 @@ pub struct SessionTasks<'a> {
 /// One consumer's share of a read task's source, tagged with the read.
 type Share = (TaskId, Arc<Source>);
 
+/// What the budget gate decided for a task (protocol 3).
+enum Verdict {
+    /// Counted as running: start now.
+    Admit,
+    /// Suspended until bytes are released.
+    Suspend,
+    /// A critical task is stuck behind shares held for speculative
+    /// prepacks: drop those, then decide again.
+    Preempt,
+}
+
 /// The state a [`SessionTasks`] acts on: borrowed, or shared (so the runner
 /// can be handed to a scheduler as a `'static` [`TaskRunner`]).
 enum StateRef<'a> {
@@ -151,35 +169,78 @@ impl SessionTasks<'_> {
     fn admit(&self, gate: &BudgetGate, task: TaskId, ctx: &TaskContext<'_>) -> Option<u64> {
         let state = &*self.state;
         let tasks = state.plan().tasks();
+        let weights = state.plan().resolved().model().weights();
+        let read_bytes = |r: TaskId| tasks.reads[r.0 as usize].map_or(0, |w| weights[w.index()].byte_len());
         let t = task.0 as usize;
-        let need = match (tasks.kind[t], tasks.reads[t]) {
-            (TaskKind::ReadSource, Some(w)) => {
-                2 * state.plan().resolved().model().weights()[w.index()].byte_len()
-            }
-            _ => 0,
+        let (need, holds_shares) = match tasks.kind[t] {
+            // A prepack holding shares of this read's siblings cannot
+            // release them before this read ran.
+            TaskKind::ReadSource => (
+                2 * read_bytes(task),
+                tasks.dependents.row(t).iter().any(|d| {
+                    let d = d.0 as usize;
+                    tasks.kind[d] == TaskKind::Prepack && !self.inbox[d].is_empty()
+                }),
+            ),
+            // A prepack reads the sources whose shares were dropped itself,
+            // holding its own shares meanwhile.
+            TaskKind::Prepack => (
+                tasks
+                    .deps
+                    .row(t)
+                    .iter()
+                    .filter(|&&r| {
+                        tasks.kind[r.0 as usize] == TaskKind::ReadSource
+                            && !self.inbox[t].any(|(from, _)| *from == r)
+                    })
+                    .map(|&r| 2 * read_bytes(r))
+                    .sum(),
+                !self.inbox[t].is_empty(),
+            ),
+            _ => (0, false),
         };
-        // A prepack holding shares of this read's siblings cannot release
-        // them before this read ran: waiting for them would never end.
-        let sibling_waits = tasks.dependents.row(t).iter().any(|d| {
-            let d = d.0 as usize;
-            tasks.kind[d] == TaskKind::Prepack && !self.inbox[d].is_empty()
-        });
         // Reads nobody waits for yet keep the critical reserve free.
         let critical = ctx.priority() == Priority::Critical;
-        gate.inner.with(|g| {
-            if need == 0
-                || sibling_waits
-                || self.fits(gate, g.admitted + need, tasks.publishes[t], critical)
-                || (g.running == 0 && g.held == 0)
-            {
-                g.running += 1;
-                g.admitted += need;
-                Some(need)
-            } else {
-                g.suspended.push(ctx.suspend());
-                None
+        let mut preempted = false;
+        loop {
+            let verdict = gate.inner.with(|g| {
+                let fits = need == 0 || self.fits(gate, g.admitted + need, tasks.publishes[t], critical);
+                // Nothing running can release bytes: only held shares could.
+                let stuck = !fits && g.running == 0;
+                if stuck && !preempted && g.held > 0 {
+                    Verdict::Preempt
+                } else if fits || (stuck && (g.held == 0 || holds_shares || preempted)) {
+                    g.running += 1;
+                    g.admitted += need;
+                    Verdict::Admit
+                } else {
+                    g.suspended.push(ctx.suspend());
+                    Verdict::Suspend
+                }
+            });
+            match verdict {
+                Verdict::Admit => return Some(need),
+                Verdict::Suspend => return None,
+                Verdict::Preempt => {
+                    self.drop_other_shares(t);
+                    preempted = true;
+                }
             }
-        })
+        }
+    }
+
+    /// Protocol 3's way out of a stuck gate: drops the shares held for
+    /// every prepack but task `t` and its own consumers, so a task stuck
+    /// behind them (nothing running could release bytes) can start. Their
+    /// prepacks read those sources again when they run.
+    fn drop_other_shares(&self, t: usize) {
+        let tasks = self.state.plan().tasks();
+        let own = |d: usize| d == t || tasks.dependents.row(t).iter().any(|c| c.0 as usize == d);
+        for d in 0..self.inbox.len() {
+            if !own(d) {
+                self.drop_shares(d);
+            }
+        }
     }
 
     /// Whether `need` more preparation bytes fit both limits (protocol 3);

@@ -48,6 +48,11 @@ impl<T> FreeList<T> {
         Some(items.swap_remove(index))
     }
 
+    /// Whether a kept value matches (`matches` runs under the pool's lock).
+    pub fn any(&self, matches: impl FnMut(&T) -> bool) -> bool {
+        lock(&self.items).iter().any(matches)
+    }
+
     /// Removes and returns every kept value.
     pub fn drain(&self) -> Vec<T> {
         std::mem::take(&mut *lock(&self.items))
