@@ -243,8 +243,9 @@ void onnxp_context_release(OnnxpContext *context);
 // `ONNXP_ERROR_KIND_INPUT`; an element type or shape the model does not
 // declare fails the run with `ONNXP_ERROR_KIND_INPUT`.
 //
-// Thread safety: calls on one context are serialized; a context lent to a
-// run in flight answers `ONNXP_ERROR_KIND_BUSY`.
+// Thread safety: calls on one context are serialized: during an
+// `onnxp_run` on it they wait for the run; while it is lent to an
+// `onnxp_run_async` they answer `ONNXP_ERROR_KIND_BUSY`.
 //
 // # Safety
 // `context` is NULL or live; `name` is NULL or NUL-terminated; `dims` is
@@ -483,7 +484,9 @@ OnnxpError *onnxp_options_set_cache_policy(OnnxpOptions *options, int32_t policy
 // Runs the model on `context`'s inputs and returns once the outputs are
 // in `context` (read them with `onnxp_context_output`). A cold session
 // streams: the run starts while the weights load, each step once its own
-// weights are in. On failure the context keeps its inputs.
+// weights are in. On failure the context keeps its inputs (after an
+// internal panic, reported as `ONNXP_ERROR_KIND_PANIC`, it comes back
+// empty).
 //
 // Thread safety: any thread; runs on one session may overlap, each with
 // its own context. Calls on `context` from other threads wait for the run.

@@ -345,8 +345,9 @@ unsafe fn set_input(
 /// `ONNXP_ERROR_KIND_INPUT`; an element type or shape the model does not
 /// declare fails the run with `ONNXP_ERROR_KIND_INPUT`.
 ///
-/// Thread safety: calls on one context are serialized; a context lent to a
-/// run in flight answers `ONNXP_ERROR_KIND_BUSY`.
+/// Thread safety: calls on one context are serialized: during an
+/// `onnxp_run` on it they wait for the run; while it is lent to an
+/// `onnxp_run_async` they answer `ONNXP_ERROR_KIND_BUSY`.
 ///
 /// # Safety
 /// `context` is NULL or live; `name` is NULL or NUL-terminated; `dims` is

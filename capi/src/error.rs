@@ -113,7 +113,8 @@ impl OnnxpError {
         self.message.to_str().unwrap_or("")
     }
 
-    fn from_panic(payload: &(dyn std::any::Any + Send)) -> Self {
+    /// The error a caught panic becomes.
+    pub(crate) fn from_panic(payload: &(dyn std::any::Any + Send)) -> Self {
         let detail = payload
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())

@@ -51,6 +51,12 @@ pub unsafe extern "C" fn onnxp_generate(
         // SAFETY: NULL or valid for `prompt_len` reads (the caller's
         // contract).
         let prompt = unsafe { slice_arg(prompt, prompt_len, "prompt") }?;
+        if prompt.is_empty() {
+            return Err(OnnxpError::new(
+                crate::OnnxpErrorKind::Input,
+                "generating from an empty prompt: pass at least one token id",
+            ));
+        }
         let n = if max_new_tokens == 0 {
             0
         } else {

@@ -24,6 +24,7 @@
 //! 4. `release` of an unwaited handle is `wait`, its result dropped.
 
 use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -91,7 +92,9 @@ fn finish(
 /// Runs the model on `context`'s inputs and returns once the outputs are
 /// in `context` (read them with `onnxp_context_output`). A cold session
 /// streams: the run starts while the weights load, each step once its own
-/// weights are in. On failure the context keeps its inputs.
+/// weights are in. On failure the context keeps its inputs (after an
+/// internal panic, reported as `ONNXP_ERROR_KIND_PANIC`, it comes back
+/// empty).
 ///
 /// Thread safety: any thread; runs on one session may overlap, each with
 /// its own context. Calls on `context` from other threads wait for the run.
@@ -112,7 +115,15 @@ pub unsafe extern "C" fn onnxp_run(
         same_session(session, context)?;
         let mut state = lock(&context.state);
         let ctx = state.lend()?;
-        let result = s.session.run(ctx);
+        // A panic inside the run must not leave the context lent forever:
+        // it comes back empty (its inputs are lost with the run).
+        let result = match catch_unwind(AssertUnwindSafe(|| s.session.run(ctx))) {
+            Ok(result) => result,
+            Err(payload) => {
+                state.give_back(None, s);
+                return Err(OnnxpError::from_panic(&*payload));
+            }
+        };
         finish(&mut state, s, result)
     })
 }

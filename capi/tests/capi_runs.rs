@@ -431,6 +431,17 @@ fn generate_matches_the_rust_decoder_and_refuses_what_it_cannot_decode() {
         ));
         assert_eq!(kind, K::Input);
         assert!(message.contains("empty prompt"), "{message}");
+        // Also when no token is asked for.
+        let (kind, message) = fails(onnxp_generate(
+            session.0,
+            prompt.as_ptr(),
+            0,
+            0,
+            tokens.as_mut_ptr(),
+            &mut written,
+        ));
+        assert_eq!(kind, K::Input);
+        assert!(message.contains("empty prompt"), "{message}");
         let (kind, _) = fails(onnxp_generate(
             session.0,
             prompt.as_ptr(),
