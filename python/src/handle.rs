@@ -1,14 +1,14 @@
 //! `RunHandle`: the caller's side of a `run_async` or `prepare_async`.
 //!
 //! `wait` blocks (GIL released) until the submission is terminal while
-//! `cancel` stays callable from any thread: both only read the
-//! [`ExecutionHandle`] (a read lock, never held while the GIL is
-//! awaited). `result` waits, then the first caller takes the handle (a
-//! write lock, GIL released) and converts its outcome once; every later
-//! call returns the same outputs or raises the same exception. The
-//! Python package's wrapper makes the handle awaitable.
+//! `done` and `cancel` stay callable from any thread: each takes a shared
+//! reference to the [`ExecutionHandle`] under a short lock and acts on it
+//! with no lock held, so nothing waits behind a blocked `wait`. `result`
+//! waits, then the first caller takes the handle and converts its outcome
+//! once; every later call returns the same outputs or raises the same
+//! exception. The Python package's wrapper makes the handle awaitable.
 
-use std::sync::RwLock;
+use std::sync::{Arc, Mutex};
 
 use onnx_prepared::{ExecutionError, ExecutionHandle, RuntimeContext};
 use pyo3::prelude::*;
@@ -63,8 +63,9 @@ enum Finished {
 #[pyclass(module = "onnx_prepared._onnx_prepared", name = "RunHandle", frozen)]
 pub struct RunHandle {
     session: Py<InferenceSession>,
-    /// The submission until `result` took it.
-    pending: RwLock<Option<Pending>>,
+    /// The submission until `result` took it (shared with calls acting on
+    /// it meanwhile; the lock is held only to clone or take it).
+    pending: Mutex<Option<Arc<Pending>>>,
     /// The converted outcome, once taken.
     settled: PyOnceLock<Result<Py<PyAny>, PyErr>>,
 }
@@ -79,20 +80,46 @@ impl RunHandle {
     pub fn new(session: Py<InferenceSession>, pending: Pending) -> Self {
         Self {
             session,
-            pending: RwLock::new(Some(pending)),
+            pending: Mutex::new(Some(Arc::new(pending))),
             settled: PyOnceLock::new(),
         }
     }
 
-    /// Takes the submission and converts its outcome (once).
+    /// The submission, shared, while `result` has not taken it.
+    fn shared(&self) -> Option<Arc<Pending>> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Takes the submission (terminal: `result` waited first) and converts
+    /// its outcome (once).
     fn settle(&self, py: Python<'_>) -> Result<Py<PyAny>, PyErr> {
+        let taken = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let finished = py.detach(|| {
-            let mut pending = self.pending.write().unwrap_or_else(|e| e.into_inner());
-            pending.take().map(|p| match p {
-                Pending::Run { handle, selection } => {
-                    Finished::Run(handle.wait().map(Box::new), selection)
+            taken.map(|mut shared| {
+                // Other references are held only by calls acting on a
+                // terminal submission: each returns at once.
+                let p = loop {
+                    match Arc::try_unwrap(shared) {
+                        Ok(p) => break p,
+                        Err(again) => {
+                            shared = again;
+                            std::thread::yield_now();
+                        }
+                    }
+                };
+                match p {
+                    Pending::Run { handle, selection } => {
+                        Finished::Run(handle.wait().map(Box::new), selection)
+                    }
+                    Pending::Prepare(h) => Finished::Prepare(h.wait()),
                 }
-                Pending::Prepare(h) => Finished::Prepare(h.wait()),
             })
         });
         match finished {
@@ -122,26 +149,21 @@ impl RunHandle {
         if self.settled.get(py).is_some() {
             return true;
         }
-        let pending = self.pending.read().unwrap_or_else(|e| e.into_inner());
-        pending.as_ref().is_none_or(Pending::is_ready)
+        self.shared().is_none_or(|p| p.is_ready())
     }
 
     /// Blocks (the GIL released) until the submission is terminal.
     fn wait(&self, py: Python<'_>) {
-        py.detach(|| {
-            let pending = self.pending.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(p) = pending.as_ref() {
-                p.wait_ready();
-            }
-        });
+        if let Some(p) = self.shared() {
+            py.detach(|| p.wait_ready());
+        }
     }
 
     /// Cooperative cancellation: a run that has not finished ends with
     /// `onnx_prepared.Cancelled` (a run already finished keeps its
     /// outputs). The session's preparation goes on for other runs.
     fn cancel(&self) {
-        let pending = self.pending.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = pending.as_ref() {
+        if let Some(p) = self.shared() {
             p.cancel();
         }
     }
