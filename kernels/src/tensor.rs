@@ -503,7 +503,7 @@ impl Tensor {
         bytes: Arc<dyn SharedBytes>,
         offset: usize,
     ) -> Option<Self> {
-        if cfg!(target_endian = "big") {
+        if !Self::views_in_place(dtype) {
             return None;
         }
         let elements = element_count(&shape)?;
@@ -517,6 +517,14 @@ impl Tensor {
                 elements,
             },
         })
+    }
+
+    /// Whether [`shared`](Self::shared) can view stored values of `dtype`
+    /// in place (given aligned bytes of the right length): on a
+    /// little-endian target, every type but `Bool` and the 4-bit ones.
+    pub fn views_in_place(dtype: ElementType) -> bool {
+        cfg!(target_endian = "little")
+            && !matches!(dtype, ElementType::Bool | ElementType::I4 | ElementType::U4)
     }
 
     /// A copy that owns its elements: a tensor over shared bytes is copied
@@ -537,6 +545,17 @@ impl Tensor {
     /// [`Tensor::shared`] and not mutated since).
     pub fn is_shared(&self) -> bool {
         matches!(self.data, Storage::Shared { .. })
+    }
+
+    /// Whether both tensors view the same shared bytes in place (say, one
+    /// mapping of a data file).
+    pub fn shares_bytes_with(&self, other: &Tensor) -> bool {
+        match (&self.data, &other.data) {
+            (Storage::Shared { bytes: a, .. }, Storage::Shared { bytes: b, .. }) => {
+                std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+            }
+            _ => false,
+        }
     }
 
     /// A zero tensor of `dtype` and `shape`.

@@ -5,6 +5,8 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
+use onnx_prepared_kernels::SharedBytes;
+
 use super::{ArenaError, Domain, MemoryBudget, Reservation};
 
 /// The alignment of every [`PreparationBuffer`]'s first byte: a cache line,
@@ -87,6 +89,42 @@ impl PreparationBuffer {
     /// The bytes charged for this buffer (its length).
     pub fn charged_bytes(&self) -> usize {
         self.reservation.bytes()
+    }
+}
+
+impl PreparationBuffer {
+    /// The buffer's bytes as shared bytes a tensor can view in place (no
+    /// copy), and the charge for them, which the caller keeps for as long
+    /// as it counts them in the preparation domain.
+    pub fn into_shared(self) -> (std::sync::Arc<dyn SharedBytes>, Reservation) {
+        let bytes = FilledBuffer {
+            storage: self.storage,
+            offset: self.offset,
+            len: self.len,
+        };
+        (std::sync::Arc::new(bytes), self.reservation)
+    }
+}
+
+/// A filled [`PreparationBuffer`]'s bytes, shared read-only
+/// ([`PreparationBuffer::into_shared`]).
+struct FilledBuffer {
+    storage: Box<[u8]>,
+    offset: usize,
+    len: usize,
+}
+
+impl SharedBytes for FilledBuffer {
+    fn bytes(&self) -> &[u8] {
+        &self.storage[self.offset..self.offset + self.len]
+    }
+}
+
+impl fmt::Debug for FilledBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FilledBuffer")
+            .field("len", &self.len)
+            .finish_non_exhaustive()
     }
 }
 

@@ -61,6 +61,17 @@ pub trait PayloadSource: Send + Sync + std::fmt::Debug {
     /// Bytes delivered so far, per weight.
     fn counters(&self) -> &ReadCounters;
 
+    /// The caller is done touching weight `id`'s bytes for now (it copied,
+    /// hashed or packed them): a source that maps its files drops those
+    /// pages from the process (they stay in the page cache and fault back
+    /// in when read again), so a weight's bytes do not count twice in its
+    /// memory next to their packed copy. Never changes what a read or a
+    /// view of [`shared`](Self::shared) bytes sees. The default does
+    /// nothing.
+    fn release(&self, id: WeightId) {
+        let _ = id;
+    }
+
     /// Weight `id`'s bytes in place: read-only shared bytes they lie in
     /// (kept alive by the `Arc`) and the offset where they start, for a
     /// caller that uses them without a copy. `None` (the default) when this
@@ -365,6 +376,34 @@ impl FileSource {
 #[derive(Debug)]
 struct MappedFile(Mmap);
 
+impl MappedFile {
+    /// Drops the whole pages inside `range` from the process (pages a
+    /// neighbouring weight shares stay).
+    fn release(&self, range: std::ops::Range<usize>) {
+        let start = range.start.div_ceil(PAGE) * PAGE;
+        let end = range.end.min(self.0.len()) / PAGE * PAGE;
+        if end > start {
+            // SAFETY: the mapping is read-only and shared (`Mmap::map`):
+            // `MADV_DONTNEED` only unmaps its pages from this process, and
+            // the next access faults the same file contents back in, so
+            // every view of these bytes (shared tensors included) keeps
+            // reading the same values. A failure only leaves the pages in.
+            let _ = unsafe {
+                self.0.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    start,
+                    end - start,
+                )
+            };
+        }
+    }
+}
+
+/// The smallest page size of the systems a mapping runs on. Where pages
+/// are larger, `madvise` widens the range to whole pages: a neighbour's
+/// page may be dropped too, which costs it a fault, never its contents.
+const PAGE: usize = 4096;
+
 impl SharedBytes for MappedFile {
     fn bytes(&self) -> &[u8] {
         &self.0
@@ -449,6 +488,9 @@ impl PayloadSource for MmapSource {
                     });
                 };
                 buf.copy_from_slice(src);
+                if let Some(map) = map {
+                    map.release(start..end);
+                }
             }
         }
         self.counters.add(id, buf.len() as u64);
@@ -471,9 +513,8 @@ impl PayloadSource for MmapSource {
                 let (map, path) = &self.maps[file.index()];
                 let bytes: &[u8] = map.as_deref().map_or(&[], |m| m.bytes());
                 let at = usize::try_from(*offset).unwrap_or(usize::MAX);
-                let Some(src) =
-                    bytes.get(at.saturating_add(range.start)..at.saturating_add(range.end))
-                else {
+                let within = at.saturating_add(range.start)..at.saturating_add(range.end);
+                let Some(src) = bytes.get(within.clone()) else {
                     return Err(PayloadError::ShortRead {
                         tensor: weight.name().to_owned(),
                         path: path.clone(),
@@ -482,6 +523,9 @@ impl PayloadSource for MmapSource {
                     });
                 };
                 buf.copy_from_slice(src);
+                if let Some(map) = map {
+                    map.release(within);
+                }
             }
         }
         self.counters.add(id, buf.len() as u64);
@@ -492,7 +536,21 @@ impl PayloadSource for MmapSource {
         &self.counters
     }
 
+    fn release(&self, id: WeightId) {
+        if let Some((map, range)) = self.mapped(id) {
+            map.release(range);
+        }
+    }
+
     fn shared(&self, id: WeightId) -> Option<(Arc<dyn SharedBytes>, usize)> {
+        let (map, range) = self.mapped(id)?;
+        Some((map.clone(), range.start))
+    }
+}
+
+impl MmapSource {
+    /// The mapping external weight `id` lies in and its byte range there.
+    fn mapped(&self, id: WeightId) -> Option<(&Arc<MappedFile>, std::ops::Range<usize>)> {
         let weight = self.weights.get(id.index())?;
         let WeightSource::External {
             file,
@@ -506,10 +564,7 @@ impl PayloadSource for MmapSource {
         let map = map.as_ref()?;
         let start = usize::try_from(*offset).ok()?;
         let end = start.checked_add(usize::try_from(*length).ok()?)?;
-        if end > map.bytes().len() {
-            return None;
-        }
-        Some((map.clone(), start))
+        (end <= map.bytes().len()).then_some((map, start..end))
     }
 }
 

@@ -386,6 +386,24 @@ impl Producer {
         let mut buffer = self.preparation.alloc_zeroed(len)?;
         read_verified(&*self.source, weight, &mut buffer, self.checksums)?;
         self.record_digest(weight, &buffer);
+        let dtype = weight.element_type();
+        if dtype.compute() == dtype && Tensor::views_in_place(dtype) {
+            // Stored as computed: the tensor views the read buffer itself
+            // (aligned, of the weight's length), no decoded copy.
+            let dims: Vec<usize> = weight.dims().iter().map(|&x| x as usize).collect();
+            let (bytes, charge) = buffer.into_shared();
+            let tensor = Tensor::shared(dims, dtype, bytes, 0).ok_or_else(|| -> Error {
+                crate::error::ResolveError::WeightType {
+                    weight: weight.name().to_owned(),
+                    dtype,
+                }
+                .into()
+            })?;
+            return Ok(Source {
+                tensor: Arc::new(tensor),
+                _charge: Some(charge),
+            });
+        }
         let tensor = Arc::new(source_tensor(self.plan.resolved(), w, &buffer)?);
         // The decoded tensor replaces the read buffer in the preparation domain.
         let reservation = self.budget.reserve(Domain::Preparation, len)?;
@@ -545,7 +563,14 @@ impl Producer {
                 Some(bytes) => Some(self.admit_evicting(r, bytes)?),
                 None => None,
             };
-            (self.prepare_counted(r, &sources)?, true, early)
+            let object = self.prepare_counted(r, &sources)?;
+            // The sources' mapped pages were touched (hashed, copied,
+            // packed): they leave the process's memory; an object used in
+            // place faults back only what its runs read.
+            for &w in &self.plan.resolved().requirements()[r.0 as usize].sources {
+                self.source.release(w);
+            }
+            (object, true, early)
         };
         let bytes = object.byte_len();
         let allocation = match early {
