@@ -514,7 +514,7 @@ impl PayloadSource for MmapSource {
                 let bytes: &[u8] = map.as_deref().map_or(&[], |m| m.bytes());
                 let at = usize::try_from(*offset).unwrap_or(usize::MAX);
                 let within = at.saturating_add(range.start)..at.saturating_add(range.end);
-                let Some(src) = bytes.get(within.clone()) else {
+                let Some(src) = bytes.get(within) else {
                     return Err(PayloadError::ShortRead {
                         tensor: weight.name().to_owned(),
                         path: path.clone(),
@@ -523,9 +523,6 @@ impl PayloadSource for MmapSource {
                     });
                 };
                 buf.copy_from_slice(src);
-                if let Some(map) = map {
-                    map.release(within);
-                }
             }
         }
         self.counters.add(id, buf.len() as u64);

@@ -54,6 +54,10 @@ use crate::sync::Ordering;
 /// in-flight or retired objects will give back before it fails.
 const ROOM_WAIT: Duration = Duration::from_secs(5);
 
+/// Most time one admission waits for an object in flight that may be
+/// publishing (see [`Producer::admit_evicting`]).
+const PUBLISH_WAIT: Duration = Duration::from_millis(50);
+
 /// Yields before an admission's waits turn into sleeps.
 const YIELDS: u32 = 64;
 
@@ -110,11 +114,15 @@ impl Producer {
                     && store.bytes(i) > 0
                     && self.evictable(i)
             });
-            // An object in flight may hold admitted bytes, or be between
-            // counting its bytes and becoming resident (then evictable).
-            let pending = store.resident_bytes() < self.prepared_live()
-                || (0..store.len()).any(|i| i != r.0 as usize && store.snapshot(i).is_in_flight());
-            if (held || pending) && waited < ROOM_WAIT {
+            let pending = store.resident_bytes() < self.prepared_live();
+            // An object being published counts its bytes as resident just
+            // before it becomes resident (then evictable): a publisher
+            // preempted in between is waited for briefly. (Another
+            // producer waiting for room here is in flight too: the bound
+            // keeps two refused producers from waiting on each other.)
+            let publishing = waited < PUBLISH_WAIT
+                && (0..store.len()).any(|i| i != r.0 as usize && store.snapshot(i).is_in_flight());
+            if (held || pending || publishing) && waited < ROOM_WAIT {
                 idle = 0;
                 crate::sync::epoch::flush();
                 if yields < YIELDS {

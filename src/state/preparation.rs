@@ -543,6 +543,8 @@ impl Producer {
             if let (Some(cache), Some(digest)) = (wanted, digest) {
                 cache.record_digest(weight, digest);
             }
+            // Checked: its pages leave the process (rows fault back in).
+            self.source.release(w);
             (PreparedObject::Rows(Arc::new(table)), false, None)
         } else if self.plan.tasks().kind[publisher.0 as usize] == TaskKind::ReadPacked
             || self.restorable(r)

@@ -49,18 +49,20 @@
 //!    takes the room a critical one needs. A read that does not fit suspends
 //!    ([`TaskContext::suspend`]) under the gate's lock; every session task
 //!    that ends (its bytes released before it takes the lock) resumes all
-//!    suspended reads, which check again. A read starts anyway when waiting
-//!    could never end, so that an impossible budget fails with the arena's
-//!    typed error instead of hanging: when no other session task runs
-//!    (none could release bytes) and either no share is held or one of its
-//!    prepacks already holds a sibling read's share (that prepack cannot
-//!    run, and release it, before this read). While another task runs,
-//!    such a read waits for it like any other: admitting it at once could
-//!    only fail its allocation. A task stuck that way (nothing running)
-//!    behind shares held for other prepacks drops those shares first:
-//!    partial groups read ahead never block the group that must finish
-//!    (their prepacks read those sources again, and a prepack missing
-//!    shares is gated like the reads it makes).
+//!    suspended reads, which check again. A prepack whose inbox lacks
+//!    some of its reads' shares (dropped, see below) reads those sources
+//!    itself and is gated the same way, for `2s` per missing share. When a
+//!    task does not fit and no other session task runs, waiting could
+//!    never end (only held shares could release bytes): the task takes out
+//!    the shares held for every prepack that is not its own consumer —
+//!    groups read ahead partly never block the group that must finish;
+//!    their prepacks read those sources again — and then starts whether
+//!    or not it fits, so that an impossible budget fails with the arena's
+//!    typed error instead of hanging. The need is worked out and shares
+//!    are taken out under the gate's lock, and nothing is taken out while
+//!    a task runs, so an admitted prepack finds the shares it was counted
+//!    with. While another task runs, a task that does not fit waits for
+//!    it: admitting it at once could only fail its allocation.
 //!    Shares never wait for a
 //!    prepack that will not run: a failed read drops its consumers' shares
 //!    (and marks them, so a sibling's later share is dropped too), and the
@@ -118,12 +120,12 @@ type Share = (TaskId, Arc<Source>);
 
 /// What the budget gate decided for a task (protocol 3).
 enum Verdict {
-    /// Counted as running: start now.
-    Admit,
+    /// Counted as running with these bytes: start now.
+    Admit(u64),
     /// Suspended until bytes are released.
     Suspend,
-    /// A critical task is stuck behind shares held for speculative
-    /// prepacks: drop those, then decide again.
+    /// Stuck (nothing running) behind shares held for other prepacks:
+    /// those were taken out; drop them, then decide again.
     Preempt,
 }
 
@@ -167,24 +169,69 @@ impl SessionTasks<'_> {
     /// Protocol 3: `Some(bytes admitted)` when `task` may start now
     /// (counted as running), `None` when it was suspended.
     fn admit(&self, gate: &BudgetGate, task: TaskId, ctx: &TaskContext<'_>) -> Option<u64> {
+        let tasks = self.state.plan().tasks();
+        let t = task.0 as usize;
+        // Reads nobody waits for yet keep the critical reserve free.
+        let critical = ctx.priority() == Priority::Critical;
+        let mut preempted = false;
+        loop {
+            let mut dropped = Vec::new();
+            let verdict = gate.inner.with(|g| {
+                // Worked out under the gate's lock, like a preemption's
+                // drops: a prepack's missing shares stay as counted until
+                // it runs (nothing is preempted while a task runs).
+                let need = self.need(task);
+                let fits =
+                    need == 0 || self.fits(gate, g.admitted + need, tasks.publishes[t], critical);
+                // Nothing running can release bytes: only held shares could.
+                let stuck = !fits && g.running == 0;
+                if stuck && !preempted && g.held > 0 {
+                    dropped = self.take_other_shares(t);
+                    g.held = g.held.saturating_sub(dropped.len());
+                    Verdict::Preempt
+                } else if fits || stuck {
+                    g.running += 1;
+                    g.admitted += need;
+                    Verdict::Admit(need)
+                } else {
+                    g.suspended.push(ctx.suspend());
+                    Verdict::Suspend
+                }
+            });
+            match verdict {
+                Verdict::Admit(need) => return Some(need),
+                Verdict::Suspend => return None,
+                Verdict::Preempt => {
+                    // Their bytes go now, outside the gate's lock; then
+                    // the task checks again.
+                    drop(dropped);
+                    preempted = true;
+                }
+            }
+        }
+    }
+
+    /// The preparation bytes `task` may allocate (protocol 3): `2s` for a
+    /// read of `s` bytes; for a prepack, `2s` for each of its reads whose
+    /// share is missing (dropped: it reads that source itself), unless its
+    /// object is resident or in flight (it does nothing); else 0.
+    fn need(&self, task: TaskId) -> u64 {
         let state = &*self.state;
         let tasks = state.plan().tasks();
         let weights = state.plan().resolved().model().weights();
-        let read_bytes = |r: TaskId| tasks.reads[r.0 as usize].map_or(0, |w| weights[w.index()].byte_len());
+        let read_bytes =
+            |r: TaskId| tasks.reads[r.0 as usize].map_or(0, |w| weights[w.index()].byte_len());
         let t = task.0 as usize;
-        let (need, holds_shares) = match tasks.kind[t] {
-            // A prepack holding shares of this read's siblings cannot
-            // release them before this read ran.
-            TaskKind::ReadSource => (
-                2 * read_bytes(task),
-                tasks.dependents.row(t).iter().any(|d| {
-                    let d = d.0 as usize;
-                    tasks.kind[d] == TaskKind::Prepack && !self.inbox[d].is_empty()
-                }),
-            ),
-            // A prepack reads the sources whose shares were dropped itself,
-            // holding its own shares meanwhile.
-            TaskKind::Prepack => (
+        match tasks.kind[t] {
+            TaskKind::ReadSource => 2 * read_bytes(task),
+            TaskKind::Prepack => {
+                let done = tasks.publishes[t].is_some_and(|q| {
+                    let now = state.store().snapshot(q.0 as usize);
+                    now.is_resident() || now.is_in_flight()
+                });
+                if done {
+                    return 0;
+                }
                 tasks
                     .deps
                     .row(t)
@@ -194,53 +241,24 @@ impl SessionTasks<'_> {
                             && !self.inbox[t].any(|(from, _)| *from == r)
                     })
                     .map(|&r| 2 * read_bytes(r))
-                    .sum(),
-                !self.inbox[t].is_empty(),
-            ),
-            _ => (0, false),
-        };
-        // Reads nobody waits for yet keep the critical reserve free.
-        let critical = ctx.priority() == Priority::Critical;
-        let mut preempted = false;
-        loop {
-            let verdict = gate.inner.with(|g| {
-                let fits = need == 0 || self.fits(gate, g.admitted + need, tasks.publishes[t], critical);
-                // Nothing running can release bytes: only held shares could.
-                let stuck = !fits && g.running == 0;
-                if stuck && !preempted && g.held > 0 {
-                    Verdict::Preempt
-                } else if fits || (stuck && (g.held == 0 || holds_shares || preempted)) {
-                    g.running += 1;
-                    g.admitted += need;
-                    Verdict::Admit
-                } else {
-                    g.suspended.push(ctx.suspend());
-                    Verdict::Suspend
-                }
-            });
-            match verdict {
-                Verdict::Admit => return Some(need),
-                Verdict::Suspend => return None,
-                Verdict::Preempt => {
-                    self.drop_other_shares(t);
-                    preempted = true;
-                }
+                    .sum()
             }
+            _ => 0,
         }
     }
 
-    /// Protocol 3's way out of a stuck gate: drops the shares held for
+    /// Protocol 3's way out of a stuck gate: takes out the shares held for
     /// every prepack but task `t` and its own consumers, so a task stuck
     /// behind them (nothing running could release bytes) can start. Their
-    /// prepacks read those sources again when they run.
-    fn drop_other_shares(&self, t: usize) {
+    /// prepacks read those sources again when they run. Called under the
+    /// gate's lock; the caller drops the shares after it.
+    fn take_other_shares(&self, t: usize) -> Vec<Share> {
         let tasks = self.state.plan().tasks();
         let own = |d: usize| d == t || tasks.dependents.row(t).iter().any(|c| c.0 as usize == d);
-        for d in 0..self.inbox.len() {
-            if !own(d) {
-                self.drop_shares(d);
-            }
-        }
+        (0..self.inbox.len())
+            .filter(|&d| !own(d))
+            .flat_map(|d| self.inbox[d].drain())
+            .collect()
     }
 
     /// Whether `need` more preparation bytes fit both limits (protocol 3);
