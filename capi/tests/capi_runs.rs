@@ -421,27 +421,19 @@ fn generate_matches_the_rust_decoder_and_refuses_what_it_cannot_decode() {
 
     // SAFETY: as above.
     unsafe {
-        let (kind, message) = fails(onnxp_generate(
-            session.0,
-            prompt.as_ptr(),
-            0,
-            5,
-            tokens.as_mut_ptr(),
-            &mut written,
-        ));
-        assert_eq!(kind, K::Input);
-        assert!(message.contains("empty prompt"), "{message}");
-        // Also when no token is asked for.
-        let (kind, message) = fails(onnxp_generate(
-            session.0,
-            prompt.as_ptr(),
-            0,
-            0,
-            tokens.as_mut_ptr(),
-            &mut written,
-        ));
-        assert_eq!(kind, K::Input);
-        assert!(message.contains("empty prompt"), "{message}");
+        // An empty prompt, also when no token is asked for.
+        for new_tokens in [5, 0] {
+            let (kind, message) = fails(onnxp_generate(
+                session.0,
+                prompt.as_ptr(),
+                0,
+                new_tokens,
+                tokens.as_mut_ptr(),
+                &mut written,
+            ));
+            assert_eq!(kind, K::Input);
+            assert!(message.contains("empty prompt"), "{message}");
+        }
         let (kind, _) = fails(onnxp_generate(
             session.0,
             prompt.as_ptr(),
