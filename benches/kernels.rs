@@ -141,7 +141,7 @@ impl Prepared {
                     .collect();
                 (
                     pre.consumes().to_vec(),
-                    Some(pre.prepare(&sources).expect("prepare")),
+                    Some(pre.prepare(&sources, &Sequential).expect("prepare")),
                 )
             }
             None => (Vec::new(), None),
@@ -266,6 +266,51 @@ fn matmul_nbits(c: &mut Criterion) {
         }
         group.finish();
     }
+}
+
+/// Packing a 4-bit weight (the cold path of every MatMulNBits): tiny-llm's
+/// LM head and the 8x model's, bytes of ONNX Runtime's `B` per second.
+fn matmul_nbits_pack(c: &mut Criterion) {
+    let mut rng = Rng(9);
+    let mut group = c.benchmark_group("pack/matmul_nbits");
+    group.sample_size(20);
+    for (name, k, n) in [("lm_head", 512, 8192), ("lm_head_8x", 1024, 32000)] {
+        let (p, inputs) = nbits_inputs(&mut rng, 1, k, n);
+        let infos: Vec<Option<InputInfo<'_>>> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                t.as_ref().map(|t| InputInfo {
+                    dtype: t.dtype(),
+                    shape: t.shape(),
+                    value: (i > 0).then_some(t),
+                    constant: i > 0,
+                })
+            })
+            .collect();
+        let spec = NodeSpec {
+            domain: "com.microsoft",
+            op_type: "MatMulNBits",
+            opset: 21,
+            attributes: &nbits_attrs(&p),
+            inputs: inputs.len(),
+            outputs: 1,
+        };
+        let op = registry::operator_with(&spec, KernelOptions::default()).expect("operator");
+        let pre = op
+            .prepack(&infos, CpuFeatures::detect())
+            .expect("MatMulNBits packs constant weights");
+        let sources: Vec<&Tensor> = pre
+            .consumes()
+            .iter()
+            .map(|&i| inputs[i].as_ref().expect("source"))
+            .collect();
+        group.throughput(Throughput::Bytes((n * k / 2) as u64));
+        group.bench_function(format!("{name}_{k}x{n}"), |bch| {
+            bch.iter(|| black_box(pre.prepare(&sources, &Sequential).expect("prepare")))
+        });
+    }
+    group.finish();
 }
 
 /// f32 vs int8 activations on one packed weight, at decode and prefill.
@@ -393,6 +438,7 @@ criterion_group!(
     benches,
     matmul_nbits,
     matmul_nbits_int8,
+    matmul_nbits_pack,
     gemm,
     attention,
     two_threads

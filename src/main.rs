@@ -8,7 +8,7 @@ use std::time::Instant;
 mod cli;
 
 use clap::{Parser, Subcommand};
-use cli::{CacheArgs, LimitArgs};
+use cli::{CacheArgs, ChecksumArgs, LimitArgs};
 use onnx_prepared::decoder::{self, Lengths};
 use onnx_prepared::limits::{MAX_CLI_THREADS, MAX_REPEAT};
 use onnx_prepared::model::Model;
@@ -93,6 +93,8 @@ enum Command {
         cache: CacheArgs,
         #[command(flatten)]
         limits: LimitArgs,
+        #[command(flatten)]
+        checksums: ChecksumArgs,
     },
     /// Measure the four ways to a first output (eager, streaming, prepared, hot), each in a fresh session.
     Bench {
@@ -123,6 +125,8 @@ enum Command {
         cache: CacheArgs,
         #[command(flatten)]
         limits: LimitArgs,
+        #[command(flatten)]
+        checksums: ChecksumArgs,
     },
     /// Greedy decoding for a decoder model with a past/present KV cache: prints the new token ids, time to first token and tokens/s.
     Generate(cli::generate::GenerateArgs),
@@ -172,6 +176,7 @@ fn main() -> ExitCode {
             int8_activations,
             cache,
             limits,
+            checksums,
         } => bench(BenchArgs {
             model,
             json,
@@ -183,6 +188,7 @@ fn main() -> ExitCode {
             int8_activations,
             cache,
             limits,
+            checksums,
         }),
         Command::Plan {
             model,
@@ -204,6 +210,7 @@ fn main() -> ExitCode {
             map_weights,
             cache,
             limits,
+            checksums,
         } => run(RunArgs {
             model,
             inputs,
@@ -219,6 +226,7 @@ fn main() -> ExitCode {
             map_weights,
             cache,
             limits,
+            checksums,
             started,
         }),
     };
@@ -296,6 +304,7 @@ struct RunArgs {
     map_weights: bool,
     cache: CacheArgs,
     limits: LimitArgs,
+    checksums: ChecksumArgs,
     /// When the process started.
     started: Instant,
 }
@@ -332,20 +341,21 @@ fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let session = RuntimeSession::open(
         &args.model,
-        args.cache.apply(args.limits.apply(SessionOptions {
-            // `--threads N`: this thread runs the inference (`run` is
-            // synchronous) with N - 1 CPU workers helping its kernels.
-            cpu_threads: args.threads.saturating_sub(1).max(1),
-            intra_op_threads: Some(args.threads),
-            trace: args.trace.is_some(),
-            resolve: ResolveOptions {
-                cpu,
-                int8_activations: args.int8_activations,
-                ..ResolveOptions::default()
-            },
-            map_weights: args.map_weights,
-            ..SessionOptions::default()
-        }))?,
+        args.cache
+            .apply(args.checksums.apply(args.limits.apply(SessionOptions {
+                // `--threads N`: this thread runs the inference (`run` is
+                // synchronous) with N - 1 CPU workers helping its kernels.
+                cpu_threads: args.threads.saturating_sub(1).max(1),
+                intra_op_threads: Some(args.threads),
+                trace: args.trace.is_some(),
+                resolve: ResolveOptions {
+                    cpu,
+                    int8_activations: args.int8_activations,
+                    ..ResolveOptions::default()
+                },
+                map_weights: args.map_weights,
+                ..SessionOptions::default()
+            })))?,
     )?;
     if args.mode != RunMode::Streaming {
         session.prepare()?;
@@ -422,6 +432,7 @@ struct BenchArgs {
     int8_activations: bool,
     cache: CacheArgs,
     limits: LimitArgs,
+    checksums: ChecksumArgs,
 }
 
 /// Generated bench inputs: a 128-token prefill with no past.
@@ -476,14 +487,14 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         args.inputs.as_deref(),
         &args.dims,
         args.cache.dir.as_deref(),
-        args.limits.apply(SessionOptions {
+        args.checksums.apply(args.limits.apply(SessionOptions {
             map_weights: args.map_weights,
             resolve: ResolveOptions {
                 int8_activations: args.int8_activations,
                 ..ResolveOptions::default()
             },
             ..SessionOptions::default()
-        }),
+        })),
     )?;
     if let Some(path) = &args.trace {
         write_trace(path, &run.streaming_trace)?;

@@ -185,7 +185,12 @@ pub trait Prepack: Send + Sync + Debug {
     fn consumes(&self) -> &[usize];
     /// Packs `sources` (the consumed inputs, in `consumes` order). The same
     /// sources always give the same bytes: padding is zeroed.
-    fn prepare(&self, sources: &[&Tensor]) -> Result<PackedWeight, KernelError>;
+    /// A large weight may be packed in parallel on `par`.
+    fn prepare(
+        &self,
+        sources: &[&Tensor],
+        par: &dyn ParallelFor,
+    ) -> Result<PackedWeight, KernelError>;
     /// Bytes of the object [`Prepack::prepare`] makes from sources of
     /// these shapes (its [`PackedWeight::byte_len`]), so that a runtime can
     /// charge them before packing. `None`: not known in advance (the

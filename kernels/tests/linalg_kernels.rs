@@ -198,7 +198,7 @@ fn prepack(
         .iter()
         .map(|&i| inputs[i].as_ref().expect("consumed input"))
         .collect();
-    let packed = pre.prepare(&sources).expect("prepare");
+    let packed = pre.prepare(&sources, &Reversed).expect("prepare");
     assert_eq!(packed.layout, pre.layout());
     // The runtime charges this before packing.
     let shapes: Vec<&[usize]> = sources.iter().map(|t| t.shape()).collect();
@@ -770,6 +770,44 @@ fn nbits_packing_is_deterministic_and_ignores_padding() {
                 Zp::F32 => "zpf32",
             };
             assert!(p1.layout.contains(want_zp), "{}", p1.layout);
+        }
+    }
+}
+
+#[test]
+fn a_large_4_bit_weight_packs_to_the_same_bytes_split_across_threads() {
+    let mut rng = Rng(10);
+    for (label, cpu) in cpus() {
+        // Over 1 MiB of B (packed by tiles in parallel), N not a multiple of
+        // the tile, K with a partial last block.
+        for (k, n, zp) in [(1000, 2101, Zp::U8), (1024, 2048, Zp::None)] {
+            let case = nbits_case(&mut rng, &[2, k], n, 32, zp, false);
+            let op = operator(
+                "com.microsoft",
+                "MatMulNBits",
+                &nbits_attrs(&case.p),
+                4,
+                cpu,
+            )
+            .expect("op");
+            let consts: &[usize] = if zp == Zp::None { &[1, 2] } else { &[1, 2, 3] };
+            let pre = op
+                .prepack(&infos(&case.inputs, consts), cpu)
+                .expect("packs");
+            let sources: Vec<&Tensor> = pre
+                .consumes()
+                .iter()
+                .map(|&i| case.inputs[i].as_ref().expect("source"))
+                .collect();
+            assert!(sources[0].byte_len() >= 1 << 20, "large enough to split");
+            let one = pre.prepare(&sources, &onnx_prepared_kernels::Sequential);
+            let split = pre.prepare(&sources, &Reversed);
+            assert_eq!(
+                one.expect("packs"),
+                split.expect("packs"),
+                "{label} K={k} N={n}"
+            );
+            check_nbits(label, cpu, &case, &Reversed);
         }
     }
 }

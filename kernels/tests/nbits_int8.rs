@@ -154,7 +154,9 @@ fn run(
             .iter()
             .map(|&i| refs[i].expect("source"))
             .collect();
-        let packed = pre.prepare(&sources).expect("prepare");
+        let packed = pre
+            .prepare(&sources, &onnx_prepared_kernels::Sequential)
+            .expect("prepare");
         for &i in pre.consumes() {
             refs[i] = None;
         }

@@ -136,13 +136,13 @@ fn run_packed(
     let consumed = pre.consumes().to_vec();
     assert_eq!(consumed, (1..inputs.len()).collect::<Vec<_>>());
     let sources: Vec<&Tensor> = consumed.iter().map(|&i| inputs[i].unwrap()).collect();
-    let packed = pre.prepare(&sources).unwrap();
+    let packed = pre.prepare(&sources, &Sequential).unwrap();
     assert_eq!(packed.layout, pre.layout());
     let shapes: Vec<&[usize]> = sources.iter().map(|t| t.shape()).collect();
     assert_eq!(pre.packed_bytes(&shapes), Some(packed.byte_len()));
     assert!(packed.layout.starts_with("qdq-"), "{}", packed.layout);
     // Same sources, same bytes.
-    assert_eq!(packed, pre.prepare(&sources).unwrap());
+    assert_eq!(packed, pre.prepare(&sources, &Sequential).unwrap());
     let mut exec_inputs = inputs.clone();
     for &i in &consumed {
         exec_inputs[i] = None;
@@ -270,7 +270,7 @@ fn qdq_matmul_packs_int4_like_matmul_nbits() {
         let infos: Vec<Option<InputInfo<'_>>> =
             inputs.iter().map(|t| t.map(InputInfo::known)).collect();
         let pre = op.prepack(&infos, CpuFeatures::portable()).unwrap();
-        let packed = pre.prepare(&[&case.w, &case.scale]).unwrap();
+        let packed = pre.prepare(&[&case.w, &case.scale], &Sequential).unwrap();
         assert_eq!(packed.parts.len(), parts, "signed {signed}");
         let zp = if signed { "0" } else { "f32" };
         assert_eq!(
@@ -333,9 +333,9 @@ fn qdq_matmul_rejects_bad_inputs() {
     ];
     let pre = op.prepack(&infos, CpuFeatures::portable()).unwrap();
     assert!(matches!(
-        pre.prepare(&[&w, &case.scale]).unwrap_err(),
+        pre.prepare(&[&w, &case.scale], &Sequential).unwrap_err(),
         KernelError::Invalid { .. }
     ));
     // A packing from the wrong sources count.
-    assert!(pre.prepare(&[&w]).is_err());
+    assert!(pre.prepare(&[&w], &Sequential).is_err());
 }

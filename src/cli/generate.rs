@@ -7,7 +7,7 @@ use onnx_prepared::decoder;
 use onnx_prepared::limits::MAX_NEW_TOKENS;
 use onnx_prepared::session::{RuntimeSession, SessionOptions};
 
-use super::{CacheArgs, LimitArgs};
+use super::{CacheArgs, ChecksumArgs, LimitArgs};
 
 /// Greedy decoding for a decoder model with a past/present KV cache: prints the new token ids, time to first token and tokens/s.
 #[derive(clap::Args, Debug)]
@@ -39,6 +39,8 @@ pub struct GenerateArgs {
     cache: CacheArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    checksums: ChecksumArgs,
 }
 
 /// `generate`: a streaming session (the prompt's run starts while the
@@ -49,16 +51,17 @@ pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
     let threads = usize::from(args.threads);
     let session = RuntimeSession::open(
         &args.model,
-        args.cache.apply(args.limits.apply(SessionOptions {
-            cpu_threads: threads.saturating_sub(1).max(1),
-            intra_op_threads: Some(threads),
-            map_weights: args.map_weights,
-            resolve: onnx_prepared::ResolveOptions {
-                int8_activations: args.int8_activations,
-                ..onnx_prepared::ResolveOptions::default()
-            },
-            ..SessionOptions::default()
-        }))?,
+        args.cache
+            .apply(args.checksums.apply(args.limits.apply(SessionOptions {
+                cpu_threads: threads.saturating_sub(1).max(1),
+                intra_op_threads: Some(threads),
+                map_weights: args.map_weights,
+                resolve: onnx_prepared::ResolveOptions {
+                    int8_activations: args.int8_activations,
+                    ..onnx_prepared::ResolveOptions::default()
+                },
+                ..SessionOptions::default()
+            })))?,
     )?;
     // A GenAI-builder model runs in the cache form its config names.
     let cache = decoder::genai_kv_cache(&args.model).unwrap_or(decoder::KvCache::Growing);

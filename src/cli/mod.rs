@@ -173,6 +173,37 @@ impl LimitArgs {
     }
 }
 
+/// `--checksums strict|off`: whether declared weight digests are checked.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ChecksumArgs {
+    /// Check the `sha256:` digests weights declare before using them (`strict`, the default) or not (`off`: for files already verified; ONNX Runtime checks none).
+    #[arg(long, value_enum, default_value_t = Checksums::Strict)]
+    pub checksums: Checksums,
+}
+
+/// The values of `--checksums`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Checksums {
+    /// [`onnx_prepared::ChecksumPolicy::Strict`].
+    #[default]
+    Strict,
+    /// [`onnx_prepared::ChecksumPolicy::Off`].
+    Off,
+}
+
+impl ChecksumArgs {
+    /// `options` with this checksum policy.
+    pub fn apply(&self, options: SessionOptions) -> SessionOptions {
+        SessionOptions {
+            checksums: match self.checksums {
+                Checksums::Strict => onnx_prepared::ChecksumPolicy::Strict,
+                Checksums::Off => onnx_prepared::ChecksumPolicy::Off,
+            },
+            ..options
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

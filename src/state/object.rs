@@ -187,13 +187,14 @@ pub(crate) fn source_tensor(
 pub(crate) fn prepare(
     requirement: &Requirement,
     sources: &[Arc<Tensor>],
+    par: &dyn onnx_prepared_kernels::ParallelFor,
 ) -> Result<PreparedObject, Error> {
     match &requirement.prepack {
         // A source used as is is shared, not copied.
         None => Ok(PreparedObject::Source(sources[0].clone())),
         Some(p) => {
             let refs: Vec<&Tensor> = sources.iter().map(|t| &**t).collect();
-            p.prepare(&refs)
+            p.prepare(&refs, par)
                 .map(|w| PreparedObject::Packed(Arc::new(w)))
                 .map_err(|source| {
                     RunError::Kernel {

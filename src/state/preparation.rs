@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use onnx_prepared_kernels::Tensor;
+use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 
 use super::PreparedObject;
 use super::residency::{Protection, ResidencyCounters, UnpersistedEviction};
@@ -79,6 +79,12 @@ pub(super) trait Inputs {
     /// The decoded source of read task `t`: held, delivered, or read now
     /// through [`Producer::read`].
     fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error>;
+
+    /// Threads a large prepack may be split across (the task's lease of
+    /// the pool's CPU workers; on-demand production packs on its caller).
+    fn parallel(&self) -> &dyn ParallelFor {
+        &Sequential
+    }
 
     /// `r` was published from the sources of `reads`: release what only it
     /// needed.
@@ -565,7 +571,7 @@ impl Producer {
                 Some(bytes) => Some(self.admit_evicting(r, bytes)?),
                 None => None,
             };
-            let object = self.prepare_counted(r, &sources)?;
+            let object = self.prepare_counted(r, &sources, inputs.parallel())?;
             // The sources' mapped pages were touched (hashed, copied,
             // packed): they leave the process's memory; an object used in
             // place faults back only what its runs read.
@@ -678,9 +684,14 @@ impl Producer {
     }
 
     /// Builds `r`'s object from decoded sources, counting prepacks.
-    fn prepare_counted(&self, r: RequirementId, sources: &[Arc<Tensor>]) -> Result<PreparedObject, Error> {
+    fn prepare_counted(
+        &self,
+        r: RequirementId,
+        sources: &[Arc<Tensor>],
+        par: &dyn ParallelFor,
+    ) -> Result<PreparedObject, Error> {
         let requirement = &self.plan.resolved().requirements()[r.0 as usize];
-        let object = prepare(requirement, sources)?;
+        let object = prepare(requirement, sources, par)?;
         if requirement.prepack.is_some() {
             self.prepacks.fetch_add(1, Ordering::Relaxed);
         }
@@ -724,7 +735,7 @@ impl Producer {
                     held.push(self.read_weight(w)?);
                 }
                 let sources: Vec<Arc<Tensor>> = held.iter().map(|s| s.tensor.clone()).collect();
-                Ok((self.prepare_counted(r, &sources)?, true))
+                Ok((self.prepare_counted(r, &sources, &Sequential)?, true))
             }
         }
     }

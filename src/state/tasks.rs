@@ -82,7 +82,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use onnx_prepared_kernels::Tensor;
+use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 
 use super::gate::{BudgetGate, Running};
 use super::preparation::{Inputs, Producer, Retry, Role, Source};
@@ -153,14 +153,14 @@ impl TaskRunner for SessionTasks<'static> {
     fn run(&self, task: TaskId, ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
         let Some(gate) = &self.gate else {
             return self
-                .execute(task)
+                .execute_on(task, &ctx.parallel())
                 .map_err(|e| TaskFailure::new(e.to_string()));
         };
         let Some(need) = self.admit(gate, task, ctx) else {
             return Ok(()); // Suspended: runs again once bytes were released.
         };
         let _running = Running(gate, need);
-        self.execute(task)
+        self.execute_on(task, &ctx.parallel())
             .map_err(|e| TaskFailure::new(e.to_string()))
     }
 }
@@ -426,11 +426,16 @@ impl<'a> SessionTasks<'a> {
     /// # Panics
     /// If `task` is not a task of the plan.
     pub fn execute(&self, task: TaskId) -> Result<(), Error> {
+        self.execute_on(task, &Sequential)
+    }
+
+    /// [`execute`](Self::execute), a large prepack split across `par`.
+    fn execute_on(&self, task: TaskId, par: &dyn ParallelFor) -> Result<(), Error> {
         let tasks = self.state.plan().tasks();
         let t = task.0 as usize;
         let result = match (tasks.scope[t], tasks.kind[t]) {
             (TaskScope::Session, TaskKind::ReadSource) => self.read(task),
-            (TaskScope::Session, TaskKind::Prepack) => self.prepack(task),
+            (TaskScope::Session, TaskKind::Prepack) => self.prepack(task, par),
             (TaskScope::Session, TaskKind::ReadPacked) => self.read_packed(task),
             (_, kind) => Err(RunError::Unsupported {
                 what: format!(
@@ -529,7 +534,7 @@ impl<'a> SessionTasks<'a> {
     }
 
     /// Protocol 2.
-    fn prepack(&self, task: TaskId) -> Result<(), Error> {
+    fn prepack(&self, task: TaskId, par: &dyn ParallelFor) -> Result<(), Error> {
         let state = &*self.state;
         let tasks = state.plan().tasks();
         let p = task.0 as usize;
@@ -550,6 +555,7 @@ impl<'a> SessionTasks<'a> {
             &mut Delivered {
                 shares,
                 fresh: Vec::new(),
+                par,
             },
         )
     }
@@ -595,12 +601,13 @@ impl Inputs for ReadHere {
 /// A prepack's inputs (protocol 2(c)): the shares its reads delivered, or
 /// a source read now where a share is missing; sources read here stay
 /// charged until the object is published.
-struct Delivered {
+struct Delivered<'a> {
     shares: Vec<Share>,
     fresh: Vec<Source>,
+    par: &'a dyn ParallelFor,
 }
 
-impl Inputs for Delivered {
+impl Inputs for Delivered<'_> {
     fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error> {
         if let Some((_, held)) = self.shares.iter().find(|(from, _)| *from == t) {
             return Ok(held.tensor.clone());
@@ -609,5 +616,9 @@ impl Inputs for Delivered {
         let tensor = held.tensor.clone();
         self.fresh.push(held);
         Ok(tensor)
+    }
+
+    fn parallel(&self) -> &dyn ParallelFor {
+        self.par
     }
 }

@@ -2,7 +2,8 @@
 """Cold start and memory against ONNX Runtime, in fresh processes.
 
     python tests/conformance/compare_coldstart.py --bin PATH --fixtures DIR
-        [--model PATH] [--threads 1,2] [--rounds 5] [--map-weights] [--json PATH]
+        [--model PATH] [--threads 1,2] [--rounds 5] [--map-weights]
+        [--checksums strict|off] [--json PATH]
 
 Cases: tiny-llm (or --model, a decoder model with a past/present cache)
 prefill T=128 and T=1, P=0, at each thread count; same inputs for both
@@ -22,7 +23,9 @@ Prints, per case, the medians and each goal's ratio:
   rss/need = run's peak RSS / (weights + one invocation's activations) (goal <= 1.25)
   rss/ORT  = run's peak RSS / ORT's RSS growth          (goal < 1)
 `--map-weights` passes the flag to `run` and `bench` (external weights
-used in place from a read-only mapping). It reports; it does not judge. Steady state: compare_speed.py. The hot
+used in place from a read-only mapping); `--checksums off` passes
+`--checksums off` (declared sha256 digests not checked: ONNX Runtime checks
+none, so this compares the same work). It reports; it does not judge. Steady state: compare_speed.py. The hot
 path's fixed cost: benches/hot_path.rs.
 """
 
@@ -142,9 +145,11 @@ def main() -> int:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--map-weights", action="store_true")
+    ap.add_argument("--checksums", choices=("strict", "off"), default="strict")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     extra = ["--map-weights"] if args.map_weights else []
+    extra += ["--checksums", args.checksums]
     model = args.model or (args.fixtures / "tiny-llm.onnx")
     threads = [int(t) for t in args.threads.split(",") if t.strip()]
     weights = weight_bytes(model)
@@ -171,7 +176,8 @@ def main() -> int:
                 med = {k: statistics.median(v) for k, v in r.items()}
                 rows.append({"case": label, "threads": n, **med})
     print(f"{model.name}: {weights / 1e6:.1f} MB of weights; medians of {args.rounds} rounds, "
-          f"fresh processes{', --map-weights' if args.map_weights else ''}; times in ms, memory in MB")
+          f"fresh processes{', --map-weights' if args.map_weights else ''}, "
+          f"--checksums {args.checksums}; times in ms, memory in MB")
     head = (f"{'case':<6} {'thr':>3} {'ORT':>7} {'cold':>7} {'hot':>7} {'proc':>7} {'wall':>7} "
             f"{'cold/ORT':>9} {'cold/hot':>9} {'proc/ORT':>9} {'rss':>6} {'need':>6} {'ORTrss':>6} "
             f"{'rss/need':>9} {'rss/ORT':>8}")

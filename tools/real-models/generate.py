@@ -258,13 +258,16 @@ def main() -> int:
     ap.add_argument("--producers", default=None,
                     help="comma-separated; default: every producer, and for Mistral a subset "
                          "(the committed set stays under 12 MB)")
-    ap.add_argument("--size", choices=("tiny", "tiny-llm"), default="tiny",
+    ap.add_argument("--size", choices=("tiny", "tiny-llm", "8x"), default="tiny",
                     help="tiny: the committed test models; tiny-llm: hidden 512, 4 layers, 8 heads, "
-                         "vocab 8192, the benchmark size (not committed)")
+                         "vocab 8192, the benchmark size; 8x: hidden 1024, 8 layers, 16 heads, "
+                         "intermediate 2816, vocab 32000, the 8x fixture's shape (neither committed)")
     args = ap.parse_args()
+    global LAYERS, HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POS
     if args.size == "tiny-llm":
-        global LAYERS, HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POS
         LAYERS, HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POS = 4, 512, 8, 8, 2048, 8192, 512
+    elif args.size == "8x":
+        LAYERS, HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POS = 8, 1024, 16, 16, 2816, 32000, 512
     all_producers = ("torch-dynamo,torch-dynamo-op23,torchscript,optimum,"
                      "nbits-sym,nbits-asym,nbits-qdq,genai-int4,genai-fp32")
     subset = {"mistral": "torchscript,optimum,nbits-qdq,genai-int4"}

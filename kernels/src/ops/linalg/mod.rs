@@ -204,7 +204,11 @@ impl Prepack for F32PanelPrepack {
         &[1]
     }
 
-    fn prepare(&self, sources: &[&Tensor]) -> Result<PackedWeight, KernelError> {
+    fn prepare(
+        &self,
+        sources: &[&Tensor],
+        _par: &dyn crate::ParallelFor,
+    ) -> Result<PackedWeight, KernelError> {
         let b = sources
             .first()
             .ok_or_else(|| KernelError::Shape("f32 panel packing needs B".into()))?;

@@ -153,7 +153,11 @@ impl Prepack for NBitsPrepack {
         &self.consumes
     }
 
-    fn prepare(&self, sources: &[&Tensor]) -> Result<PackedWeight, KernelError> {
+    fn prepare(
+        &self,
+        sources: &[&Tensor],
+        par: &dyn ParallelFor,
+    ) -> Result<PackedWeight, KernelError> {
         let (b, scales, zp) = match sources {
             [b, s] => (*b, *s, None),
             [b, s, z] => (*b, *s, Some(*z)),
@@ -173,6 +177,7 @@ impl Prepack for NBitsPrepack {
             bytes,
             &scales,
             zp.map(|z| z.data()),
+            par,
         )
     }
 
@@ -359,7 +364,15 @@ impl Operator for MatMulNBits {
                 let layout = q4::layout(self.p.block_size, zp.map(|z| z.dtype()), self.isa);
                 let bytes = b.as_u8().expect("checked u8");
                 let sc = scales_f32(scales)?;
-                let packed = q4::pack(&self.p, self.isa, layout, bytes, &sc, zp.map(|z| z.data()))?;
+                let packed = q4::pack(
+                    &self.p,
+                    self.isa,
+                    layout,
+                    bytes,
+                    &sc,
+                    zp.map(|z| z.data()),
+                    par,
+                )?;
                 self.product(&packed, av, rows, y, accumulate, par)?;
             }
         }

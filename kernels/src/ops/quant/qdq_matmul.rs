@@ -288,6 +288,7 @@ impl QdqMatMul {
         w: Quant<'_>,
         scale: &[f32],
         zp: Option<Quant<'_>>,
+        par: &dyn ParallelFor,
     ) -> Result<PackedWeight, KernelError> {
         let (b, scales, zps) = self.nbits_sources(kb, w, scale, zp)?;
         let layout = self.layout(kb, zp.is_some(), isa);
@@ -298,6 +299,7 @@ impl QdqMatMul {
             &b,
             &scales,
             zps.as_ref().map(TensorData::view),
+            par,
         )
     }
 }
@@ -324,7 +326,11 @@ impl Prepack for QdqPrepack {
         &self.consumes
     }
 
-    fn prepare(&self, sources: &[&Tensor]) -> Result<PackedWeight, KernelError> {
+    fn prepare(
+        &self,
+        sources: &[&Tensor],
+        par: &dyn ParallelFor,
+    ) -> Result<PackedWeight, KernelError> {
         let (w, s, z) = match sources {
             [w, s] => (*w, *s, None),
             [w, s, z] => (*w, *s, Some(*z)),
@@ -335,7 +341,7 @@ impl Prepack for QdqPrepack {
             }
         };
         let (w, s, z) = self.op.sources(w, s, z)?;
-        self.op.pack(self.kernel_block, self.isa, w, s, z)
+        self.op.pack(self.kernel_block, self.isa, w, s, z, par)
     }
 
     fn packed_bytes(&self, shapes: &[&[usize]]) -> Option<usize> {
@@ -496,7 +502,7 @@ impl Operator for QdqMatMul {
         match (self.kernel_block, w, zp) {
             (Some(kb), ..) => {
                 // Weights that are not constants: pack for this call.
-                let packed = self.pack(kb, self.isa, w, scale, zp)?;
+                let packed = self.pack(kb, self.isa, w, scale, zp, par)?;
                 let (isa, view) = q4::view(&packed, &self.params(kb))?;
                 q4::matmul(isa, &view, av, rows, y, false, par);
             }

@@ -101,6 +101,7 @@ impl Case {
             &self.b,
             &self.scales,
             self.zero_points(),
+            &crate::Sequential,
         )
         .expect("pack")
     }

@@ -40,6 +40,8 @@ pub(crate) mod portable;
 use super::isa::Isa;
 use super::reference::NBitsParams;
 use super::sgemm::{self, BSrc, OutPtr, Problem};
+use std::mem::MaybeUninit;
+
 use crate::par::chunk;
 use crate::{KernelError, PackedWeight, ParallelFor, TensorData};
 
@@ -50,6 +52,8 @@ const MAGIC: u64 = 0x7134_6e62_6974_7301;
 
 /// Words of the `U64` header part.
 const HEADER_WORDS: usize = 7;
+/// Packed weights from this size on are packed by tiles on several threads.
+pub(crate) const PARALLEL_PACK_MIN_BYTES: usize = 1 << 20;
 /// Rows up to which products run row by row on the packed bytes.
 pub(crate) const GEMV_MAX_M: usize = 2;
 /// Tiles one GEMV pass keeps in registers (and the task split alignment).
@@ -89,7 +93,8 @@ pub(crate) fn layout(
 }
 
 /// Packs ONNX Runtime's 4-bit `B`, `scales` and optional `zero_points`
-/// (checked by the caller) into the layout of `isa`.
+/// (checked by the caller) into the layout of `isa`; a weight of at least
+/// [`PARALLEL_PACK_MIN_BYTES`] is split by tiles across `par`.
 pub(crate) fn pack(
     p: &NBitsParams,
     isa: Isa,
@@ -97,56 +102,39 @@ pub(crate) fn pack(
     b: &[u8],
     scales: &[f32],
     zero_points: Option<crate::DataRef<'_>>,
+    par: &dyn ParallelFor,
 ) -> Result<PackedWeight, KernelError> {
-    let (k, n, bs) = (p.k, p.n, p.block_size);
     let t = isa.q4_tile();
     let blocks = p.blocks();
-    let tiles = n.div_ceil(t);
-    let groups = bs / 8;
-    let blob = bs / 2;
-    let mut weights = crate::scratch::filled(OP, tiles * blocks * groups * t * 4, 0u8)?;
-    let mut sc = crate::scratch::filled(OP, tiles * blocks * t, 0f32)?;
-    let mut nzs = match zero_points {
-        Some(_) => Some(crate::scratch::filled(OP, tiles * blocks * t, 0f32)?),
+    let tiles = p.n.div_ceil(t);
+    let tile_bytes = blocks * (p.block_size / 2) * t;
+    let par = if tiles * tile_bytes >= PARALLEL_PACK_MIN_BYTES {
+        par
+    } else {
+        &crate::Sequential
+    };
+    let src = Q4Source { p, b, scales };
+    let weights = tiles_written(par, tiles, tile_bytes, &|tile, out| match t {
+        16 => src.tile_words::<16>(tile, out),
+        _ => src.tile_words::<8>(tile, out),
+    })?;
+    let sc = tiles_written(par, tiles, blocks * t, &|tile, out| {
+        src.tile_scales(tile, t, out, |_, s| s)
+    })?;
+    let nzs = match zero_points {
+        Some(_) => Some(tiles_written(par, tiles, blocks * t, &|tile, out| {
+            src.tile_scales(tile, t, out, |(col, blk), s| {
+                -super::reference::zero_point(zero_points, blocks, col, blk) * s
+            })
+        })?),
         None => None,
     };
-    for col in 0..n {
-        let (tile, lane) = (col / t, col % t);
-        for blk in 0..blocks {
-            let src = &b[(col * blocks + blk) * blob..][..blob];
-            let base = (tile * blocks + blk) * groups * t * 4 + lane * 4;
-            // Every block but a partial last one is copied as is; the
-            // nibbles past K of a partial one are cleared.
-            let full = (blk + 1) * bs <= k;
-            for (g, word) in src.chunks_exact(4).enumerate() {
-                let dst = &mut weights[base + g * t * 4..][..4];
-                if full {
-                    dst.copy_from_slice(word);
-                    continue;
-                }
-                let mut word = u32::from_le_bytes(word.try_into().expect("4 bytes"));
-                let first = blk * bs + g * 8;
-                for j in 0..8 {
-                    if first + j >= k {
-                        word &= !(15 << (4 * j));
-                    }
-                }
-                dst.copy_from_slice(&word.to_le_bytes());
-            }
-            let s = scales[col * blocks + blk];
-            let at = (tile * blocks + blk) * t + lane;
-            sc[at] = s;
-            if let Some(z) = nzs.as_mut() {
-                z[at] = -super::reference::zero_point(zero_points, blocks, col, blk) * s;
-            }
-        }
-    }
     let header: Vec<u64> = vec![
         MAGIC,
         isa.code(),
-        k as u64,
-        n as u64,
-        bs as u64,
+        p.k as u64,
+        p.n as u64,
+        p.block_size as u64,
         t as u64,
         nzs.is_some() as u64,
     ];
@@ -160,6 +148,111 @@ pub(crate) fn pack(
         parts.push(TensorData::F32(z).into());
     }
     Ok(PackedWeight { layout, parts })
+}
+
+/// ONNX Runtime's 4-bit sources of one weight, read tile by tile.
+struct Q4Source<'a> {
+    p: &'a NBitsParams,
+    b: &'a [u8],
+    scales: &'a [f32],
+}
+
+impl Q4Source<'_> {
+    /// Writes tile `tile`'s weights (`[block][block_size / 8][T][4]`, every
+    /// byte of `out`). The bytes of one column are `K / 8` words in a row
+    /// and the tile's layout lists word `w` of its `T` columns together, so
+    /// this is a transpose of a `T x K/8` matrix of words; missing columns
+    /// and nibbles past `K` are zero.
+    fn tile_words<const T: usize>(&self, tile: usize, out: &mut [MaybeUninit<u8>]) {
+        let p = self.p;
+        let row = p.blocks() * p.block_size / 2;
+        let cols: [&[u8]; T] = std::array::from_fn(|lane| {
+            let col = tile * T + lane;
+            if col < p.n {
+                &self.b[col * row..][..row]
+            } else {
+                &[]
+            }
+        });
+        // Word `w` of a column holds k in 8w..8w + 8; past K it is cleared.
+        let full_words = p.k / 8;
+        let tail_mask = (1u32 << (4 * (p.k % 8))) - 1;
+        let mut rows = out.chunks_exact_mut(T * 4);
+        for (w, dst) in rows.by_ref().enumerate() {
+            let at = w * 4..w * 4 + 4;
+            let mask = match w.cmp(&full_words) {
+                std::cmp::Ordering::Less => u32::MAX,
+                std::cmp::Ordering::Equal => tail_mask,
+                std::cmp::Ordering::Greater => 0,
+            };
+            for (lane, d) in dst.chunks_exact_mut(4).enumerate() {
+                let word = match cols[lane].get(at.clone()) {
+                    Some(&[a, b, c, d]) => u32::from_le_bytes([a, b, c, d]) & mask,
+                    _ => 0,
+                };
+                for (d, byte) in d.iter_mut().zip(word.to_le_bytes()) {
+                    d.write(byte);
+                }
+            }
+        }
+        // A tile is whole rows; anything past them would be padding.
+        for d in rows.into_remainder() {
+            d.write(0);
+        }
+    }
+
+    /// Writes `f((column, block), scale)` for tile `tile`'s `[block][T]`
+    /// (zero for missing columns), every element of `out`.
+    fn tile_scales(
+        &self,
+        tile: usize,
+        t: usize,
+        out: &mut [MaybeUninit<f32>],
+        f: impl Fn((usize, usize), f32) -> f32,
+    ) {
+        let (n, blocks) = (self.p.n, self.p.blocks());
+        let mut rows = out.chunks_exact_mut(t);
+        for (blk, dst) in rows.by_ref().enumerate() {
+            for (lane, d) in dst.iter_mut().enumerate() {
+                let col = tile * t + lane;
+                d.write(if col < n && blk < blocks {
+                    f((col, blk), self.scales[col * blocks + blk])
+                } else {
+                    0.0
+                });
+            }
+        }
+        for d in rows.into_remainder() {
+            d.write(0.0);
+        }
+    }
+}
+
+/// A vector of `tiles * per_tile` elements, tile `i`'s `per_tile` written
+/// by `fill(i, ..)` (which must write every element it is given), chunks
+/// of whole tiles in parallel on `par`. Nothing is zeroed first: packed
+/// objects are most of a model and each byte is written once.
+fn tiles_written<T: Send>(
+    par: &dyn ParallelFor,
+    tiles: usize,
+    per_tile: usize,
+    fill: &(dyn Fn(usize, &mut [MaybeUninit<T>]) + Sync),
+) -> Result<Vec<T>, KernelError> {
+    let len = tiles * per_tile;
+    let mut v = crate::scratch::with_capacity::<T>(OP, len)?;
+    let spare = &mut v.spare_capacity_mut()[..len];
+    let chunk = crate::par::rows_chunk(par, tiles, per_tile);
+    crate::for_each_chunk_mut(par, spare, chunk, &|offset, out| {
+        for (i, tile) in out.chunks_exact_mut(per_tile.max(1)).enumerate() {
+            fill(offset / per_tile.max(1) + i, tile);
+        }
+    });
+    // SAFETY: the chunks cover `0..len` (`for_each_chunk_mut`), each a
+    // whole number of tiles (its length is a multiple of `per_tile`), and
+    // `fill` writes every element of every tile it is given; so the first
+    // `len` elements of the reserved capacity are initialized.
+    unsafe { v.set_len(len) };
+    Ok(v)
 }
 
 /// Bytes of the object [`pack`] returns: its header and
