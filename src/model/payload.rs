@@ -446,9 +446,13 @@ impl MmapSource {
                 // value, so any content is valid. The remaining hazard,
                 // another process truncating the file while it is mapped
                 // (SIGBUS), is the documented reason this source is opt-in.
-                Some(Arc::new(MappedFile(
-                    unsafe { Mmap::map(file) }.map_err(io)?,
-                )))
+                let map = unsafe { Mmap::map(file) }.map_err(io)?;
+                // A page cache of large folios would otherwise map 2 MiB
+                // at once where a run reads a 2 KiB weight in place or one
+                // embedding row, and keep it mapped: small pages only (a
+                // refusal leaves the default).
+                let _ = map.advise(memmap2::Advice::NoHugePage);
+                Some(Arc::new(MappedFile(map)))
             };
             maps.push((map, f.path().to_path_buf()));
         }
