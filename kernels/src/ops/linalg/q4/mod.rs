@@ -37,11 +37,11 @@ mod int8_avx2;
 mod int8_avx512;
 pub(crate) mod portable;
 
+use std::mem::MaybeUninit;
+
 use super::isa::Isa;
 use super::reference::NBitsParams;
 use super::sgemm::{self, BSrc, OutPtr, Problem};
-use std::mem::MaybeUninit;
-
 use crate::par::chunk;
 use crate::{KernelError, PackedWeight, ParallelFor, TensorData};
 
