@@ -2,7 +2,8 @@
 //! file tampered with at the same size fails every path that reads the
 //! weight — the scheduled session, the sequential state, session tasks run
 //! by id, DirectReplay — with a typed error naming the tensor, unless
-//! `ChecksumPolicy::Off`. A digest that is not hex is refused at open.
+//! `ChecksumPolicy::Off` (the CLI's `--checksums off`). A digest that is
+//! not hex is refused at open.
 
 mod common;
 
@@ -228,4 +229,28 @@ fn a_digest_that_is_not_ascii_hex_is_refused_at_open() {
             "{value:?}: {err:?}"
         );
     }
+}
+
+#[test]
+fn the_cli_refuses_a_tampered_weight_unless_checksums_are_off() {
+    let dir = tempdir();
+    let path = gemm_chain(dir.path(), true);
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_onnx-prepared"))
+            .arg("run")
+            .arg(&path)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let strict = run(&[]);
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert_eq!(strict.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(TAMPERED), "{stderr}");
+    let off = run(&["--checksums", "off"]);
+    assert!(
+        off.status.success(),
+        "{}",
+        String::from_utf8_lossy(&off.stderr)
+    );
 }

@@ -735,10 +735,11 @@ fn nbits_large(label: &str, cpu: CpuFeatures) {
 #[test]
 fn nbits_packing_is_deterministic_and_ignores_padding() {
     let mut rng = Rng(8);
+    // Blocks of 32: past K = 40 the second block's last 24 nibbles are
+    // padding; past K = 37 also the last 3 nibbles of a word.
     for (label, cpu) in cpus() {
-        for zp in [Zp::None, Zp::U8, Zp::F32] {
-            // K = 40 with blocks of 32: the second block's last 24 nibbles are padding.
-            let case = nbits_case(&mut rng, &[1, 40], 21, 32, zp, false);
+        for (k, zp) in [(40, Zp::None), (40, Zp::U8), (40, Zp::F32), (37, Zp::None)] {
+            let case = nbits_case(&mut rng, &[1, k], 21, 32, zp, false);
             let op = operator(
                 "com.microsoft",
                 "MatMulNBits",
@@ -757,8 +758,8 @@ fn nbits_packing_is_deterministic_and_ignores_padding() {
             let b = other[1].as_ref().expect("B");
             let mut bytes = b.as_u8().expect("u8").to_vec();
             for row in bytes.chunks_exact_mut(16 * 2) {
-                for byte in &mut row[16 + 4..] {
-                    *byte = !*byte;
+                for past in k..64 {
+                    row[past / 2] ^= 0xf << (4 * (past % 2));
                 }
             }
             other[1] = Some(Tensor::new(b.shape().to_vec(), TensorData::U8(bytes)).expect("B"));
@@ -779,8 +780,8 @@ fn a_large_4_bit_weight_packs_to_the_same_bytes_split_across_threads() {
     let mut rng = Rng(10);
     for (label, cpu) in cpus() {
         // Over 1 MiB of B (packed by tiles in parallel), N not a multiple of
-        // the tile, K with a partial last block.
-        for (k, n, zp) in [(1000, 2101, Zp::U8), (1024, 2048, Zp::None)] {
+        // the tile, K with a partial last block and a partial last word.
+        for (k, n, zp) in [(1003, 2101, Zp::U8), (1024, 2048, Zp::None)] {
             let case = nbits_case(&mut rng, &[2, k], n, 32, zp, false);
             let op = operator(
                 "com.microsoft",

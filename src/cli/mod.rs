@@ -184,10 +184,10 @@ pub struct ChecksumArgs {
 /// The values of `--checksums`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Checksums {
-    /// [`onnx_prepared::ChecksumPolicy::Strict`].
+    /// Check every declared digest before the weight is used.
     #[default]
     Strict,
-    /// [`onnx_prepared::ChecksumPolicy::Off`].
+    /// Do not check declared digests.
     Off,
 }
 

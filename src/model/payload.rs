@@ -451,6 +451,7 @@ impl MmapSource {
                 // at once where a run reads a 2 KiB weight in place or one
                 // embedding row, and keep it mapped: small pages only (a
                 // refusal leaves the default).
+                #[cfg(target_os = "linux")]
                 let _ = map.advise(memmap2::Advice::NoHugePage);
                 Some(Arc::new(MappedFile(map)))
             };

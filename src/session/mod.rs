@@ -290,7 +290,8 @@ impl RuntimeSession {
         }
         let mut state = PreparedExecutionState::new(plan, source, budget)
             .with_checksums(options.checksums)
-            .with_unpersisted_eviction(options.unpersisted_eviction);
+            .with_unpersisted_eviction(options.unpersisted_eviction)
+            .with_pack_threads(options.intra_op_threads);
         if let Some(w) = &writer {
             state = state.with_persist_sink(w.clone());
         }

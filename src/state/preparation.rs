@@ -80,8 +80,12 @@ pub(super) trait Inputs {
     /// through [`Producer::read`].
     fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error>;
 
-    /// Threads a large prepack may be split across (the task's lease of
-    /// the pool's CPU workers; on-demand production packs on its caller).
+    /// Threads a large prepack may be split across: a session task's
+    /// lease of the pool's CPU workers (protocol "lease": the pool runs one
+    /// parallel region at a time, so while a packing holds it a kernel
+    /// region started elsewhere runs on its own thread; idle workers help
+    /// the region before taking queued tasks). On-demand production packs
+    /// on its caller.
     fn parallel(&self) -> &dyn ParallelFor {
         &Sequential
     }

@@ -45,6 +45,9 @@ pub struct PreparedExecutionState {
     /// The budget gate every runner of this state's session tasks shares
     /// (`None` under an unlimited budget).
     pub(super) gate: Option<Arc<BudgetGate>>,
+    /// Most threads one prepack task splits a large packing across (the
+    /// caller's thread included; `None`: every idle CPU worker).
+    pub(super) pack_threads: Option<usize>,
 }
 
 /// One caller's invocation state: its lowering, shape-operand inputs, and
@@ -105,7 +108,16 @@ impl PreparedExecutionState {
         Self {
             gate: BudgetGate::new(&plan, &budget).map(Arc::new),
             producer: Producer::new(plan, source, budget, ChecksumPolicy::Strict),
+            pack_threads: None,
         }
+    }
+
+    /// Caps the threads one prepack task splits a large packing across
+    /// (a session passes its `intra_op_threads`; default: every idle CPU
+    /// worker).
+    pub fn with_pack_threads(mut self, threads: Option<usize>) -> Self {
+        self.pack_threads = threads;
+        self
     }
 
     /// Sets whether reads verify declared weight digests (default

@@ -151,16 +151,20 @@ impl std::ops::Deref for StateRef<'_> {
 /// typed error becomes the task's failure message.
 impl TaskRunner for SessionTasks<'static> {
     fn run(&self, task: TaskId, ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+        let lease = match self.state.pack_threads {
+            Some(n) => ctx.parallel().at_most(n),
+            None => ctx.parallel(),
+        };
         let Some(gate) = &self.gate else {
             return self
-                .execute_on(task, &ctx.parallel())
+                .execute_on(task, &lease)
                 .map_err(|e| TaskFailure::new(e.to_string()));
         };
         let Some(need) = self.admit(gate, task, ctx) else {
             return Ok(()); // Suspended: runs again once bytes were released.
         };
         let _running = Running(gate, need);
-        self.execute_on(task, &ctx.parallel())
+        self.execute_on(task, &lease)
             .map_err(|e| TaskFailure::new(e.to_string()))
     }
 }

@@ -149,7 +149,8 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     extra = ["--map-weights"] if args.map_weights else []
-    extra += ["--checksums", args.checksums]
+    if args.checksums == "off":
+        extra += ["--checksums", "off"]
     model = args.model or (args.fixtures / "tiny-llm.onnx")
     threads = [int(t) for t in args.threads.split(",") if t.strip()]
     weights = weight_bytes(model)

@@ -114,19 +114,28 @@ pub(crate) fn pack(
         &crate::Sequential
     };
     let src = Q4Source { p, b, scales };
-    let weights = tiles_written(par, tiles, tile_bytes, &|tile, out| match t {
-        16 => src.tile_words::<16>(tile, out),
-        _ => src.tile_words::<8>(tile, out),
-    })?;
-    let sc = tiles_written(par, tiles, blocks * t, &|tile, out| {
-        src.tile_scales(tile, t, out, |_, s| s)
-    })?;
+    // SAFETY: `tile_words` writes every element of the slice it is given.
+    let weights = unsafe {
+        tiles_written(par, tiles, tile_bytes, &|tile, out| match isa {
+            Isa::Avx512 => src.tile_words::<16>(tile, out),
+            Isa::Avx2 | Isa::Portable => src.tile_words::<8>(tile, out),
+        })
+    }?;
+    // SAFETY: `tile_scales` writes every element of the slice it is given.
+    let sc = unsafe {
+        tiles_written(par, tiles, blocks * t, &|tile, out| {
+            src.tile_scales(tile, t, out, |_, s| s)
+        })
+    }?;
     let nzs = match zero_points {
-        Some(_) => Some(tiles_written(par, tiles, blocks * t, &|tile, out| {
-            src.tile_scales(tile, t, out, |(col, blk), s| {
-                -super::reference::zero_point(zero_points, blocks, col, blk) * s
+        // SAFETY: as for the scales.
+        Some(_) => Some(unsafe {
+            tiles_written(par, tiles, blocks * t, &|tile, out| {
+                src.tile_scales(tile, t, out, |(col, blk), s| {
+                    -super::reference::zero_point(zero_points, blocks, col, blk) * s
+                })
             })
-        })?),
+        }?),
         None => None,
     };
     let header: Vec<u64> = vec![
@@ -158,13 +167,15 @@ struct Q4Source<'a> {
 }
 
 impl Q4Source<'_> {
-    /// Writes tile `tile`'s weights (`[block][block_size / 8][T][4]`, every
-    /// byte of `out`). The bytes of one column are `K / 8` words in a row
-    /// and the tile's layout lists word `w` of its `T` columns together, so
-    /// this is a transpose of a `T x K/8` matrix of words; missing columns
-    /// and nibbles past `K` are zero.
+    /// Writes tile `tile`'s weights (`[block][block_size / 8][T][4]`),
+    /// every byte of `out`. The bytes of one column are `W` words in a row
+    /// (`K` rounded up to the block, over 8) and the tile's layout lists
+    /// word `w` of its `T` columns together, so this is a transpose of a
+    /// `T x W` matrix of words; missing columns and nibbles past `K` are
+    /// zero.
     fn tile_words<const T: usize>(&self, tile: usize, out: &mut [MaybeUninit<u8>]) {
         let p = self.p;
+        debug_assert_eq!(T, out.len() / (p.blocks() * p.block_size / 2).max(1));
         let row = p.blocks() * p.block_size / 2;
         let cols: [&[u8]; T] = std::array::from_fn(|lane| {
             let col = tile * T + lane;
@@ -229,10 +240,14 @@ impl Q4Source<'_> {
 }
 
 /// A vector of `tiles * per_tile` elements, tile `i`'s `per_tile` written
-/// by `fill(i, ..)` (which must write every element it is given), chunks
-/// of whole tiles in parallel on `par`. Nothing is zeroed first: packed
-/// objects are most of a model and each byte is written once.
-fn tiles_written<T: Send>(
+/// by `fill(i, ..)`, chunks of whole tiles in parallel on `par`. Nothing is
+/// zeroed first: packed objects are most of a model and each byte is
+/// written once.
+///
+/// # Safety
+///
+/// `fill` must initialize every element of every slice it is given.
+unsafe fn tiles_written<T: Send>(
     par: &dyn ParallelFor,
     tiles: usize,
     per_tile: usize,
@@ -249,8 +264,9 @@ fn tiles_written<T: Send>(
     });
     // SAFETY: the chunks cover `0..len` (`for_each_chunk_mut`), each a
     // whole number of tiles (its length is a multiple of `per_tile`), and
-    // `fill` writes every element of every tile it is given; so the first
-    // `len` elements of the reserved capacity are initialized.
+    // `fill` writes every element of every tile it is given (this
+    // function's contract); so the first `len` elements of the reserved
+    // capacity are initialized.
     unsafe { v.set_len(len) };
     Ok(v)
 }
