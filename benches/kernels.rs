@@ -18,7 +18,7 @@ use onnx_prepared::scheduler::{WorkerPool, WorkerPoolOptions};
 use onnx_prepared_kernels::ops::linalg::reference;
 use onnx_prepared_kernels::{
     Attributes, CpuFeatures, InputInfo, KernelError, KernelOptions, NodeSpec, Operator,
-    PackedWeight, ParallelFor, Sequential, Tensor, TensorData, registry,
+    PackedWeight, ParallelFor, Prepack, Sequential, Tensor, TensorData, registry,
 };
 
 /// Integer and float attributes.
@@ -71,6 +71,49 @@ impl Rng {
     }
 }
 
+/// A single-output node of opset 21.
+fn operator(
+    domain: &str,
+    op_type: &str,
+    attrs: &Attrs,
+    inputs: usize,
+    options: KernelOptions,
+) -> Box<dyn Operator> {
+    let spec = NodeSpec {
+        domain,
+        op_type,
+        opset: 21,
+        attributes: attrs,
+        inputs,
+        outputs: 1,
+    };
+    registry::operator_with(&spec, options).expect("operator")
+}
+
+/// What the operator sees: input 0 at run time, every other a constant.
+fn constant_weights(inputs: &[Option<Tensor>]) -> Vec<Option<InputInfo<'_>>> {
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            t.as_ref().map(|t| InputInfo {
+                dtype: t.dtype(),
+                shape: t.shape(),
+                value: (i > 0).then_some(t),
+                constant: i > 0,
+            })
+        })
+        .collect()
+}
+
+/// The inputs `pre` packs, in its order.
+fn sources<'a>(pre: &dyn Prepack, inputs: &'a [Option<Tensor>]) -> Vec<&'a Tensor> {
+    pre.consumes()
+        .iter()
+        .map(|&i| inputs[i].as_ref().expect("source"))
+        .collect()
+}
+
 /// A resolved node with its inputs, packed weight and output, ready to run.
 struct Prepared {
     op: Box<dyn Operator>,
@@ -106,44 +149,21 @@ impl Prepared {
         pack: bool,
         options: KernelOptions,
     ) -> Self {
-        let spec = NodeSpec {
-            domain,
-            op_type,
-            opset: 21,
-            attributes: attrs,
-            inputs: inputs.len(),
-            outputs: 1,
-        };
-        let op = registry::operator_with(&spec, options).expect("operator");
-        let infos: Vec<Option<InputInfo<'_>>> = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                t.as_ref().map(|t| InputInfo {
-                    dtype: t.dtype(),
-                    shape: t.shape(),
-                    value: (i > 0).then_some(t),
-                    constant: i > 0,
-                })
-            })
-            .collect();
+        let op = operator(domain, op_type, attrs, inputs.len(), options);
+        let infos = constant_weights(&inputs);
         let out = op.infer(&infos).expect("infer");
         let outputs = vec![Tensor::zeros(out[0].dtype, out[0].shape.clone()).expect("output")];
         let (consumed, packed) = match pack
             .then(|| op.prepack(&infos, CpuFeatures::detect()))
             .flatten()
         {
-            Some(pre) => {
-                let sources: Vec<&Tensor> = pre
-                    .consumes()
-                    .iter()
-                    .map(|&i| inputs[i].as_ref().expect("source"))
-                    .collect();
-                (
-                    pre.consumes().to_vec(),
-                    Some(pre.prepare(&sources, &Sequential).expect("prepare")),
-                )
-            }
+            Some(pre) => (
+                pre.consumes().to_vec(),
+                Some(
+                    pre.prepare(&sources(&*pre, &inputs), &Sequential)
+                        .expect("prepare"),
+                ),
+            ),
             None => (Vec::new(), None),
         };
         Self {
@@ -276,35 +296,18 @@ fn matmul_nbits_pack(c: &mut Criterion) {
     group.sample_size(20);
     for (name, k, n) in [("lm_head", 512, 8192), ("lm_head_8x", 1024, 32000)] {
         let (p, inputs) = nbits_inputs(&mut rng, 1, k, n);
-        let infos: Vec<Option<InputInfo<'_>>> = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                t.as_ref().map(|t| InputInfo {
-                    dtype: t.dtype(),
-                    shape: t.shape(),
-                    value: (i > 0).then_some(t),
-                    constant: i > 0,
-                })
-            })
-            .collect();
-        let spec = NodeSpec {
-            domain: "com.microsoft",
-            op_type: "MatMulNBits",
-            opset: 21,
-            attributes: &nbits_attrs(&p),
-            inputs: inputs.len(),
-            outputs: 1,
-        };
-        let op = registry::operator_with(&spec, KernelOptions::default()).expect("operator");
+        let attrs = nbits_attrs(&p);
+        let op = operator(
+            "com.microsoft",
+            "MatMulNBits",
+            &attrs,
+            inputs.len(),
+            KernelOptions::default(),
+        );
         let pre = op
-            .prepack(&infos, CpuFeatures::detect())
+            .prepack(&constant_weights(&inputs), CpuFeatures::detect())
             .expect("MatMulNBits packs constant weights");
-        let sources: Vec<&Tensor> = pre
-            .consumes()
-            .iter()
-            .map(|&i| inputs[i].as_ref().expect("source"))
-            .collect();
+        let sources = sources(&*pre, &inputs);
         group.throughput(Throughput::Bytes((n * k / 2) as u64));
         group.bench_function(format!("{name}_{k}x{n}"), |bch| {
             bch.iter(|| black_box(pre.prepare(&sources, &Sequential).expect("prepare")))

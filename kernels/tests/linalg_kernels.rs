@@ -192,13 +192,24 @@ fn prepack(
     constant: &[usize],
     cpu: CpuFeatures,
 ) -> Option<(Vec<usize>, PackedWeight)> {
+    prepack_on(op, inputs, constant, cpu, &Reversed)
+}
+
+/// [`prepack`], packing on `par`.
+fn prepack_on(
+    op: &dyn Operator,
+    inputs: &[Option<Tensor>],
+    constant: &[usize],
+    cpu: CpuFeatures,
+    par: &dyn ParallelFor,
+) -> Option<(Vec<usize>, PackedWeight)> {
     let pre = op.prepack(&infos(inputs, constant), cpu)?;
     let sources: Vec<&Tensor> = pre
         .consumes()
         .iter()
         .map(|&i| inputs[i].as_ref().expect("consumed input"))
         .collect();
-    let packed = pre.prepare(&sources, &Reversed).expect("prepare");
+    let packed = pre.prepare(&sources, par).expect("prepare");
     assert_eq!(packed.layout, pre.layout());
     // The runtime charges this before packing.
     let shapes: Vec<&[usize]> = sources.iter().map(|t| t.shape()).collect();
@@ -652,6 +663,25 @@ fn nbits_case(
     NBitsCase { p, inputs }
 }
 
+/// The case's operator on `cpu` and its constant inputs (B, scales and
+/// the zero points when given).
+fn nbits_operator(case: &NBitsCase, cpu: CpuFeatures) -> (Box<dyn Operator>, &'static [usize]) {
+    let op = operator(
+        "com.microsoft",
+        "MatMulNBits",
+        &nbits_attrs(&case.p),
+        4,
+        cpu,
+    )
+    .expect("op");
+    let consts: &[usize] = if case.inputs[3].is_none() {
+        &[1, 2]
+    } else {
+        &[1, 2, 3]
+    };
+    (op, consts)
+}
+
 fn check_nbits(label: &str, cpu: CpuFeatures, case: &NBitsCase, par: &dyn ParallelFor) {
     let i = &case.inputs;
     let want = reference::matmul_nbits(
@@ -740,15 +770,7 @@ fn nbits_packing_is_deterministic_and_ignores_padding() {
     for (label, cpu) in cpus() {
         for (k, zp) in [(40, Zp::None), (40, Zp::U8), (40, Zp::F32), (37, Zp::None)] {
             let case = nbits_case(&mut rng, &[1, k], 21, 32, zp, false);
-            let op = operator(
-                "com.microsoft",
-                "MatMulNBits",
-                &nbits_attrs(&case.p),
-                4,
-                cpu,
-            )
-            .expect("op");
-            let consts: &[usize] = if zp == Zp::None { &[1, 2] } else { &[1, 2, 3] };
+            let (op, consts) = nbits_operator(&case, cpu);
             let (c1, p1) = prepack(&*op, &case.inputs, consts, cpu).expect("packs");
             let (_, p2) = prepack(&*op, &case.inputs, consts, cpu).expect("packs");
             assert_eq!(p1, p2, "{label}: same source, same bytes");
@@ -783,31 +805,13 @@ fn a_large_4_bit_weight_packs_to_the_same_bytes_split_across_threads() {
         // the tile, K with a partial last block and a partial last word.
         for (k, n, zp) in [(1003, 2101, Zp::U8), (1024, 2048, Zp::None)] {
             let case = nbits_case(&mut rng, &[2, k], n, 32, zp, false);
-            let op = operator(
-                "com.microsoft",
-                "MatMulNBits",
-                &nbits_attrs(&case.p),
-                4,
-                cpu,
-            )
-            .expect("op");
-            let consts: &[usize] = if zp == Zp::None { &[1, 2] } else { &[1, 2, 3] };
-            let pre = op
-                .prepack(&infos(&case.inputs, consts), cpu)
-                .expect("packs");
-            let sources: Vec<&Tensor> = pre
-                .consumes()
-                .iter()
-                .map(|&i| case.inputs[i].as_ref().expect("source"))
-                .collect();
-            assert!(sources[0].byte_len() >= 1 << 20, "large enough to split");
-            let one = pre.prepare(&sources, &onnx_prepared_kernels::Sequential);
-            let split = pre.prepare(&sources, &Reversed);
-            assert_eq!(
-                one.expect("packs"),
-                split.expect("packs"),
-                "{label} K={k} N={n}"
-            );
+            let (op, consts) = nbits_operator(&case, cpu);
+            let b = case.inputs[1].as_ref().expect("B");
+            assert!(b.byte_len() >= 1 << 20, "large enough to split");
+            let seq = &onnx_prepared_kernels::Sequential;
+            let (_, one) = prepack_on(&*op, &case.inputs, consts, cpu, seq).expect("packs");
+            let (_, split) = prepack(&*op, &case.inputs, consts, cpu).expect("packs");
+            assert_eq!(one, split, "{label} K={k} N={n}");
             check_nbits(label, cpu, &case, &Reversed);
         }
     }
