@@ -20,6 +20,7 @@ pub mod par;
 pub mod registry;
 mod scratch;
 pub mod tensor;
+mod vector;
 
 pub use error::KernelError;
 pub use op::{

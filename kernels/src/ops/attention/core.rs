@@ -18,7 +18,9 @@
 use std::ops::Range;
 
 use crate::ops::basic::common::Elem;
+use crate::ops::basic::real::exp_f32;
 use crate::par::rows_chunk;
+use crate::vector::{self, Width, madd};
 use crate::{ParallelFor, Sequential, for_each_chunk_mut};
 
 use super::rotary::Rotary;
@@ -310,7 +312,9 @@ impl<T: Float> Problem<'_, T> {
     }
 
     /// One output row by the online softmax; `acc` receives the result.
-    fn row(&self, b: usize, h: usize, i: usize, q: &mut [f32], acc: &mut [f32]) {
+    /// `FMA`: multiply-adds are fused (see [`Width::fma`]).
+    #[inline(always)]
+    fn row<const FMA: bool>(&self, b: usize, h: usize, i: usize, q: &mut [f32], acc: &mut [f32]) {
         self.load_q(b, h, i, q);
         let g = h / (self.q_heads / self.kv_heads);
         let keys = (self.keys)(b, i);
@@ -324,7 +328,7 @@ impl<T: Float> Problem<'_, T> {
             let n = KEY_BLOCK.min(keys.end - j0);
             let s = &mut s[..n];
             for (t, v) in s.iter_mut().enumerate() {
-                *v = dot(q, self.k.row(b, g, j0 + t));
+                *v = dot::<T, FMA>(q, self.k.row(b, g, j0 + t));
             }
             self.cap(s);
             if let (Some(mask), Some(base)) = (&self.mask, mask_base) {
@@ -335,7 +339,7 @@ impl<T: Float> Problem<'_, T> {
                 let f = if m == f32::NEG_INFINITY {
                     0.0
                 } else {
-                    (m - bm).exp()
+                    exp_f32(m - bm)
                 };
                 for a in acc.iter_mut() {
                     *a *= f;
@@ -344,11 +348,13 @@ impl<T: Float> Problem<'_, T> {
                 m = bm;
             }
             if m != f32::NEG_INFINITY {
-                for (t, &v) in s.iter().enumerate() {
-                    let p = (v - m).exp();
+                for v in s.iter_mut() {
+                    *v = exp_f32(*v - m);
+                }
+                for (t, &p) in s.iter().enumerate() {
                     if p != 0.0 || p.is_nan() {
                         l += p;
-                        axpy(p, self.v.row(b, g, j0 + t), acc);
+                        axpy::<T, FMA>(p, self.v.row(b, g, j0 + t), acc);
                     }
                 }
             }
@@ -366,35 +372,42 @@ impl<T: Float> Problem<'_, T> {
     }
 }
 
-/// `sum(a[i] * b[i])` with eight accumulators (vectorizes).
+/// `sum(a[i] * b[i])` with sixteen accumulators (vectorizes).
 #[inline(always)]
-fn dot<T: Float>(a: &[f32], b: &[T]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let ca = a.chunks_exact(8);
-    let cb = b.chunks_exact(8);
+fn dot<T: Float, const FMA: bool>(a: &[f32], b: &[T]) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let ca = a.chunks_exact(16);
+    let cb = b.chunks_exact(16);
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
-        for k in 0..8 {
-            acc[k] += x[k] * y[k].to_f32();
+        for k in 0..16 {
+            acc[k] = madd::<FMA>(x[k], y[k].to_f32(), acc[k]);
         }
     }
     let mut s = 0.0;
     for (&x, &y) in ra.iter().zip(rb) {
-        s += x * y.to_f32();
+        s = madd::<FMA>(x, y.to_f32(), s);
     }
-    s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+    let mut w = 8;
+    while w > 0 {
+        for k in 0..w {
+            acc[k] += acc[k + w];
+        }
+        w /= 2;
+    }
+    s + acc[0]
 }
 
 /// `acc += p * v`.
 #[inline(always)]
-fn axpy<T: Float>(p: f32, v: &[T], acc: &mut [f32]) {
+fn axpy<T: Float, const FMA: bool>(p: f32, v: &[T], acc: &mut [f32]) {
     for (a, &x) in acc.iter_mut().zip(v) {
-        *a += p * x.to_f32();
+        *a = madd::<FMA>(p, x.to_f32(), *a);
     }
 }
 
 /// Runs `f(q, acc)` with f32 scratch of `d` and `dv` floats (stack when small).
-#[inline]
+#[inline(always)]
 fn with_scratch(d: usize, dv: usize, f: impl FnOnce(&mut [f32], &mut [f32])) {
     let mut stack = [0.0f32; STACK_SCRATCH];
     let mut heap;
@@ -431,22 +444,44 @@ pub(crate) fn attend<T: Float>(p: &Problem<'_, T>, out: &mut [T], par: &dyn Para
         par
     };
     let chunk = rows_chunk(par, rows, p.dv);
+    let width = Width::detect();
     for_each_chunk_mut(par, out, chunk, &|offset, chunk: &mut [T]| {
-        with_scratch(p.d, p.dv, |q, acc| {
-            for (n, o) in chunk.chunks_exact_mut(p.dv).enumerate() {
-                let (b, h, i) = p.decode(offset / p.dv + n);
+        vector::run(
+            width,
+            #[inline(always)]
+            || {
+                if width.fma() {
+                    rows_at::<T, true>(p, offset / p.dv, chunk)
+                } else {
+                    rows_at::<T, false>(p, offset / p.dv, chunk)
+                }
+            },
+        )
+    });
+}
+
+/// Output rows `first..` of `p` into `out` (whole rows of `dv`).
+#[inline(always)]
+fn rows_at<T: Float, const FMA: bool>(p: &Problem<'_, T>, first: usize, out: &mut [T]) {
+    with_scratch(
+        p.d,
+        p.dv,
+        #[inline(always)]
+        |q, acc| {
+            for (n, o) in out.chunks_exact_mut(p.dv).enumerate() {
+                let (b, h, i) = p.decode(first + n);
                 match T::as_f32_mut(o) {
-                    Some(o) => p.row(b, h, i, q, o),
+                    Some(o) => p.row::<FMA>(b, h, i, q, o),
                     None => {
-                        p.row(b, h, i, q, acc);
+                        p.row::<FMA>(b, h, i, q, acc);
                         for (d, &a) in o.iter_mut().zip(acc.iter()) {
                             *d = T::from_f32(a);
                         }
                     }
                 }
             }
-        });
-    });
+        },
+    );
 }
 
 /// Like [`attend`], also writing each row's scores (`[B, H, Sq, total]`,
@@ -460,83 +495,88 @@ pub(crate) fn attend_with_scores<T: Float>(
 ) {
     let rows = p.batch * p.q_heads * p.q_len;
     let group = p.q_heads / p.kv_heads;
-    with_scratch(p.d, p.dv, |q, acc| {
-        for r in 0..rows {
-            let (b, h, i) = p.decode(r);
-            p.load_q(b, h, i, q);
-            let g = h / group;
-            let keys = (p.keys)(b, i);
-            let sr = ((b * p.q_heads + h) * p.q_len + i) * total;
-            let srow = &mut scores[sr..sr + total];
-            let base = p.mask.as_ref().map(|m| m.base(b, h, i));
-            let bias = |j: usize| -> f32 {
-                if !keys.contains(&j) {
-                    return f32::NEG_INFINITY;
-                }
-                match (&p.mask, base) {
-                    (Some(m), Some(base)) => m.bias(base, j, m.strides[3]),
-                    _ => 0.0,
-                }
-            };
-            for (j, o) in srow.iter_mut().enumerate() {
-                let mut s = [dot(q, p.k.row(b, g, j))];
-                p.cap(&mut s);
-                let v = if mode == QkMode::Biased {
-                    s[0] + bias(j)
-                } else {
-                    s[0]
+    with_scratch(
+        p.d,
+        p.dv,
+        #[inline(always)]
+        |q, acc| {
+            for r in 0..rows {
+                let (b, h, i) = p.decode(r);
+                p.load_q(b, h, i, q);
+                let g = h / group;
+                let keys = (p.keys)(b, i);
+                let sr = ((b * p.q_heads + h) * p.q_len + i) * total;
+                let srow = &mut scores[sr..sr + total];
+                let base = p.mask.as_ref().map(|m| m.base(b, h, i));
+                let bias = |j: usize| -> f32 {
+                    if !keys.contains(&j) {
+                        return f32::NEG_INFINITY;
+                    }
+                    match (&p.mask, base) {
+                        (Some(m), Some(base)) => m.bias(base, j, m.strides[3]),
+                        _ => 0.0,
+                    }
                 };
-                *o = T::from_f32(v);
-            }
-            let z = |j: usize, v: T| -> f32 {
-                if mode == QkMode::Biased {
-                    v.to_f32()
-                } else {
-                    v.to_f32() + bias(j)
-                }
-            };
-            let m = srow
-                .iter()
-                .enumerate()
-                .fold(f32::NEG_INFINITY, |a, (j, &v)| a.max(z(j, v)));
-            acc.fill(0.0);
-            let mut l = 0.0f32;
-            if m != f32::NEG_INFINITY {
                 for (j, o) in srow.iter_mut().enumerate() {
-                    let e = (z(j, *o) - m).exp();
-                    if e != 0.0 || e.is_nan() {
-                        l += e;
-                        axpy(e, p.v.row(b, g, j), acc);
-                    }
-                    if mode == QkMode::Softmax {
-                        *o = T::from_f32(e);
-                    }
-                }
-            }
-            let inv = if m == f32::NEG_INFINITY || l == 0.0 {
-                0.0
-            } else {
-                1.0 / l
-            };
-            if mode == QkMode::Softmax {
-                for o in srow.iter_mut() {
-                    *o = if inv == 0.0 {
-                        T::default()
+                    let mut s = [dot::<T, false>(q, p.k.row(b, g, j))];
+                    p.cap(&mut s);
+                    let v = if mode == QkMode::Biased {
+                        s[0] + bias(j)
                     } else {
-                        T::from_f32(o.to_f32() * inv)
+                        s[0]
                     };
+                    *o = T::from_f32(v);
+                }
+                let z = |j: usize, v: T| -> f32 {
+                    if mode == QkMode::Biased {
+                        v.to_f32()
+                    } else {
+                        v.to_f32() + bias(j)
+                    }
+                };
+                let m = srow
+                    .iter()
+                    .enumerate()
+                    .fold(f32::NEG_INFINITY, |a, (j, &v)| a.max(z(j, v)));
+                acc.fill(0.0);
+                let mut l = 0.0f32;
+                if m != f32::NEG_INFINITY {
+                    for (j, o) in srow.iter_mut().enumerate() {
+                        let e = (z(j, *o) - m).exp();
+                        if e != 0.0 || e.is_nan() {
+                            l += e;
+                            axpy::<T, false>(e, p.v.row(b, g, j), acc);
+                        }
+                        if mode == QkMode::Softmax {
+                            *o = T::from_f32(e);
+                        }
+                    }
+                }
+                let inv = if m == f32::NEG_INFINITY || l == 0.0 {
+                    0.0
+                } else {
+                    1.0 / l
+                };
+                if mode == QkMode::Softmax {
+                    for o in srow.iter_mut() {
+                        *o = if inv == 0.0 {
+                            T::default()
+                        } else {
+                            T::from_f32(o.to_f32() * inv)
+                        };
+                    }
+                }
+                let orow = if p.out_bsnh {
+                    ((b * p.q_len + i) * p.q_heads + h) * p.dv
+                } else {
+                    ((b * p.q_heads + h) * p.q_len + i) * p.dv
+                };
+                for (d, &a) in out[orow..orow + p.dv].iter_mut().zip(acc.iter()) {
+                    *d = T::from_f32(a * inv);
                 }
             }
-            let orow = if p.out_bsnh {
-                ((b * p.q_len + i) * p.q_heads + h) * p.dv
-            } else {
-                ((b * p.q_heads + h) * p.q_len + i) * p.dv
-            };
-            for (d, &a) in out[orow..orow + p.dv].iter_mut().zip(acc.iter()) {
-                *d = T::from_f32(a * inv);
-            }
-        }
-    });
+        },
+    );
 }
 
 /// Writes row `(batch, head, position)` into the slice it is given.

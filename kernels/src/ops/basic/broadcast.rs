@@ -4,6 +4,7 @@
 
 use super::common::MAX_RANK;
 use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::vector::{self, Width};
 use crate::{KernelError, ParallelFor, for_each_chunk_mut};
 
 /// The broadcast shape of `a` and `b`, or a `Shape` error naming `op`.
@@ -178,7 +179,12 @@ impl Plan {
             out[0] = f(a[0], b[0]);
             return Ok(());
         }
-        self.run_rows(a, b, out, 0, &f);
+        let width = Width::detect();
+        vector::run(
+            width,
+            #[inline(always)]
+            || self.run_rows(a, b, out, 0, &f),
+        );
         Ok(())
     }
 
@@ -205,14 +211,20 @@ impl Plan {
         self.check(op, a.len(), b.len(), out.len())?;
         let inner = self.dims[self.rank - 1];
         let chunk = rows_chunk(par, self.out_len / inner, inner);
+        let width = Width::detect();
         for_each_chunk_mut(par, out, chunk, &|offset, rows| {
-            self.run_rows(a, b, rows, offset / inner, &f);
+            vector::run(
+                width,
+                #[inline(always)]
+                || self.run_rows(a, b, rows, offset / inner, &f),
+            )
         });
         Ok(())
     }
 
     /// Writes `out` (whole rows of the last axis, starting at row
     /// `first_row` of the output) with `f` over the broadcast operands.
+    #[inline(always)]
     fn run_rows<A: Copy, B: Copy, O, F: Fn(A, B) -> O>(
         &self,
         a: &[A],

@@ -10,6 +10,7 @@ use super::common::{
 };
 use super::real::Real;
 use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::vector::{self, Width};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
     Tensor, for_each_chunk_mut,
@@ -506,15 +507,22 @@ fn map<A: Elem + Sync, B: Elem + Send>(
     } else {
         rows_chunk(par, y.len(), 1)
     };
+    let width = Width::detect();
     for_each_chunk_mut(par, y, chunk, &|offset, out| {
-        for (o, &v) in out.iter_mut().zip(&x[offset..]) {
-            *o = f(v);
-        }
+        vector::run(
+            width,
+            #[inline(always)]
+            || {
+                for (o, &v) in out.iter_mut().zip(&x[offset..]) {
+                    *o = f(v);
+                }
+            },
+        )
     });
     Ok(())
 }
 
-#[inline]
+#[inline(always)]
 fn sigmoid<T: Real>(x: T) -> T {
     T::ONE / (T::ONE + (-x).exp())
 }

@@ -132,23 +132,23 @@ macro_rules! impl_real {
                 fn exp(self) -> Self {
                     $exp(self)
                 }
-                #[inline]
+                #[inline(always)]
                 fn sqrt(self) -> Self {
                     $t::sqrt(self)
                 }
-                #[inline]
+                #[inline(always)]
                 fn max(self, other: Self) -> Self {
                     $t::max(self, other)
                 }
-                #[inline]
+                #[inline(always)]
                 fn from_f32(v: f32) -> Self {
                     v as $t
                 }
-                #[inline]
+                #[inline(always)]
                 fn from_usize(v: usize) -> Self {
                     v as $t
                 }
-                #[inline]
+                #[inline(always)]
                 fn to_f32(self) -> f32 {
                     self as f32
                 }

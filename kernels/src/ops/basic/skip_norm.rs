@@ -21,6 +21,7 @@ use half::{bf16, f16};
 use super::common::{Attrs, Elem, check_len, input, typed, typed_mut};
 use super::real::Real;
 use crate::par::{PARALLEL_MIN_ELEMENTS, for_each_chunk_mut, rows_chunk};
+use crate::vector::{self, Width};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
     Tensor,
@@ -221,6 +222,7 @@ impl<T: SkipElem> Rows<'_, T> {
     }
 
     /// `(mean, 1 / std)` of row `r` (mean 0 for the simplified form).
+    #[inline(always)]
     fn stats(&self, r: usize) -> (T::Acc, T::Acc) {
         let count = <T::Acc as Real>::from_usize(self.n);
         let zero = <T::Acc as Real>::ZERO;
@@ -235,6 +237,7 @@ impl<T: SkipElem> Rows<'_, T> {
     }
 
     /// Writes the normalized row `r`.
+    #[inline(always)]
     fn normalize(&self, r: usize, y: &mut [T]) {
         let (mean, inv) = self.stats(r);
         let g = &self.gamma[..self.n];
@@ -254,8 +257,18 @@ impl<T: SkipElem> Rows<'_, T> {
     }
 
     /// Writes the requested outputs for rows `first..first + count`
-    /// (each slice covers exactly those rows).
-    fn run(&self, first: usize, count: usize, mut out: Outs<'_, T>) {
+    /// (each slice covers exactly those rows), compiled for the CPU's
+    /// vectors.
+    fn run(&self, first: usize, count: usize, out: Outs<'_, T>) {
+        vector::run(
+            Width::detect(),
+            #[inline(always)]
+            move || self.rows(first, count, out),
+        )
+    }
+
+    #[inline(always)]
+    fn rows(&self, first: usize, count: usize, mut out: Outs<'_, T>) {
         for i in 0..count {
             let r = first + i;
             if let Some(y) = out.y.as_deref_mut() {

@@ -9,6 +9,7 @@ use super::common::{
 };
 use super::real::{Real, max_of, sum_by};
 use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::vector::{self, Width};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
     Tensor, for_each_chunk_mut,
@@ -49,7 +50,7 @@ impl Softmax {
 }
 
 /// One contiguous row, in three vectorizable passes: max, exp, scale.
-#[inline]
+#[inline(always)]
 fn softmax_row<T: Real>(x: &[T], y: &mut [T]) {
     let m = max_of(x);
     for (o, &v) in y.iter_mut().zip(x) {
@@ -80,11 +81,18 @@ fn softmax<T: Real + Send + Sync>(
         } else {
             rows_chunk(par, outer, n)
         };
+        let width = Width::detect();
         for_each_chunk_mut(par, y, chunk, &|offset, rows| {
             let x = &x[offset..offset + rows.len()];
-            for (xr, yr) in x.chunks_exact(n).zip(rows.chunks_exact_mut(n)) {
-                softmax_row(xr, yr);
-            }
+            vector::run(
+                width,
+                #[inline(always)]
+                || {
+                    for (xr, yr) in x.chunks_exact(n).zip(rows.chunks_exact_mut(n)) {
+                        softmax_row(xr, yr);
+                    }
+                },
+            )
         });
         return Ok(());
     }
