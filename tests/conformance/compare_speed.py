@@ -2,7 +2,7 @@
 """Steady-state speed of tiny-llm in ONNX Runtime and in onnx-prepared.
 
     python tests/conformance/compare_speed.py --bin PATH --fixtures DIR
-        [--threads 1,2] [--repeat 20] [--warmup 3] [--json PATH]
+        [--threads 1,2] [--repeat 20] [--warmup 3] [--rounds 1] [--json PATH]
         [--int8-activations]
 
 Cases: prefill (T=128, P=0) and one decode step (T=1, P=128, the cache being
@@ -14,6 +14,11 @@ ORT's prefill presents; the values do not change the work).
   * onnx-prepared: `run MODEL --inputs X.npz --repeat R --threads N`; its
     JSON line's median_ms (the first run, which prepares shapes and buffers,
     is excluded from the median and reported separately).
+With --rounds K (default 1) each case is measured K times, ORT and ours
+alternating, and the table gives the median over the rounds of each side's
+median and the median of the rounds' ratios: on a machine whose speed
+drifts, a ratio of two measurements taken seconds apart is steadier than
+one of two medians taken minutes apart.
 With --int8-activations our runs pass `--int8-activations` (MatMulNBits
 nodes with accuracy_level = 4 quantize activations as ORT does); with
 --model, ours is then timed both ways in the same run.
@@ -60,6 +65,16 @@ def time_ort(sess, feeds: dict, warmup: int, repeat: int) -> tuple[float, float]
     return statistics.median(times), min(times)
 
 
+def over_rounds(per_round: list[dict]) -> dict:
+    """Each field's median over the rounds (a ratio: the median of the
+    rounds' ratios, not the ratio of medians); the rounds themselves under
+    "rounds" when there are several."""
+    out = {k: statistics.median(r[k] for r in per_round) for k in per_round[0]}
+    if len(per_round) > 1:
+        out["rounds"] = per_round
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bin", required=True, help="the onnx-prepared binary")
@@ -70,6 +85,8 @@ def main() -> int:
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per case (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed ORT runs first (default 3)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure each case this many times, ORT and ours alternating (default 1)")
     parser.add_argument("--json", type=Path, help="also write the table as JSON here")
     parser.add_argument("--int8-activations", action="store_true",
                         help="pass --int8-activations to our runs (with --model: time ours both ways)")
@@ -106,26 +123,26 @@ def main() -> int:
         for n in threads:
             sess = ort_session(model, n)
             for i, (label, feeds) in enumerate(cases):
-                ort_median, ort_min = time_ort(sess, feeds, args.warmup, repeat)
-                try:
-                    stdout = run_cli(args.bin, model, tmp / f"case{i}.npz", threads=n, repeat=repeat,
-                                     extra=("--int8-activations",) if args.int8_activations else ())
-                    ours = parse_timing(stdout)
-                except (RunFailed, ValueError) as e:
-                    print(f"error: {label}, threads={n}: {e}", file=sys.stderr)
-                    return 1
-                rows.append({
-                    "case": label,
-                    "threads": n,
-                    "ort_ms": ort_median,
-                    "ort_min_ms": ort_min,
-                    "ours_ms": ours["median_ms"],
-                    "ours_min_ms": ours["min_ms"],
-                    "ours_first_run_ms": ours["first_run_ms"],
-                    "ours_load_ms": ours["load_ms"],
-                    "ratio": ours["median_ms"] / ort_median,
-                    "runs": repeat,
-                })
+                per_round = []
+                for _ in range(max(1, args.rounds)):
+                    ort_median, ort_min = time_ort(sess, feeds, args.warmup, repeat)
+                    try:
+                        stdout = run_cli(args.bin, model, tmp / f"case{i}.npz", threads=n, repeat=repeat,
+                                         extra=("--int8-activations",) if args.int8_activations else ())
+                        ours = parse_timing(stdout)
+                    except (RunFailed, ValueError) as e:
+                        print(f"error: {label}, threads={n}: {e}", file=sys.stderr)
+                        return 1
+                    per_round.append({
+                        "ort_ms": ort_median,
+                        "ort_min_ms": ort_min,
+                        "ours_ms": ours["median_ms"],
+                        "ours_min_ms": ours["min_ms"],
+                        "ours_first_run_ms": ours["first_run_ms"],
+                        "ours_load_ms": ours["load_ms"],
+                        "ratio": ours["median_ms"] / ort_median,
+                    })
+                rows.append({"case": label, "threads": n, **over_rounds(per_round), "runs": repeat})
             del sess
 
     print(f"{'case':<20} {'threads':>7} {'ORT ms':>10} {'ours ms':>10} {'ours/ORT':>9}")
@@ -133,6 +150,8 @@ def main() -> int:
         print(f"{r['case']:<20} {r['threads']:>7} {r['ort_ms']:>10.3f} {r['ours_ms']:>10.3f} {r['ratio']:>9.2f}")
     print(f"(median of {repeat} timed runs each; ours excludes its first run; "
           f"--json adds min, our load and first-run times)")
+    if args.rounds > 1:
+        print(f"(medians over {args.rounds} rounds, ORT and ours alternating; ratio: median of the rounds' ratios)")
     if args.json:
         args.json.write_text(json.dumps({"model": str(model), "rows": rows}, indent=2) + "\n")
     return 0
@@ -177,24 +196,29 @@ def decoder_model(args) -> int:
                 level0_path = copy  # real_models.ort_session's rewritten copy
             level0 = ort.InferenceSession(str(level0_path), opts, providers=["CPUExecutionProvider"])
             for i, (label, feeds) in enumerate(cases):
-                ort_median, _ = time_ort(default, feeds, args.warmup, repeat)
-                exact_median, _ = time_ort(level0, feeds, args.warmup, repeat)
-                try:
-                    ours = parse_timing(run_cli(args.bin, model, tmp / f"case{i}.npz", threads=n, repeat=repeat))
-                    int8 = parse_timing(run_cli(args.bin, model, tmp / f"case{i}.npz", threads=n, repeat=repeat,
-                                                extra=("--int8-activations",))) if args.int8_activations else None
-                except (RunFailed, ValueError) as e:
-                    print(f"error: {label}, threads={n}: {e}", file=sys.stderr)
-                    return 1
-                rows.append({
-                    "case": label, "threads": n, "ort_ms": ort_median, "ort_level0_ms": exact_median,
-                    "ours_ms": ours["median_ms"], "ours_first_run_ms": ours["first_run_ms"],
-                    "ratio": ours["median_ms"] / ort_median, "ratio_level0": ours["median_ms"] / exact_median,
-                    "runs": repeat,
-                })
-                if int8 is not None:
-                    rows[-1]["ours_int8_ms"] = int8["median_ms"]
-                    rows[-1]["ratio_int8"] = int8["median_ms"] / ort_median
+                per_round = []
+                for _ in range(max(1, args.rounds)):
+                    ort_median, _ = time_ort(default, feeds, args.warmup, repeat)
+                    exact_median, _ = time_ort(level0, feeds, args.warmup, repeat)
+                    try:
+                        ours = parse_timing(run_cli(args.bin, model, tmp / f"case{i}.npz", threads=n,
+                                                    repeat=repeat))
+                        int8 = parse_timing(run_cli(args.bin, model, tmp / f"case{i}.npz", threads=n,
+                                                    repeat=repeat, extra=("--int8-activations",))) \
+                            if args.int8_activations else None
+                    except (RunFailed, ValueError) as e:
+                        print(f"error: {label}, threads={n}: {e}", file=sys.stderr)
+                        return 1
+                    r = {
+                        "ort_ms": ort_median, "ort_level0_ms": exact_median,
+                        "ours_ms": ours["median_ms"], "ours_first_run_ms": ours["first_run_ms"],
+                        "ratio": ours["median_ms"] / ort_median, "ratio_level0": ours["median_ms"] / exact_median,
+                    }
+                    if int8 is not None:
+                        r["ours_int8_ms"] = int8["median_ms"]
+                        r["ratio_int8"] = int8["median_ms"] / ort_median
+                    per_round.append(r)
+                rows.append({"case": label, "threads": n, **over_rounds(per_round), "runs": repeat})
             del default, level0
     head = f"{'case':<20} {'threads':>7} {'ORT ms':>9} {'ORT lvl0':>9} {'ours ms':>9} {'/ORT':>6} {'/lvl0':>6}"
     print(head + (f" {'int8 ms':>9} {'int8/ORT':>8}" if args.int8_activations else ""))
@@ -205,6 +229,8 @@ def decoder_model(args) -> int:
             line += f" {r['ours_int8_ms']:>9.3f} {r['ratio_int8']:>8.2f}"
         print(line)
     print(f"(median of {repeat} timed runs each; ORT lvl0: int8 activations off)")
+    if args.rounds > 1:
+        print(f"(medians over {args.rounds} rounds, ORT and ours alternating; ratios: medians of the rounds' ratios)")
     if args.json:
         args.json.write_text(json.dumps({"model": str(model), "rows": rows}, indent=2) + "\n")
     return 0
