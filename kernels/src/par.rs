@@ -108,7 +108,7 @@ impl<T> SharedOut<T> {
     }
 }
 
-// SAFETY: used only inside `for_each_chunk_mut`, whose tasks each build a
+// SAFETY: used only inside `for_each_chunk_mut` and `for_each_part_mut`, whose tasks each build a
 // slice over a range no other task touches, while the caller's `&mut [T]`
 // stays borrowed for the whole `par.run` call; `T: Send` makes handing those
 // elements to another thread sound.
@@ -144,6 +144,48 @@ pub fn for_each_chunk_mut<T: Send>(
         // mutably borrowed by this function for as long as any slice lives.
         let chunk = unsafe { std::slice::from_raw_parts_mut(base.ptr().add(start), end - start) };
         f(start, chunk);
+    });
+}
+
+/// Calls `f(offset, part)` for the parts of `out` between consecutive
+/// `bounds` (offsets increasing from 0 to `out.len()`), possibly in
+/// parallel on `par`: chunks of unequal length for work of unequal cost.
+///
+/// # Panics
+/// When `bounds` does not run from 0 to `out.len()` without decreasing.
+pub(crate) fn for_each_part_mut<T: Send>(
+    par: &dyn ParallelFor,
+    out: &mut [T],
+    bounds: &[usize],
+    f: &(dyn Fn(usize, &mut [T]) + Sync),
+) {
+    let len = out.len();
+    assert!(
+        bounds.first() == Some(&0)
+            && bounds.last() == Some(&len)
+            && bounds.windows(2).all(|w| w[0] <= w[1]),
+        "part bounds must run from 0 to the output's length"
+    );
+    let parts = bounds.len() - 1;
+    if par.threads() <= 1 || parts <= 1 {
+        let mut rest = out;
+        for w in bounds.windows(2) {
+            let (part, tail) = rest.split_at_mut(w[1] - w[0]);
+            f(w[0], part);
+            rest = tail;
+        }
+        return;
+    }
+    let base = SharedOut(out.as_mut_ptr());
+    par.run(parts, &|i| {
+        let (start, end) = (bounds[i], bounds[i + 1]);
+        // SAFETY: `ParallelFor`'s contract calls each `i` in `0..parts`
+        // exactly once and finishes every call before `run` returns; the
+        // bounds were checked to increase from 0 to `len`, so `start..end`
+        // lies inside `out` and no two parts overlap, and `out` stays
+        // mutably borrowed by this function while any part lives.
+        let part = unsafe { std::slice::from_raw_parts_mut(base.ptr().add(start), end - start) };
+        f(start, part);
     });
 }
 

@@ -350,3 +350,17 @@ fn errors() {
     ins[2] = In::Absent;
     assert!(matches!(g.node().run(&ins), Err(KernelError::Shape(_))));
 }
+
+#[test]
+fn long_prompt_with_wide_heads() {
+    let mut rng = Rng(8);
+    // 70 positions of 64-wide heads, four query heads per key head: keys
+    // are scored from transposed panels, values accumulated 64 floats at a
+    // time, across two key blocks; large logits make later blocks rescale
+    // and some weights underflow to zero.
+    for scale in [1.0f32, 12.0] {
+        let mut g = Gqa::new(&mut rng, 2, 70, 8, 2, 64, 0, &[69, 69], 70);
+        g.q.iter_mut().for_each(|v| *v *= scale);
+        g.check(70);
+    }
+}

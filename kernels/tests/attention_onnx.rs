@@ -380,6 +380,62 @@ fn f16_inputs() {
     assert_close64(&got, &want, 3e-3);
 }
 
+#[test]
+fn wide_heads_long_causal_prompt() {
+    let mut rng = Rng(12);
+    // 80 positions of 64-wide heads after 3 past keys, two query heads per
+    // key head: transposed key panels, values accumulated 64 floats at a
+    // time, two key blocks per late row.
+    let mut c = Case::new(&mut rng, sizes(1, 4, 2, 80, 83, 64, 64), 3);
+    for v in c.q.iter_mut() {
+        *v *= 3.0;
+    }
+    let y = attn(23).int("is_causal", 1).run1(&c.inputs4(None)).unwrap();
+    let (want, _, _) = c.reference(0.125, 0.0, &|_, _, i, j| {
+        if j <= 3 + i { 0.0 } else { NEG }
+    });
+    assert_close64(vals(&y), &want, 1e-4);
+}
+
+#[test]
+fn f16_wide_heads() {
+    let mut rng = Rng(13);
+    // Nine positions, four query heads on one key head, 64-wide: the f16
+    // keys are converted into panels, the f16 values accumulated in slices.
+    let c = Case::new(&mut rng, sizes(1, 4, 1, 9, 9, 64, 64), 0);
+    let h = |shape: &[usize], x: &[f32]| {
+        var(Tensor::new(
+            shape.to_vec(),
+            TensorData::F16(x.iter().map(|&v| half::f16::from_f32(v)).collect()),
+        )
+        .unwrap())
+    };
+    let r =
+        |x: &[f32]| -> Vec<f32> { x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect() };
+    let y = attn(23)
+        .int("is_causal", 1)
+        .run1(&[
+            h(&[1, 4, 9, 64], &c.q),
+            h(&[1, 1, 9, 64], &c.k),
+            h(&[1, 1, 9, 64], &c.v),
+        ])
+        .unwrap();
+    let got: Vec<f32> = match y.data() {
+        onnx_prepared_kernels::DataRef::F16(v) => v.iter().map(|v| v.to_f32()).collect(),
+        _ => panic!("f16 output expected"),
+    };
+    let (want, _, _) = attention(
+        c.z,
+        &f64s(&r(&c.q)),
+        &f64s(&r(&c.k)),
+        &f64s(&r(&c.v)),
+        0.125,
+        0.0,
+        &|_, _, i, j| if j <= i { 0.0 } else { NEG },
+    );
+    assert_close64(&got, &want, 3e-3);
+}
+
 /// Runs tasks in reverse on the calling thread, as other threads would
 /// interleave them.
 struct Reversed;

@@ -8,8 +8,10 @@
 //! rescaling the accumulator when the maximum grows) and the weighted sum of
 //! V. No score matrix is materialized; the only scratch is one block of
 //! scores and the f32 query row and accumulator (on the stack for head sizes
-//! up to [`STACK_SCRATCH`] floats together). Rows are split across the
-//! caller's threads in contiguous chunks of the output.
+//! up to [`STACK_SCRATCH`] floats together), plus, where many rows share
+//! each key, the keys transposed into panels (`panels`). Rows are split
+//! across the caller's threads in contiguous runs of equal work (a causal
+//! row's cost grows with its position).
 //!
 //! When the caller asks for the QK matrix itself (ONNX `qk_matmul_output`),
 //! rows are computed by [`attend_with_scores`] instead, which writes each
@@ -19,10 +21,11 @@ use std::ops::Range;
 
 use crate::ops::basic::common::Elem;
 use crate::ops::basic::real::exp_f32;
-use crate::par::rows_chunk;
+use crate::par::{for_each_part_mut, rows_chunk};
 use crate::vector::{self, Width, madd};
 use crate::{ParallelFor, Sequential, for_each_chunk_mut};
 
+use super::panels::KeyPanels;
 use super::rotary::Rotary;
 
 /// Keys scored at once (a stack array of scores).
@@ -145,6 +148,24 @@ pub(crate) struct Rows<'a, T> {
 }
 
 impl<'a, T> Rows<'a, T> {
+    /// Rows `j0..j0 + n` of head `g` of batch `b` as (data, offset of the
+    /// first, stride) when they lie all in `past` or all in `new`.
+    #[inline(always)]
+    fn run(&self, b: usize, g: usize, j0: usize, n: usize) -> Option<(&'a [T], usize, usize)> {
+        if j0 + n <= self.past_len {
+            Some((
+                self.past,
+                self.past_strides.at(b, j0, g),
+                self.past_strides.s,
+            ))
+        } else if j0 >= self.past_len {
+            let o = self.new_strides.at(b, j0 - self.past_len, g);
+            Some((self.new, o, self.new_strides.s))
+        } else {
+            None
+        }
+    }
+
     /// Row `j` of head `g` of batch `b`.
     #[inline(always)]
     pub(crate) fn row(&self, b: usize, g: usize, j: usize) -> &'a [T] {
@@ -312,9 +333,16 @@ impl<T: Float> Problem<'_, T> {
     }
 
     /// One output row by the online softmax; `acc` receives the result.
+    /// Scores come from `panels` when given, else key by key.
     /// `FMA`: multiply-adds are fused (see [`Width::fma`]).
     #[inline(always)]
-    fn row<const FMA: bool>(&self, b: usize, h: usize, i: usize, q: &mut [f32], acc: &mut [f32]) {
+    fn row<const FMA: bool>(
+        &self,
+        (b, h, i): (usize, usize, usize),
+        panels: Option<&KeyPanels>,
+        q: &mut [f32],
+        acc: &mut [f32],
+    ) {
         self.load_q(b, h, i, q);
         let g = h / (self.q_heads / self.kv_heads);
         let keys = (self.keys)(b, i);
@@ -326,15 +354,20 @@ impl<T: Float> Problem<'_, T> {
         let mut j0 = keys.start;
         while j0 < keys.end {
             let n = KEY_BLOCK.min(keys.end - j0);
-            let s = &mut s[..n];
-            for (t, v) in s.iter_mut().enumerate() {
-                *v = dot::<T, FMA>(q, self.k.row(b, g, j0 + t));
+            match panels {
+                Some(panels) => panels.scores::<FMA>(b, g, q, j0, &mut s),
+                None => {
+                    for (t, v) in s[..n].iter_mut().enumerate() {
+                        *v = dot::<T, FMA>(q, self.k.row(b, g, j0 + t));
+                    }
+                }
             }
+            let s = &mut s[..n];
             self.cap(s);
             if let (Some(mask), Some(base)) = (&self.mask, mask_base) {
                 mask.add(base, j0, s);
             }
-            let bm = s.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+            let bm = block_max(s);
             if bm > m {
                 let f = if m == f32::NEG_INFINITY {
                     0.0
@@ -351,11 +384,18 @@ impl<T: Float> Problem<'_, T> {
                 for v in s.iter_mut() {
                     *v = exp_f32(*v - m);
                 }
-                for (t, &p) in s.iter().enumerate() {
-                    if p != 0.0 || p.is_nan() {
-                        l += p;
-                        axpy::<T, FMA>(p, self.v.row(b, g, j0 + t), acc);
+                if s.iter().fold(false, |z, &p| z | (p == 0.0)) {
+                    // Keys of weight 0 are skipped (their values may be
+                    // infinite or NaN where a mask hides them).
+                    for (t, &p) in s.iter().enumerate() {
+                        if p != 0.0 || p.is_nan() {
+                            l += p;
+                            axpy::<T, FMA>(p, self.v.row(b, g, j0 + t), acc);
+                        }
                     }
+                } else {
+                    l += block_sum(s);
+                    axpy_block::<T, FMA>(s, &self.v, (b, g, j0), acc);
                 }
             }
             j0 += n;
@@ -406,6 +446,89 @@ fn axpy<T: Float, const FMA: bool>(p: f32, v: &[T], acc: &mut [f32]) {
     }
 }
 
+/// Floats of the accumulator kept in registers by [`axpy_block`].
+const ACC_SLICE: usize = 64;
+
+/// `acc += sum_t p[t] * v.row(b, g, j0 + t)`, slice by slice of the
+/// accumulator, each slice held in registers (two sets, even and odd keys)
+/// across the block instead of stored and reloaded after every key.
+#[inline(always)]
+fn axpy_block<T: Float, const FMA: bool>(
+    p: &[f32],
+    v: &Rows<'_, T>,
+    (b, g, j0): (usize, usize, usize),
+    acc: &mut [f32],
+) {
+    let dv = acc.len();
+    let Some((data, first, stride)) = v.run(b, g, j0, p.len()).filter(|_| dv >= ACC_SLICE) else {
+        for (t, &pt) in p.iter().enumerate() {
+            axpy::<T, FMA>(pt, v.row(b, g, j0 + t), acc);
+        }
+        return;
+    };
+    let mut c0 = 0;
+    while c0 + ACC_SLICE <= dv {
+        let mut even = [0.0f32; ACC_SLICE];
+        let mut odd = [0.0f32; ACC_SLICE];
+        let mut pairs = p.chunks_exact(2);
+        let mut at = first + c0;
+        for pair in pairs.by_ref() {
+            let r0 = &data[at..at + ACC_SLICE];
+            let r1 = &data[at + stride..at + stride + ACC_SLICE];
+            for l in 0..ACC_SLICE {
+                even[l] = madd::<FMA>(pair[0], r0[l].to_f32(), even[l]);
+                odd[l] = madd::<FMA>(pair[1], r1[l].to_f32(), odd[l]);
+            }
+            at += 2 * stride;
+        }
+        if let [last] = pairs.remainder() {
+            let r = &data[at..at + ACC_SLICE];
+            for l in 0..ACC_SLICE {
+                even[l] = madd::<FMA>(*last, r[l].to_f32(), even[l]);
+            }
+        }
+        let out = &mut acc[c0..c0 + ACC_SLICE];
+        for l in 0..ACC_SLICE {
+            out[l] += even[l] + odd[l];
+        }
+        c0 += ACC_SLICE;
+    }
+    if c0 < dv {
+        for (t, &pt) in p.iter().enumerate() {
+            axpy::<T, FMA>(pt, &v.row(b, g, j0 + t)[c0..], &mut acc[c0..]);
+        }
+    }
+}
+
+/// The sum of `s`, sixteen lanes at a time.
+#[inline(always)]
+fn block_sum(s: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let chunks = s.chunks_exact(16);
+    let rest = chunks.remainder().iter();
+    for c in chunks {
+        for k in 0..16 {
+            lanes[k] += c[k];
+        }
+    }
+    rest.chain(&lanes).sum()
+}
+
+/// The largest of `s` (NaNs ignored, as by `f32::max`), sixteen lanes at a
+/// time.
+#[inline(always)]
+fn block_max(s: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = s.chunks_exact(16);
+    let rest = chunks.remainder().iter();
+    for c in chunks {
+        for k in 0..16 {
+            lanes[k] = lanes[k].max(c[k]);
+        }
+    }
+    rest.chain(&lanes).fold(f32::NEG_INFINITY, |a, &v| a.max(v))
+}
+
 /// Runs `f(q, acc)` with f32 scratch of `d` and `dv` floats (stack when small).
 #[inline(always)]
 fn with_scratch(d: usize, dv: usize, f: impl FnOnce(&mut [f32], &mut [f32])) {
@@ -443,37 +566,78 @@ pub(crate) fn attend<T: Float>(p: &Problem<'_, T>, out: &mut [T], par: &dyn Para
     } else {
         par
     };
-    let chunk = rows_chunk(par, rows, p.dv);
+    let panels = KeyPanels::build(p, par);
+    let parts = if par.threads() > 1 {
+        par.threads() * 4
+    } else {
+        1
+    };
+    let bounds = balanced_bounds(p, rows, parts);
     let width = Width::detect();
-    for_each_chunk_mut(par, out, chunk, &|offset, chunk: &mut [T]| {
+    for_each_part_mut(par, out, &bounds, &|offset, part: &mut [T]| {
         vector::run(
             width,
             #[inline(always)]
             || {
                 if width.fma() {
-                    rows_at::<T, true>(p, offset / p.dv, chunk)
+                    rows_at::<T, true>(p, panels.as_ref(), offset / p.dv, part)
                 } else {
-                    rows_at::<T, false>(p, offset / p.dv, chunk)
+                    rows_at::<T, false>(p, panels.as_ref(), offset / p.dv, part)
                 }
             },
         )
     });
 }
 
-/// Output rows `first..` of `p` into `out` (whole rows of `dv`).
+/// Element offsets of `out` splitting its `rows` into about `parts` runs
+/// of equal work: a row costs its key count (a causal prefill's last rows
+/// attend to every key, its first to one) plus a fixed share.
+fn balanced_bounds<T: Float>(p: &Problem<'_, T>, rows: usize, parts: usize) -> Vec<usize> {
+    let cost = |r: usize| {
+        let (b, _, i) = p.decode(r);
+        (p.keys)(b, i).len() + 16
+    };
+    let parts = parts.clamp(1, rows);
+    if parts == 1 {
+        return vec![0, rows * p.dv];
+    }
+    let total: usize = (0..rows).map(cost).sum();
+    let mut bounds = Vec::with_capacity(parts + 1);
+    bounds.push(0);
+    let mut done = 0usize;
+    for r in 0..rows {
+        done += cost(r);
+        // Cut after row r once the parts so far hold their share.
+        if done * parts >= total * bounds.len() && bounds.len() < parts {
+            bounds.push((r + 1) * p.dv);
+        }
+    }
+    if *bounds.last().expect("starts at 0") != rows * p.dv {
+        bounds.push(rows * p.dv);
+    }
+    bounds
+}
+
+/// Output rows `first..` of `p` into `out` (whole rows of `dv`), scored from
+/// `panels` when given.
 #[inline(always)]
-fn rows_at<T: Float, const FMA: bool>(p: &Problem<'_, T>, first: usize, out: &mut [T]) {
+fn rows_at<T: Float, const FMA: bool>(
+    p: &Problem<'_, T>,
+    panels: Option<&KeyPanels>,
+    first: usize,
+    out: &mut [T],
+) {
     with_scratch(
         p.d,
         p.dv,
         #[inline(always)]
         |q, acc| {
             for (n, o) in out.chunks_exact_mut(p.dv).enumerate() {
-                let (b, h, i) = p.decode(first + n);
+                let at = p.decode(first + n);
                 match T::as_f32_mut(o) {
-                    Some(o) => p.row::<FMA>(b, h, i, q, o),
+                    Some(o) => p.row::<FMA>(at, panels, q, o),
                     None => {
-                        p.row::<FMA>(b, h, i, q, acc);
+                        p.row::<FMA>(at, panels, q, acc);
                         for (d, &a) in o.iter_mut().zip(acc.iter()) {
                             *d = T::from_f32(a);
                         }

@@ -3,7 +3,7 @@
 //! RotaryEmbedding).
 //!
 //! Files: `core` (the fused attention kernel both attention operators
-//! share), `attention` (ONNX Attention's front end), `gqa`
+//! share), `panels` (keys transposed for rows that share them), `attention` (ONNX Attention's front end), `gqa`
 //! (GroupQueryAttention's front end: packed QKV, KV cache buffers, rotary),
 //! `rotary` (the row rotation and both RotaryEmbedding operators).
 
@@ -11,6 +11,7 @@
 mod attention;
 mod core;
 mod gqa;
+mod panels;
 mod rotary;
 
 use rotary::RotaryKind;
