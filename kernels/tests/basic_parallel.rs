@@ -53,6 +53,31 @@ fn large_elementwise_outputs_match_the_sequential_result() {
         let split = run_with(&node, &inputs, &Reversed);
         assert_eq!(one, split, "{}", node.op_type);
     }
+    // Fewer rows than tasks: rows are split into pieces (same shapes
+    // collapse to one row; a broadcast row or column over a few rows).
+    let scalar = f32t(&[1], &[0.5]);
+    let wide = f32t(&[3, 40000], &rng.f32s(3 * 40000));
+    let wide_row = f32t(&[40000], &rng.f32s(40000));
+    let wide_column = f32t(&[3, 1], &rng.f32s(3));
+    for (node, inputs) in [
+        (Node::new("Mul", 14), vec![&x, &scalar]),
+        (Node::new("Sub", 14), vec![&scalar, &x]),
+        (Node::new("Add", 14), vec![&wide, &wide_row]),
+        (Node::new("Div", 14), vec![&wide, &wide_column]),
+    ] {
+        let one = run_with(&node, &inputs, &Sequential);
+        let split = run_with(&node, &inputs, &Reversed);
+        assert_eq!(one, split, "{} {:?}", node.op_type, inputs[1].shape());
+    }
+    let sum = run_with(&Node::new("Add", 14), &[&wide, &wide_row], &Reversed);
+    let (w, r, got) = (
+        wide.as_f32().unwrap(),
+        wide_row.as_f32().unwrap(),
+        sum.as_f32().unwrap(),
+    );
+    for i in [0, 39999, 40000, 80001, 3 * 40000 - 1] {
+        assert_eq!(got[i], w[i] + r[i % 40000]);
+    }
     // And against an independent formula for one case.
     let mul = run_with(&Node::new("Sub", 14), &[&column, &x], &Reversed);
     let (c, xv, out) = (

@@ -21,7 +21,7 @@ use std::ops::Range;
 
 use crate::ops::basic::common::Elem;
 use crate::ops::basic::real::exp_f32;
-use crate::par::{for_each_part_mut, rows_chunk};
+use crate::par::{PARALLEL_MIN_ELEMENTS, for_each_part_mut, rows_chunk};
 use crate::vector::{self, Width, madd};
 use crate::{ParallelFor, Sequential, for_each_chunk_mut};
 
@@ -544,8 +544,7 @@ fn with_scratch(d: usize, dv: usize, f: impl FnOnce(&mut [f32], &mut [f32])) {
     f(q, acc)
 }
 
-/// Multiply-adds (or copied elements) below which attention and its cache
-/// copies stay on the calling thread: a parallel region costs several
+/// Multiply-adds below which attention stays on the calling thread: a parallel region costs several
 /// microseconds of hand-off, more than a decode step's attention takes.
 const PARALLEL_MIN_WORK: usize = 1 << 18;
 
@@ -764,7 +763,9 @@ pub(crate) fn fill_rows<T: Float>(
     if per_head == 0 {
         return;
     }
-    let par: &dyn ParallelFor = if dst.len() < PARALLEL_MIN_WORK {
+    // Copies (rotated or not) are cheap per element: split from the
+    // element count elementwise operators split at.
+    let par: &dyn ParallelFor = if dst.len() < PARALLEL_MIN_ELEMENTS {
         &Sequential
     } else {
         par

@@ -3,7 +3,7 @@
 //! slice kernels (hot path).
 
 use super::common::MAX_RANK;
-use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::par::{PARALLEL_MIN_ELEMENTS, for_each_part_mut, rows_chunk};
 use crate::vector::{self, Width};
 use crate::{KernelError, ParallelFor, for_each_chunk_mut};
 
@@ -188,8 +188,9 @@ impl Plan {
         Ok(())
     }
 
-    /// [`Plan::run`], splitting whole rows of the last axis across `par`'s
-    /// threads when the output is large.
+    /// [`Plan::run`], splitting the output across `par`'s threads when it
+    /// is large: whole rows of the last axis, or pieces of rows when there
+    /// are fewer rows than tasks (same-shape operands collapse to one row).
     pub(crate) fn run_par<A, B, O, F>(
         &self,
         op: &'static str,
@@ -209,9 +210,31 @@ impl Plan {
             return self.run(op, a, b, out, f);
         }
         self.check(op, a.len(), b.len(), out.len())?;
-        let inner = self.dims[self.rank - 1];
-        let chunk = rows_chunk(par, self.out_len / inner, inner);
+        let last = self.rank - 1;
+        let inner = self.dims[last];
+        let rows = self.out_len / inner;
+        let tasks = par.threads() * 4;
         let width = Width::detect();
+        if rows < tasks {
+            // Pieces of at least 16 elements, none crossing a row.
+            let piece = inner.div_ceil(tasks.div_ceil(rows)).next_multiple_of(16);
+            let bounds: Vec<usize> = (0..rows)
+                .flat_map(|r| (0..inner.div_ceil(piece)).map(move |p| r * inner + p * piece))
+                .chain([self.out_len])
+                .collect();
+            let (sa, sb) = (self.a_strides[last], self.b_strides[last]);
+            for_each_part_mut(par, out, &bounds, &|offset, part| {
+                let (row, start) = (offset / inner, offset % inner);
+                let (oa, ob) = self.row_offsets(row);
+                vector::run(
+                    width,
+                    #[inline(always)]
+                    || span((sa, sb), a, oa + start * sa, b, ob + start * sb, part, &f),
+                )
+            });
+            return Ok(());
+        }
+        let chunk = rows_chunk(par, rows, inner);
         for_each_chunk_mut(par, out, chunk, &|offset, rows| {
             vector::run(
                 width,
@@ -236,40 +259,10 @@ impl Plan {
         let last = self.rank - 1;
         let inner = self.dims[last];
         let (sa, sb) = (self.a_strides[last], self.b_strides[last]);
-        // Start the odometer over the outer dimensions at `first_row`.
-        let mut idx = [0usize; MAX_RANK];
-        let (mut oa, mut ob) = (0usize, 0usize);
-        let mut rest = first_row;
-        for d in (0..last).rev() {
-            idx[d] = rest % self.dims[d];
-            rest /= self.dims[d];
-            oa += idx[d] * self.a_strides[d];
-            ob += idx[d] * self.b_strides[d];
-        }
+        let mut idx = self.row_index(first_row);
+        let (mut oa, mut ob) = self.row_offsets(first_row);
         for chunk in out.chunks_exact_mut(inner) {
-            match (sa, sb) {
-                (1, 1) => {
-                    let a = &a[oa..oa + inner];
-                    let b = &b[ob..ob + inner];
-                    for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
-                        *o = f(x, y);
-                    }
-                }
-                (0, _) => {
-                    let x = a[oa];
-                    let b = &b[ob..ob + inner];
-                    for (o, &y) in chunk.iter_mut().zip(b) {
-                        *o = f(x, y);
-                    }
-                }
-                _ => {
-                    let y = b[ob];
-                    let a = &a[oa..oa + inner];
-                    for (o, &x) in chunk.iter_mut().zip(a) {
-                        *o = f(x, y);
-                    }
-                }
-            }
+            span((sa, sb), a, oa, b, ob, chunk, f);
             // Advance the odometer over the outer dimensions.
             let mut d = last;
             while d > 0 {
@@ -285,6 +278,30 @@ impl Plan {
                 idx[d] = 0;
             }
         }
+    }
+
+    /// The odometer over the outer dimensions at output row `row`.
+    #[inline(always)]
+    fn row_index(&self, row: usize) -> [usize; MAX_RANK] {
+        let mut idx = [0usize; MAX_RANK];
+        let mut rest = row;
+        for d in (0..self.rank - 1).rev() {
+            idx[d] = rest % self.dims[d];
+            rest /= self.dims[d];
+        }
+        idx
+    }
+
+    /// Offsets in `a` and `b` of output row `row`'s first element.
+    #[inline(always)]
+    fn row_offsets(&self, row: usize) -> (usize, usize) {
+        let idx = self.row_index(row);
+        (0..self.rank - 1).fold((0, 0), |(oa, ob), d| {
+            (
+                oa + idx[d] * self.a_strides[d],
+                ob + idx[d] * self.b_strides[d],
+            )
+        })
     }
 
     /// `out[i] = f(out[i], b[ib])` where `out` has `a`'s layout (the plan's
@@ -340,5 +357,40 @@ impl Plan {
             }
         }
         Ok(())
+    }
+}
+
+/// `out[i] = f(a[oa + i * sa], b[ob + i * sb])` along one row of the last
+/// axis, whose strides `(sa, sb)` are 1 or 0 (not both 0).
+#[inline(always)]
+fn span<A: Copy, B: Copy, O, F: Fn(A, B) -> O>(
+    (sa, sb): (usize, usize),
+    a: &[A],
+    oa: usize,
+    b: &[B],
+    ob: usize,
+    out: &mut [O],
+    f: &F,
+) {
+    let n = out.len();
+    match (sa, sb) {
+        (1, 1) => {
+            let (a, b) = (&a[oa..oa + n], &b[ob..ob + n]);
+            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                *o = f(x, y);
+            }
+        }
+        (0, _) => {
+            let x = a[oa];
+            for (o, &y) in out.iter_mut().zip(&b[ob..ob + n]) {
+                *o = f(x, y);
+            }
+        }
+        _ => {
+            let y = b[ob];
+            for (o, &x) in out.iter_mut().zip(&a[oa..oa + n]) {
+                *o = f(x, y);
+            }
+        }
     }
 }
