@@ -204,6 +204,12 @@ pub(crate) const PARALLEL_MIN_MACS: usize = 1 << 17;
 /// Tasks per thread when the work allows: the pool hands out tasks
 /// dynamically, so a few per thread absorb a late or interrupted helper.
 pub(crate) const TASKS_PER_THREAD: usize = 4;
+/// Tasks per thread of a matrix product (by panels of `B`): a task's
+/// panels are its own, so finer tasks cost no extra traffic, and the
+/// region's tail — one thread finishing its last task while the other
+/// waits — shrinks with them (threads run at unequal speeds on shared
+/// machines).
+const GEMM_TASKS_PER_THREAD: usize = 16;
 /// Least work worth a task of its own.
 const MIN_TASK_MACS: usize = 1 << 16;
 
@@ -223,11 +229,17 @@ fn run_arch<A: Arch>(prob: &Problem<'_>, out: &mut [f32], par: &dyn ParallelFor)
         }
         return;
     }
-    let per_batch = (threads * TASKS_PER_THREAD)
+    let per_batch = (threads * GEMM_TASKS_PER_THREAD)
         .div_ceil(prob.batches)
         .min((m * n * k.max(1) / MIN_TASK_MACS).max(1));
     let n_parts = panels.min(per_batch);
-    let m_parts = mtiles.min(per_batch / n_parts).max(1);
+    // Splitting rows makes each task read (or decode) its panels of B
+    // again: only when there are fewer panels than threads.
+    let m_parts = if n_parts * prob.batches >= threads {
+        1
+    } else {
+        mtiles.min(per_batch / n_parts).max(1)
+    };
     let tasks = prob.batches * n_parts * m_parts;
     par.run(tasks, &|i| {
         let batch = i / (n_parts * m_parts);
