@@ -22,16 +22,65 @@ unsafe impl ParallelFor for Reversed {
 }
 
 fn run_with(node: &Node, inputs: &[&Tensor], par: &dyn ParallelFor) -> Tensor {
+    run_all(node, inputs, par).remove(0)
+}
+
+fn run_all(node: &Node, inputs: &[&Tensor], par: &dyn ParallelFor) -> Vec<Tensor> {
     let op = node.build(inputs.len()).unwrap();
     let infos: Vec<Option<InputInfo<'_>>> = inputs
         .iter()
         .map(|t| Some(InputInfo::dynamic(t.dtype(), t.shape())))
         .collect();
-    let out = op.infer(&infos).unwrap().remove(0);
-    let mut outputs = vec![Tensor::zeros(out.dtype, out.shape).unwrap()];
+    let mut outputs: Vec<Tensor> = op
+        .infer(&infos)
+        .unwrap()
+        .into_iter()
+        .map(|o| Tensor::zeros(o.dtype, o.shape).unwrap())
+        .collect();
     let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
     op.execute(&ins, None, &mut outputs, par).unwrap();
-    outputs.remove(0)
+    outputs
+}
+
+#[test]
+fn large_concat_and_split_match_the_sequential_result() {
+    let mut rng = Rng(9);
+    // tiny-llm's fused projections at T=128: [1, 128, 1536] split in three
+    // along the last axis, and a key cache [1, 8, 128, 64] concatenated
+    // with 64 new rows along the sequence axis.
+    let qkv = f32t(&[1, 128, 1536], &rng.f32s(128 * 1536));
+    let split = Node::new("Split", 18)
+        .int("axis", -1)
+        .int("num_outputs", 3)
+        .outputs(3);
+    let one = run_all(&split, &[&qkv], &Sequential);
+    let par = run_all(&split, &[&qkv], &Reversed);
+    assert_eq!(one, par);
+    let x = qkv.as_f32().unwrap();
+    for (k, part) in par.iter().enumerate() {
+        let p = part.as_f32().unwrap();
+        for (r, c) in [(0, 0), (5, 17), (127, 511)] {
+            assert_eq!(p[r * 512 + c], x[r * 1536 + k * 512 + c]);
+        }
+    }
+    // Shape-only operators copy, split across threads when large.
+    let reshaped = run_with(&Node::new("Flatten", 13).int("axis", 2), &[&qkv], &Reversed);
+    assert_eq!(reshaped.shape(), &[128, 1536]);
+    assert_eq!(reshaped.as_f32().unwrap(), x);
+    let past = f32t(&[1, 8, 128, 64], &rng.f32s(8 * 128 * 64));
+    let new = f32t(&[1, 8, 64, 64], &rng.f32s(8 * 64 * 64));
+    let concat = Node::new("Concat", 13).int("axis", 2);
+    let one = run_with(&concat, &[&past, &new], &Sequential);
+    let par = run_with(&concat, &[&past, &new], &Reversed);
+    assert_eq!(one, par);
+    let (p, n, c) = (
+        past.as_f32().unwrap(),
+        new.as_f32().unwrap(),
+        par.as_f32().unwrap(),
+    );
+    // Head 3, rows 127 (past) and 128 + 5 (new), column 9.
+    assert_eq!(c[(3 * 192 + 127) * 64 + 9], p[(3 * 128 + 127) * 64 + 9]);
+    assert_eq!(c[(3 * 192 + 133) * 64 + 9], n[(3 * 64 + 5) * 64 + 9]);
 }
 
 #[test]
@@ -48,6 +97,8 @@ fn large_elementwise_outputs_match_the_sequential_result() {
         (Node::new("Add", 14), vec![&x, &row]),
         (Node::new("Sub", 14), vec![&column, &x]),
         (Node::new("Softmax", 13), vec![&x]),
+        (Node::new("RMSNormalization", 23), vec![&x, &row]),
+        (Node::new("LayerNormalization", 17), vec![&x, &row, &row]),
     ] {
         let one = run_with(&node, &inputs, &Sequential);
         let split = run_with(&node, &inputs, &Reversed);

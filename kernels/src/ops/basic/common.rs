@@ -1,8 +1,10 @@
 //! Shared pieces of the basic operators: attribute parsing (cold path),
 //! input checks (cold path) and typed tensor access (hot path).
 
+use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
 use crate::{
-    Attributes, DataRef, ElementType, InputInfo, KernelError, NodeSpec, Tensor, TensorData,
+    Attributes, DataRef, ElementType, InputInfo, KernelError, NodeSpec, ParallelFor, Tensor,
+    TensorData, for_each_chunk_mut,
 };
 
 /// The highest rank the strided kernels (broadcasting, Transpose, Slice)
@@ -134,16 +136,25 @@ pub(crate) fn check_len(
 }
 
 /// Copies `src` into `dst` (same element type and length), for the
-/// operators that only change the shape.
+/// operators that only change the shape; large copies split across `par`.
 pub(crate) fn copy_data(
     op: &'static str,
     src: &Tensor,
     dst: &mut Tensor,
+    par: &dyn ParallelFor,
 ) -> Result<(), KernelError> {
     check_len(op, "output", dst.len(), src.len())?;
     dispatch_any!(src.dtype(), T => {
         let s = typed::<T>(op, src)?;
-        typed_mut::<T>(op, dst)?.copy_from_slice(s);
+        let d = typed_mut::<T>(op, dst)?;
+        if d.len() < PARALLEL_MIN_ELEMENTS {
+            d.copy_from_slice(s);
+        } else {
+            let chunk = rows_chunk(par, d.len(), 1);
+            for_each_chunk_mut(par, d, chunk, &|offset, part: &mut [T]| {
+                part.copy_from_slice(&s[offset..offset + part.len()]);
+            });
+        }
         Ok(())
     }, else Err(KernelError::UnsupportedType { op, dtype: src.dtype() }))
 }

@@ -1,14 +1,26 @@
 //! Concat and Split along one axis (hot path: one contiguous copy per
-//! input/output and outer index).
+//! input/output and outer index; large outputs split by outer index across
+//! the caller's threads).
 
 use super::common::{
     Attrs, Elem, check_inputs, checked_count, constant_ints, input, normalize_axis, numel,
     optional, overflow, required, typed, typed_mut,
 };
+use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
-    Tensor,
+    Sequential, Tensor, for_each_chunk_mut,
 };
+
+/// `par`, or the calling thread alone for a copy of `len` elements too
+/// small to share.
+fn copy_par(par: &dyn ParallelFor, len: usize) -> &dyn ParallelFor {
+    if len < PARALLEL_MIN_ELEMENTS {
+        &Sequential
+    } else {
+        par
+    }
+}
 
 /// Concat.
 #[derive(Debug)]
@@ -33,6 +45,7 @@ fn concat<T: Elem>(
     axis: usize,
     inputs: &[Option<&Tensor>],
     out: &mut Tensor,
+    par: &dyn ParallelFor,
 ) -> Result<(), KernelError> {
     // The shape outlives the mutable borrow of `out`: copied to the stack
     // (no allocation per run) unless the rank is unusually high.
@@ -89,15 +102,36 @@ fn concat<T: Elem>(
     if dst.is_empty() {
         return Ok(());
     }
-    for (o, dst_row) in dst.chunks_exact_mut(row).enumerate() {
-        let mut at = 0;
-        for t in inputs.iter().flatten() {
-            let src = typed::<T>("Concat", t)?;
-            let n = t.shape()[axis] * inner;
-            dst_row[at..at + n].copy_from_slice(&src[o * n..(o + 1) * n]);
-            at += n;
+    // Each input's elements and its share of a row (on the stack for up
+    // to eight inputs).
+    let mut inline_srcs = [(&[] as &[T], 0usize); 8];
+    let spilled_srcs: Vec<(&[T], usize)>;
+    let count = inputs.iter().flatten().count();
+    let srcs: &[(&[T], usize)] = if count <= inline_srcs.len() {
+        for (slot, t) in inline_srcs.iter_mut().zip(inputs.iter().flatten()) {
+            *slot = (typed::<T>("Concat", t)?, t.shape()[axis] * inner);
         }
-    }
+        &inline_srcs[..count]
+    } else {
+        spilled_srcs = inputs
+            .iter()
+            .flatten()
+            .map(|t| Ok((typed::<T>("Concat", t)?, t.shape()[axis] * inner)))
+            .collect::<Result<_, KernelError>>()?;
+        &spilled_srcs
+    };
+    let par = copy_par(par, dst.len());
+    let chunk = rows_chunk(par, outer, row);
+    for_each_chunk_mut(par, dst, chunk, &|offset, rows: &mut [T]| {
+        for (i, dst_row) in rows.chunks_exact_mut(row).enumerate() {
+            let o = offset / row + i;
+            let mut at = 0;
+            for &(src, n) in srcs {
+                dst_row[at..at + n].copy_from_slice(&src[o * n..(o + 1) * n]);
+                at += n;
+            }
+        }
+    });
     Ok(())
 }
 
@@ -156,7 +190,7 @@ impl Operator for Concat {
         inputs: &[Option<&Tensor>],
         _packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
         let first = input("Concat", inputs, 0)?;
         let out = outputs.first_mut().ok_or_else(|| KernelError::Invalid {
@@ -164,7 +198,7 @@ impl Operator for Concat {
             detail: "no output given".into(),
         })?;
         let axis = normalize_axis("Concat", "axis", self.axis, first.shape().len())?;
-        dispatch_any!(first.dtype(), T => concat::<T>(axis, inputs, out),
+        dispatch_any!(first.dtype(), T => concat::<T>(axis, inputs, out, par),
             else Err(KernelError::UnsupportedType { op: "Concat", dtype: first.dtype() }))
     }
 }
@@ -282,7 +316,12 @@ impl Split {
     }
 }
 
-fn split<T: Elem>(axis: usize, x: &Tensor, outputs: &mut [Tensor]) -> Result<(), KernelError> {
+fn split<T: Elem>(
+    axis: usize,
+    x: &Tensor,
+    outputs: &mut [Tensor],
+    par: &dyn ParallelFor,
+) -> Result<(), KernelError> {
     let shape = x.shape();
     let src = typed::<T>("Split", x)?;
     if src.is_empty() {
@@ -321,9 +360,17 @@ fn split<T: Elem>(axis: usize, x: &Tensor, outputs: &mut [Tensor]) -> Result<(),
         let n = t.shape()[axis] * inner;
         let dst = typed_mut::<T>("Split", t)?;
         if n > 0 {
-            for (o, chunk) in dst.chunks_exact_mut(n).enumerate().take(outer) {
-                chunk.copy_from_slice(&src[o * row + at..o * row + at + n]);
-            }
+            let dst = dst
+                .get_mut(..outer * n)
+                .ok_or_else(|| bad(format!("an output holds fewer than {outer} x {n} elements")))?;
+            let par = copy_par(par, dst.len());
+            let chunk = rows_chunk(par, outer, n);
+            for_each_chunk_mut(par, dst, chunk, &|offset, rows: &mut [T]| {
+                for (i, part) in rows.chunks_exact_mut(n).enumerate() {
+                    let o = offset / n + i;
+                    part.copy_from_slice(&src[o * row + at..o * row + at + n]);
+                }
+            });
         }
         at += n;
     }
@@ -369,7 +416,7 @@ impl Operator for Split {
         inputs: &[Option<&Tensor>],
         _packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
         let x = input("Split", inputs, 0)?;
         if x.shape().is_empty() {
@@ -379,7 +426,7 @@ impl Operator for Split {
             });
         }
         let axis = normalize_axis("Split", "axis", self.axis, x.shape().len())?;
-        dispatch_any!(x.dtype(), T => split::<T>(axis, x, outputs),
+        dispatch_any!(x.dtype(), T => split::<T>(axis, x, outputs, par),
             else Err(KernelError::UnsupportedType { op: "Split", dtype: x.dtype() }))
     }
 }

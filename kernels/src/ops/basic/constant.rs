@@ -103,9 +103,9 @@ impl Operator for Constant {
         _inputs: &[Option<&Tensor>],
         _packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
         let y = output("Constant", outputs, 0)?;
-        copy_data("Constant", &self.value, y)
+        copy_data("Constant", &self.value, y, par)
     }
 }

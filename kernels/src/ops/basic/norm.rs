@@ -10,9 +10,10 @@ use super::common::{
     typed_mut,
 };
 use super::real::{Real, sum_by};
+use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
-    Tensor,
+    Sequential, Tensor, for_each_chunk_mut,
 };
 
 /// Which normalization a [`Norm`] computes.
@@ -113,6 +114,7 @@ fn param<'a, T: Real>(
     }
 }
 
+#[derive(Clone, Copy)]
 struct Inputs<'a, T> {
     x: &'a [T],
     n: usize,
@@ -176,10 +178,11 @@ fn rows<T: Real>(
 }
 
 impl Norm {
-    fn execute_typed<T: Real>(
+    fn execute_typed<T: Real + Send + Sync>(
         &self,
         inputs: &[Option<&Tensor>],
         outputs: &mut [Tensor],
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
         let op = self.kind.name();
         let x_t = input(op, inputs, 0)?;
@@ -266,7 +269,22 @@ impl Norm {
                 check_len(op, "inv_std_var", v.len(), rows_n)?;
                 rows(self.kind, &p, y, |r, _, inv| v[r] = inv);
             }
-            _ => rows(self.kind, &p, y, |_, _, _| {}),
+            _ => {
+                // No statistics out: rows split across `par` when large.
+                let par: &dyn ParallelFor = if y.len() < PARALLEL_MIN_ELEMENTS {
+                    &Sequential
+                } else {
+                    par
+                };
+                let chunk = rows_chunk(par, rows_n, n);
+                for_each_chunk_mut(par, y, chunk, &|offset, part: &mut [T]| {
+                    let p = Inputs {
+                        x: &p.x[offset..offset + part.len()],
+                        ..p
+                    };
+                    rows(self.kind, &p, part, |_, _, _| {});
+                });
+            }
         }
         if matches!(scale, Param::Deferred) {
             Plan::new(op, shape, s_t.shape())?.run_in_place(op, y, scale_v, |a, b| a * b)?;
@@ -342,12 +360,12 @@ impl Operator for Norm {
         inputs: &[Option<&Tensor>],
         _packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
         let op = self.kind.name();
         match input(op, inputs, 0)?.dtype() {
-            ElementType::F32 => self.execute_typed::<f32>(inputs, outputs),
-            ElementType::F64 => self.execute_typed::<f64>(inputs, outputs),
+            ElementType::F32 => self.execute_typed::<f32>(inputs, outputs, par),
+            ElementType::F64 => self.execute_typed::<f64>(inputs, outputs, par),
             dtype => Err(KernelError::UnsupportedType { op, dtype }),
         }
     }

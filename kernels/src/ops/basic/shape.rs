@@ -26,10 +26,11 @@ fn copy_through(
     op: &'static str,
     inputs: &[Option<&Tensor>],
     outputs: &mut [Tensor],
+    par: &dyn ParallelFor,
 ) -> Result<(), KernelError> {
     let x = input(op, inputs, 0)?;
     let y = output(op, outputs, 0)?;
-    copy_data(op, x, y)
+    copy_data(op, x, y, par)
 }
 
 /// Reshape.
@@ -156,9 +157,9 @@ impl Operator for Reshape {
         inputs: &[Option<&Tensor>],
         _packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
-        copy_through("Reshape", inputs, outputs)
+        copy_through("Reshape", inputs, outputs, par)
     }
 }
 
@@ -311,9 +312,9 @@ impl Operator for Axes {
         inputs: &[Option<&Tensor>],
         _packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
-        copy_through(self.kind.name(), inputs, outputs)
+        copy_through(self.kind.name(), inputs, outputs, par)
     }
 }
 
@@ -347,8 +348,8 @@ impl Operator for Identity {
         inputs: &[Option<&Tensor>],
         _packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
-        copy_through("Identity", inputs, outputs)
+        copy_through("Identity", inputs, outputs, par)
     }
 }

@@ -217,10 +217,10 @@ impl Operator for Flatten {
         inputs: &[Option<&Tensor>],
         _packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
         let x = input("Flatten", inputs, 0)?;
         let y = output("Flatten", outputs, 0)?;
-        copy_data("Flatten", x, y)
+        copy_data("Flatten", x, y, par)
     }
 }

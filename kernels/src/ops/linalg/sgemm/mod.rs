@@ -210,6 +210,9 @@ pub(crate) const TASKS_PER_THREAD: usize = 4;
 /// waits — shrinks with them (threads run at unequal speeds on shared
 /// machines).
 const GEMM_TASKS_PER_THREAD: usize = 16;
+/// Work per task of a large product (tens of microseconds): the tail
+/// stays a small part of the region however long it runs.
+const TARGET_TASK_MACS: usize = 1 << 22;
 /// Least work worth a task of its own.
 const MIN_TASK_MACS: usize = 1 << 16;
 
@@ -230,6 +233,7 @@ fn run_arch<A: Arch>(prob: &Problem<'_>, out: &mut [f32], par: &dyn ParallelFor)
         return;
     }
     let per_batch = (threads * GEMM_TASKS_PER_THREAD)
+        .max(macs / TARGET_TASK_MACS)
         .div_ceil(prob.batches)
         .min((m * n * k.max(1) / MIN_TASK_MACS).max(1));
     let n_parts = panels.min(per_batch);
