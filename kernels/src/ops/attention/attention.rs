@@ -463,9 +463,15 @@ impl Attention {
                 dst.len(),
                 numel(&[dims.batch, dims.hkv, total, rows.width]),
             )?;
-            fill_rows(dst, dims.hkv, total, rows.width, par, &|b, g, j, row| {
-                row.copy_from_slice(rows.row(b, g, j))
-            });
+            let fresh = total.saturating_sub(rows.past_len);
+            fill_rows(
+                dst,
+                dims.hkv,
+                (total, fresh),
+                rows.width,
+                par,
+                &|b, g, j, row| row.copy_from_slice(rows.row(b, g, j)),
+            );
         }
         if n >= 4 && !rest[2].is_empty() {
             let scores = typed_mut::<T>(OP, &mut rest[2])?;

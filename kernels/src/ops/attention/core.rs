@@ -544,7 +544,8 @@ fn with_scratch(d: usize, dv: usize, f: impl FnOnce(&mut [f32], &mut [f32])) {
     f(q, acc)
 }
 
-/// Multiply-adds below which attention stays on the calling thread: a parallel region costs several
+/// Multiply-adds (or copied elements) below which attention and its cache
+/// copies stay on the calling thread: a parallel region costs several
 /// microseconds of hand-off, more than a decode step's attention takes.
 const PARALLEL_MIN_WORK: usize = 1 << 18;
 
@@ -746,11 +747,13 @@ pub(crate) fn attend_with_scores<T: Float>(
 pub(crate) type RowFill<'f, T> = dyn Fn(usize, usize, usize, &mut [T]) + Sync + 'f;
 
 /// Fills `dst` (`[batch, heads, len, width]`) row by row with `f(b, g, j,
-/// row)`, split across `par` by (batch, head).
+/// row)`, split across `par` by (batch, head). `fresh` rows per head come
+/// from new inputs (rotated or converted), the others are plain copies of a
+/// past cache.
 pub(crate) fn fill_rows<T: Float>(
     dst: &mut [T],
     heads: usize,
-    len: usize,
+    (len, fresh): (usize, usize),
     width: usize,
     par: &dyn ParallelFor,
     f: &RowFill<'_, T>,
@@ -763,13 +766,18 @@ pub(crate) fn fill_rows<T: Float>(
     if per_head == 0 {
         return;
     }
-    // Copies (rotated or not) are cheap per element: split from the
-    // element count elementwise operators split at.
-    let par: &dyn ParallelFor = if dst.len() < PARALLEL_MIN_ELEMENTS {
-        &Sequential
-    } else {
-        par
-    };
+    // A decode step's cache is mostly copied past rows: split only when
+    // the copy is large (the hand-off costs more than a small copy) or the
+    // new rows are many (a prompt's keys, each rotated).
+    let fresh_elements = (dst.len() / per_head)
+        .saturating_mul(fresh.min(len))
+        .saturating_mul(width);
+    let par: &dyn ParallelFor =
+        if dst.len() < PARALLEL_MIN_WORK && fresh_elements < PARALLEL_MIN_ELEMENTS {
+            &Sequential
+        } else {
+            par
+        };
     let chunk = rows_chunk(par, dst.len() / per_head, per_head);
     for_each_chunk_mut(par, dst, chunk, &|offset, c: &mut [T]| {
         for (n, head) in c.chunks_exact_mut(per_head).enumerate() {

@@ -362,7 +362,7 @@ impl GroupQueryAttention {
                 .transpose()?
                 .unwrap_or(empty);
             let rot = if rotate { rotary } else { None };
-            fill_rows(dst, kvh, len, d, par, &|b, g, j, row| {
+            fill_rows(dst, kvh, (len, s), d, par, &|b, g, j, row| {
                 let p = past_of(b);
                 if j < p {
                     let o = past_strides.b * b + past_strides.h * g + j * d;
