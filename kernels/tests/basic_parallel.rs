@@ -63,6 +63,28 @@ fn large_concat_and_split_match_the_sequential_result() {
             assert_eq!(p[r * 512 + c], x[r * 1536 + k * 512 + c]);
         }
     }
+    // Transposes: runs of 64 ([1,128,8,64] -> [1,8,128,64]) and a batch of
+    // 2-D blocks ([1,128,8,64] -> [1,128,64,8]).
+    let heads = f32t(&[1, 128, 8, 64], &rng.f32s(128 * 8 * 64));
+    let h = heads.as_f32().unwrap();
+    for (perm, at) in [
+        ([0i64, 2, 1, 3], (5usize, 3usize, 7usize)),
+        ([0, 1, 3, 2], (100, 9, 5)),
+    ] {
+        let node = Node::new("Transpose", 13).ints("perm", &perm);
+        let one = run_with(&node, &[&heads], &Sequential);
+        let par = run_with(&node, &[&heads], &Reversed);
+        assert_eq!(one, par, "{perm:?}");
+        // Output element (0, a, b, c) against the input it comes from.
+        let dims = par.shape().to_vec();
+        let (a, b, c) = at;
+        let got = par.as_f32().unwrap()[(a * dims[2] + b) * dims[3] + c];
+        let mut src = [0usize; 4];
+        for (j, &p) in perm.iter().enumerate() {
+            src[p as usize] = [0, a, b, c][j];
+        }
+        assert_eq!(got, h[((src[1] * 8) + src[2]) * 64 + src[3]], "{perm:?}");
+    }
     // Shape-only operators copy, split across threads when large.
     let reshaped = run_with(&Node::new("Flatten", 13).int("axis", 2), &[&qkv], &Reversed);
     assert_eq!(reshaped.shape(), &[128, 1536]);

@@ -2,15 +2,17 @@
 //! dropped and axes that stay adjacent and in order are merged, so the
 //! attention layouts become either contiguous runs (`[1,T,8,64]` ->
 //! `[1,8,T,64]` copies 64-element runs) or a batch of 2-D transposes
-//! (`[1,8,T,64]` -> `[1,8,64,T]`, done in cache blocks).
+//! (`[1,8,T,64]` -> `[1,8,64,T]`, done in cache blocks). Large outputs are
+//! split across the caller's threads by output rows (or by 2-D blocks).
 
 use super::common::{
     Attrs, Elem, MAX_RANK, check_inputs, check_len, check_rank, input, output, required, typed,
     typed_mut,
 };
+use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
-    Tensor,
+    Sequential, Tensor, for_each_chunk_mut,
 };
 
 /// Transpose.
@@ -151,7 +153,12 @@ fn transpose_2d<T: Copy>(src: &[T], dst: &mut [T], rows: usize, cols: usize) {
     }
 }
 
-fn transpose<T: Elem>(c: &Collapsed, x: &Tensor, y: &mut Tensor) -> Result<(), KernelError> {
+fn transpose<T: Elem>(
+    c: &Collapsed,
+    x: &Tensor,
+    y: &mut Tensor,
+    par: &dyn ParallelFor,
+) -> Result<(), KernelError> {
     let src = typed::<T>("Transpose", x)?;
     let dst = typed_mut::<T>("Transpose", y)?;
     check_len("Transpose", "output", dst.len(), src.len())?;
@@ -160,6 +167,11 @@ fn transpose<T: Elem>(c: &Collapsed, x: &Tensor, y: &mut Tensor) -> Result<(), K
         dst.copy_from_slice(src);
         return Ok(());
     }
+    let par: &dyn ParallelFor = if dst.len() < PARALLEL_MIN_ELEMENTS {
+        &Sequential
+    } else {
+        par
+    };
     let mut in_strides = [0usize; MAX_RANK];
     let mut s = 1;
     for d in (0..g).rev() {
@@ -178,36 +190,51 @@ fn transpose<T: Elem>(c: &Collapsed, x: &Tensor, y: &mut Tensor) -> Result<(), K
     if batch_2d {
         let (rows, cols) = (c.dims[g - 2], c.dims[g - 1]);
         let block = rows * cols;
-        for (s, d) in src.chunks_exact(block).zip(dst.chunks_exact_mut(block)) {
-            transpose_2d(s, d, rows, cols);
-        }
+        let chunk = rows_chunk(par, dst.len() / block, block);
+        for_each_chunk_mut(par, dst, chunk, &|offset, part: &mut [T]| {
+            let src = &src[offset..offset + part.len()];
+            for (s, d) in src.chunks_exact(block).zip(part.chunks_exact_mut(block)) {
+                transpose_2d(s, d, rows, cols);
+            }
+        });
         return Ok(());
     }
     let last = g - 1;
     let inner = out_dims[last];
     let inner_stride = strides[last];
-    let mut idx = [0usize; MAX_RANK];
-    let mut off = 0usize;
-    for chunk in dst.chunks_exact_mut(inner) {
-        if inner_stride == 1 {
-            chunk.copy_from_slice(&src[off..off + inner]);
-        } else {
-            for (k, o) in chunk.iter_mut().enumerate() {
-                *o = src[off + k * inner_stride];
+    let chunk = rows_chunk(par, dst.len() / inner, inner);
+    for_each_chunk_mut(par, dst, chunk, &|offset, part: &mut [T]| {
+        // The odometer over the outer output dimensions at this part's
+        // first row.
+        let mut idx = [0usize; MAX_RANK];
+        let mut off = 0usize;
+        let mut rest = offset / inner;
+        for d in (0..last).rev() {
+            idx[d] = rest % out_dims[d];
+            rest /= out_dims[d];
+            off += idx[d] * strides[d];
+        }
+        for chunk in part.chunks_exact_mut(inner) {
+            if inner_stride == 1 {
+                chunk.copy_from_slice(&src[off..off + inner]);
+            } else {
+                for (k, o) in chunk.iter_mut().enumerate() {
+                    *o = src[off + k * inner_stride];
+                }
+            }
+            let mut d = last;
+            while d > 0 {
+                d -= 1;
+                idx[d] += 1;
+                off += strides[d];
+                if idx[d] < out_dims[d] {
+                    break;
+                }
+                off -= strides[d] * out_dims[d];
+                idx[d] = 0;
             }
         }
-        let mut d = last;
-        while d > 0 {
-            d -= 1;
-            idx[d] += 1;
-            off += strides[d];
-            if idx[d] < out_dims[d] {
-                break;
-            }
-            off -= strides[d] * out_dims[d];
-            idx[d] = 0;
-        }
-    }
+    });
     Ok(())
 }
 
@@ -239,14 +266,14 @@ impl Operator for Transpose {
         inputs: &[Option<&Tensor>],
         _packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
         let x = input("Transpose", inputs, 0)?;
         let y = output("Transpose", outputs, 0)?;
         let rank = x.shape().len();
         let p = self.perm(rank)?;
         let c = collapse(x.shape(), &p[..rank]);
-        dispatch_any!(x.dtype(), T => transpose::<T>(&c, x, y),
+        dispatch_any!(x.dtype(), T => transpose::<T>(&c, x, y, par),
             else Err(KernelError::UnsupportedType { op: "Transpose", dtype: x.dtype() }))
     }
 }
