@@ -8,9 +8,9 @@
 
 use std::ops::Range;
 
-use super::core::{
-    Float, Mask, MaskData, Problem, QkMode, Rows, Strides, attend, attend_with_scores, fill_rows,
-};
+use super::Float;
+use super::core::{attend, attend_with_scores, fill_rows};
+use super::problem::{Mask, MaskData, Problem, QkMode, Rows, Strides};
 use crate::ops::basic::common::{
     Attrs, Ints, check_inputs, check_len, input, numel, optional, required, typed, typed_mut,
 };

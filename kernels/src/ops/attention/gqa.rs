@@ -20,7 +20,9 @@
 
 use std::ops::Range;
 
-use super::core::{Float, Problem, QueryRotary, Rows, Strides, attend, fill_rows};
+use super::Float;
+use super::core::{attend, fill_rows};
+use super::problem::{Problem, QueryRotary, Rows, Strides};
 use super::rotary::Rotary;
 use crate::ops::basic::common::{
     Attrs, Ints, check_inputs, check_len, input, optional, required, typed, typed_mut,

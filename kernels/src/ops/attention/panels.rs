@@ -11,7 +11,8 @@
 //! same keys (prefill: every later position, and every query head of a
 //! group), and is skipped otherwise.
 
-use super::core::{Float, KEY_BLOCK, Problem};
+use super::Float;
+use super::problem::{KEY_BLOCK, Problem};
 use crate::vector::madd;
 use crate::{ParallelFor, Sequential, for_each_chunk_mut};
 

@@ -7,7 +7,7 @@
 //! position; the rest is copied. Pairs are `(x[i], x[i + rotary_dim / 2])`,
 //! or `(x[2i], x[2i + 1])` when interleaved.
 
-use super::core::Float;
+use super::Float;
 use crate::ops::basic::common::{
     Attrs, Ints, check_inputs, check_len, input, optional, required, typed, typed_mut,
 };
