@@ -99,6 +99,16 @@ mod tests {
 /// thread: a parallel region costs a few microseconds of hand-off.
 pub const PARALLEL_MIN_ELEMENTS: usize = 32 * 1024;
 
+/// `par` for an output of `len` elements, or the calling thread alone when
+/// it is below [`PARALLEL_MIN_ELEMENTS`] (too small to share).
+pub(crate) fn for_len(par: &dyn ParallelFor, len: usize) -> &dyn ParallelFor {
+    if len < PARALLEL_MIN_ELEMENTS {
+        &Sequential
+    } else {
+        par
+    }
+}
+
 /// A raw pointer to the caller's output, shared by tasks writing disjoint ranges.
 struct SharedOut<T>(*mut T);
 

@@ -343,36 +343,46 @@ fn sliding_window_opset_25() {
     assert!(attn(23).int("left_window_size", 2).build(3).is_err());
 }
 
+/// `x` as an f16 input of `shape`.
+fn f16_var(shape: &[usize], x: &[f32]) -> In {
+    var(Tensor::new(
+        shape.to_vec(),
+        TensorData::F16(x.iter().map(|&v| half::f16::from_f32(v)).collect()),
+    )
+    .unwrap())
+}
+
+/// `x` rounded to f16 and back (what an f16 input holds).
+fn f16_round(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+}
+
+/// An f16 output's values as f32.
+fn f16_values(y: &Tensor) -> Vec<f32> {
+    match y.data() {
+        onnx_prepared_kernels::DataRef::F16(v) => v.iter().map(|v| v.to_f32()).collect(),
+        _ => panic!("f16 output expected"),
+    }
+}
+
 #[test]
 fn f16_inputs() {
     let mut rng = Rng(10);
     let c = Case::new(&mut rng, sizes(1, 2, 1, 3, 5, 8, 8), 0);
-    let h = |shape: &[usize], x: &[f32]| {
-        var(Tensor::new(
-            shape.to_vec(),
-            TensorData::F16(x.iter().map(|&v| half::f16::from_f32(v)).collect()),
-        )
-        .unwrap())
-    };
-    let r =
-        |x: &[f32]| -> Vec<f32> { x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect() };
     let y = attn(23)
         .run1(&[
-            h(&[1, 2, 3, 8], &c.q),
-            h(&[1, 1, 5, 8], &c.k),
-            h(&[1, 1, 5, 8], &c.v),
+            f16_var(&[1, 2, 3, 8], &c.q),
+            f16_var(&[1, 1, 5, 8], &c.k),
+            f16_var(&[1, 1, 5, 8], &c.v),
         ])
         .unwrap();
-    let got: Vec<f32> = match y.data() {
-        onnx_prepared_kernels::DataRef::F16(v) => v.iter().map(|v| v.to_f32()).collect(),
-        _ => panic!("f16 output expected"),
-    };
+    let got = f16_values(&y);
     let z = c.z;
     let (want, _, _) = attention(
         z,
-        &f64s(&r(&c.q)),
-        &f64s(&r(&c.k)),
-        &f64s(&r(&c.v)),
+        &f64s(&f16_round(&c.q)),
+        &f64s(&f16_round(&c.k)),
+        &f64s(&f16_round(&c.v)),
         1.0 / 8f64.sqrt(),
         0.0,
         &|_, _, _, _| 0.0,
@@ -403,32 +413,20 @@ fn f16_wide_heads() {
     // Nine positions, four query heads on one key head, 64-wide: the f16
     // keys are converted into panels, the f16 values accumulated in slices.
     let c = Case::new(&mut rng, sizes(1, 4, 1, 9, 9, 64, 64), 0);
-    let h = |shape: &[usize], x: &[f32]| {
-        var(Tensor::new(
-            shape.to_vec(),
-            TensorData::F16(x.iter().map(|&v| half::f16::from_f32(v)).collect()),
-        )
-        .unwrap())
-    };
-    let r =
-        |x: &[f32]| -> Vec<f32> { x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect() };
     let y = attn(23)
         .int("is_causal", 1)
         .run1(&[
-            h(&[1, 4, 9, 64], &c.q),
-            h(&[1, 1, 9, 64], &c.k),
-            h(&[1, 1, 9, 64], &c.v),
+            f16_var(&[1, 4, 9, 64], &c.q),
+            f16_var(&[1, 1, 9, 64], &c.k),
+            f16_var(&[1, 1, 9, 64], &c.v),
         ])
         .unwrap();
-    let got: Vec<f32> = match y.data() {
-        onnx_prepared_kernels::DataRef::F16(v) => v.iter().map(|v| v.to_f32()).collect(),
-        _ => panic!("f16 output expected"),
-    };
+    let got = f16_values(&y);
     let (want, _, _) = attention(
         c.z,
-        &f64s(&r(&c.q)),
-        &f64s(&r(&c.k)),
-        &f64s(&r(&c.v)),
+        &f64s(&f16_round(&c.q)),
+        &f64s(&f16_round(&c.k)),
+        &f64s(&f16_round(&c.v)),
         0.125,
         0.0,
         &|_, _, i, j| if j <= i { 0.0 } else { NEG },

@@ -1,7 +1,7 @@
 //! Shared pieces of the basic operators: attribute parsing (cold path),
 //! input checks (cold path) and typed tensor access (hot path).
 
-use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::par::{for_len, rows_chunk};
 use crate::{
     Attributes, DataRef, ElementType, InputInfo, KernelError, NodeSpec, ParallelFor, Tensor,
     TensorData, for_each_chunk_mut,
@@ -147,7 +147,8 @@ pub(crate) fn copy_data(
     dispatch_any!(src.dtype(), T => {
         let s = typed::<T>(op, src)?;
         let d = typed_mut::<T>(op, dst)?;
-        if d.len() < PARALLEL_MIN_ELEMENTS {
+        let par = for_len(par, d.len());
+        if par.threads() <= 1 {
             d.copy_from_slice(s);
         } else {
             let chunk = rows_chunk(par, d.len(), 1);

@@ -6,21 +6,11 @@ use super::common::{
     Attrs, Elem, check_inputs, checked_count, constant_ints, input, normalize_axis, numel,
     optional, overflow, required, typed, typed_mut,
 };
-use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::par::{for_len, rows_chunk};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
-    Sequential, Tensor, for_each_chunk_mut,
+    Tensor, for_each_chunk_mut,
 };
-
-/// `par`, or the calling thread alone for a copy of `len` elements too
-/// small to share.
-fn copy_par(par: &dyn ParallelFor, len: usize) -> &dyn ParallelFor {
-    if len < PARALLEL_MIN_ELEMENTS {
-        &Sequential
-    } else {
-        par
-    }
-}
 
 /// Concat.
 #[derive(Debug)]
@@ -120,7 +110,7 @@ fn concat<T: Elem>(
             .collect::<Result<_, KernelError>>()?;
         &spilled_srcs
     };
-    let par = copy_par(par, dst.len());
+    let par = for_len(par, dst.len());
     let chunk = rows_chunk(par, outer, row);
     for_each_chunk_mut(par, dst, chunk, &|offset, rows: &mut [T]| {
         for (i, dst_row) in rows.chunks_exact_mut(row).enumerate() {
@@ -363,7 +353,7 @@ fn split<T: Elem>(
             let dst = dst
                 .get_mut(..outer * n)
                 .ok_or_else(|| bad(format!("an output holds fewer than {outer} x {n} elements")))?;
-            let par = copy_par(par, dst.len());
+            let par = for_len(par, dst.len());
             let chunk = rows_chunk(par, outer, n);
             for_each_chunk_mut(par, dst, chunk, &|offset, rows: &mut [T]| {
                 for (i, part) in rows.chunks_exact_mut(n).enumerate() {

@@ -10,10 +10,10 @@ use super::common::{
     typed_mut,
 };
 use super::real::{Real, sum_by};
-use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::par::{for_len, rows_chunk};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
-    Sequential, Tensor, for_each_chunk_mut,
+    Tensor, for_each_chunk_mut,
 };
 
 /// Which normalization a [`Norm`] computes.
@@ -271,11 +271,7 @@ impl Norm {
             }
             _ => {
                 // No statistics out: rows split across `par` when large.
-                let par: &dyn ParallelFor = if y.len() < PARALLEL_MIN_ELEMENTS {
-                    &Sequential
-                } else {
-                    par
-                };
+                let par = for_len(par, y.len());
                 let chunk = rows_chunk(par, rows_n, n);
                 for_each_chunk_mut(par, y, chunk, &|offset, part: &mut [T]| {
                     let p = Inputs {

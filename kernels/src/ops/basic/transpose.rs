@@ -9,10 +9,10 @@ use super::common::{
     Attrs, Elem, MAX_RANK, check_inputs, check_len, check_rank, input, output, required, typed,
     typed_mut,
 };
-use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::par::{for_len, rows_chunk};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
-    Sequential, Tensor, for_each_chunk_mut,
+    Tensor, for_each_chunk_mut,
 };
 
 /// Transpose.
@@ -167,11 +167,7 @@ fn transpose<T: Elem>(
         dst.copy_from_slice(src);
         return Ok(());
     }
-    let par: &dyn ParallelFor = if dst.len() < PARALLEL_MIN_ELEMENTS {
-        &Sequential
-    } else {
-        par
-    };
+    let par = for_len(par, dst.len());
     let mut in_strides = [0usize; MAX_RANK];
     let mut s = 1;
     for d in (0..g).rev() {
