@@ -19,7 +19,7 @@ mod generate;
 
 use std::collections::BTreeSet;
 
-use onnx_prepared_kernels::{Tensor, TensorData};
+use onnx_prepared_kernels::{DataMut, Tensor};
 
 pub use generate::{Generation, KvCache, genai_kv_cache, generate, generate_with};
 
@@ -444,8 +444,8 @@ pub fn input_tensor(
             _ => f64::NAN,
         }
     };
-    match t.data_mut() {
-        TensorData::F32(v) => {
+    match t.view_mut() {
+        DataMut::F32(v) => {
             for (k, x) in v.iter_mut().enumerate() {
                 let r = value(k, rng);
                 *x = if r.is_nan() {
@@ -455,7 +455,7 @@ pub fn input_tensor(
                 };
             }
         }
-        TensorData::F64(v) => {
+        DataMut::F64(v) => {
             for (k, x) in v.iter_mut().enumerate() {
                 let r = value(k, rng);
                 *x = if r.is_nan() {
@@ -465,7 +465,7 @@ pub fn input_tensor(
                 };
             }
         }
-        TensorData::I64(v) => {
+        DataMut::I64(v) => {
             for (k, x) in v.iter_mut().enumerate() {
                 let r = value(k, rng);
                 *x = if r.is_nan() {
@@ -475,7 +475,7 @@ pub fn input_tensor(
                 };
             }
         }
-        TensorData::I32(v) => {
+        DataMut::I32(v) => {
             for (k, x) in v.iter_mut().enumerate() {
                 let r = value(k, rng);
                 *x = if r.is_nan() {
@@ -485,7 +485,7 @@ pub fn input_tensor(
                 };
             }
         }
-        TensorData::Bool(v) => {
+        DataMut::Bool(v) => {
             for (k, x) in v.iter_mut().enumerate() {
                 let r = value(k, rng);
                 *x = if r.is_nan() { k % 2 == 0 } else { r != 0.0 };

@@ -161,8 +161,7 @@ impl RowTable {
         let data = TensorData::decode(self.stored, &bytes, out.len())
             .filter(|d| d.dtype() == out.dtype())
             .ok_or_else(|| kernel(format!("rows of {} do not decode", self.stored.name())))?;
-        *out.data_mut() = data;
-        Ok(())
+        out.set_data(data).map_err(|e| kernel(e.to_string()))
     }
 }
 

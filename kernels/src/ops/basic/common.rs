@@ -3,8 +3,8 @@
 
 use crate::par::{for_len, rows_chunk};
 use crate::{
-    Attributes, DataRef, ElementType, InputInfo, KernelError, NodeSpec, ParallelFor, Tensor,
-    TensorData, for_each_chunk_mut,
+    Attributes, DataMut, DataRef, ElementType, InputInfo, KernelError, NodeSpec, ParallelFor,
+    Tensor, for_each_chunk_mut,
 };
 
 /// The highest rank the strided kernels (broadcasting, Transpose, Slice)
@@ -21,7 +21,7 @@ pub(crate) trait Elem: Copy + Send + Sync + 'static {
     /// The elements, if `data` holds this type.
     fn slice(data: DataRef<'_>) -> Option<&[Self]>;
     /// The elements, mutable, if `data` holds this type.
-    fn slice_mut(data: &mut TensorData) -> Option<&mut [Self]>;
+    fn slice_mut(data: DataMut<'_>) -> Option<&mut [Self]>;
 }
 
 macro_rules! impl_elem {
@@ -37,9 +37,9 @@ macro_rules! impl_elem {
                     }
                 }
                 #[inline]
-                fn slice_mut(data: &mut TensorData) -> Option<&mut [Self]> {
+                fn slice_mut(data: DataMut<'_>) -> Option<&mut [Self]> {
                     match data {
-                        TensorData::$v(v) => Some(v),
+                        DataMut::$v(v) => Some(v),
                         _ => None,
                     }
                 }
@@ -80,7 +80,7 @@ pub(crate) fn typed_mut<'a, T: Elem>(
     t: &'a mut Tensor,
 ) -> Result<&'a mut [T], KernelError> {
     let dtype = t.dtype();
-    T::slice_mut(t.data_mut()).ok_or_else(|| KernelError::Invalid {
+    T::slice_mut(t.view_mut()).ok_or_else(|| KernelError::Invalid {
         op,
         detail: format!("output holds {dtype} where {} was inferred", T::DTYPE),
     })

@@ -10,8 +10,8 @@ use crate::ops::basic::common::{
     typed, typed_mut,
 };
 use crate::{
-    DataRef, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
-    Tensor, TensorData,
+    DataMut, DataRef, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight,
+    ParallelFor, Tensor,
 };
 
 /// ConstantOfShape: a tensor of the input's shape filled with `value`
@@ -223,50 +223,49 @@ impl Operator for Range {
                 detail: format!("output holds {} elements, the range has {n}", out.len()),
             });
         }
+        let out_dtype = out.dtype();
         match (s, d) {
             (Scalar::Int(s), Scalar::Int(d)) => {
                 let at = |i: usize| s.wrapping_add((i as i64).wrapping_mul(d));
-                match out.data_mut() {
-                    TensorData::I64(v) => v.iter_mut().enumerate().for_each(|(i, o)| *o = at(i)),
-                    TensorData::I32(v) => v
+                match out.view_mut() {
+                    DataMut::I64(v) => v.iter_mut().enumerate().for_each(|(i, o)| *o = at(i)),
+                    DataMut::I32(v) => v
                         .iter_mut()
                         .enumerate()
                         .for_each(|(i, o)| *o = at(i) as i32),
-                    TensorData::I16(v) => v
+                    DataMut::I16(v) => v
                         .iter_mut()
                         .enumerate()
                         .for_each(|(i, o)| *o = at(i) as i16),
-                    TensorData::I8(v) => {
-                        v.iter_mut().enumerate().for_each(|(i, o)| *o = at(i) as i8)
-                    }
-                    other => {
+                    DataMut::I8(v) => v.iter_mut().enumerate().for_each(|(i, o)| *o = at(i) as i8),
+                    _ => {
                         return Err(KernelError::UnsupportedType {
                             op: "Range",
-                            dtype: other.dtype(),
+                            dtype: out_dtype,
                         });
                     }
                 }
             }
             (Scalar::Float(s), Scalar::Float(d)) => {
                 let at = |i: usize| s + i as f64 * d;
-                match out.data_mut() {
-                    TensorData::F32(v) => v
+                match out.view_mut() {
+                    DataMut::F32(v) => v
                         .iter_mut()
                         .enumerate()
                         .for_each(|(i, o)| *o = at(i) as f32),
-                    TensorData::F64(v) => v.iter_mut().enumerate().for_each(|(i, o)| *o = at(i)),
-                    TensorData::F16(v) => v
+                    DataMut::F64(v) => v.iter_mut().enumerate().for_each(|(i, o)| *o = at(i)),
+                    DataMut::F16(v) => v
                         .iter_mut()
                         .enumerate()
                         .for_each(|(i, o)| *o = f16::from_f64(at(i))),
-                    TensorData::BF16(v) => v
+                    DataMut::BF16(v) => v
                         .iter_mut()
                         .enumerate()
                         .for_each(|(i, o)| *o = bf16::from_f64(at(i))),
-                    other => {
+                    _ => {
                         return Err(KernelError::UnsupportedType {
                             op: "Range",
-                            dtype: other.dtype(),
+                            dtype: out_dtype,
                         });
                     }
                 }

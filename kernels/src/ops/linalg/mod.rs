@@ -166,8 +166,7 @@ fn store_result(
             result.shape()
         )));
     }
-    *out.data_mut() = result.into_parts().1;
-    Ok(())
+    out.set_data(result.into_parts().1)
 }
 
 /// First header word of an f32 panel packing.
