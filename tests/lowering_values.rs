@@ -1,7 +1,8 @@
 //! Shapes that depend on values: a `Shape -> ... -> Reshape` chain folds per
 //! input-shape set, a shape computed from a small graph input keys the
 //! lowering by that input's value, and a shape computed from a large one
-//! is a typed error naming the node.
+//! is a typed error naming the node. Reshape-like nodes whose input dies
+//! there leave their output in the input's buffer without a copy.
 
 mod common;
 
@@ -220,4 +221,54 @@ fn a_shape_from_a_large_input_is_a_typed_error() {
         other => panic!("expected DataDependentShape, got {other}"),
     }
     assert!(err.to_string().contains("`v` (2000 elements)"), "{err}");
+}
+
+fn ints(name: &str, v: &[i64]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: vec![v.len() as i64],
+        data_type: Some(7),
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// Reshape, Flatten, Squeeze, Unsqueeze and Identity either copy (their
+/// input is read again later, or is a graph input) or hand their input's
+/// buffer on under the new shape (their input dies there). Either way the
+/// values are the same, the buffer keeps its own shape for its producer in
+/// the next run, and a buffer handed on is not given to another value
+/// while the view is live (`z = r - Neg(r)` would read `Neg(r)` twice).
+#[test]
+fn reshape_like_nodes_hand_on_a_dying_buffer_without_changing_values() {
+    let s = session(
+        vec![
+            node("a", "Add", &["x", "x"], "a", vec![]),
+            node("r", "Reshape", &["a", "shape64"], "r", vec![]),
+            node("n", "Neg", &["r"], "n", vec![]),
+            node("z", "Sub", &["r", "n"], "z", vec![]),
+            node("f", "Flatten", &["z"], "f", vec![int_attr("axis", 1)]),
+            node("u", "Unsqueeze", &["z", "axes0"], "u", vec![]),
+            node("s", "Squeeze", &["u", "axes0"], "s", vec![]),
+            node("i", "Identity", &["s"], "i", vec![]),
+            node("y", "Add", &["i", "f"], "y", vec![]),
+            node("r2", "Reshape", &["y", "flat"], "y2", vec![]),
+        ],
+        vec![
+            ints("shape64", &[6, 4]),
+            ints("axes0", &[0]),
+            ints("flat", &[-1]),
+        ],
+        vec![value("x", 1)],
+        "y2",
+    );
+    for shape in [vec![2, 3, 4], vec![2, 3, 4], vec![3, 2, 4], vec![1, 6, 4]] {
+        let xs: Vec<f32> = (0..24).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let x = Tensor::from_f32(shape.clone(), xs.clone()).unwrap();
+        let y = run(&s, vec![("x", x)]).unwrap();
+        // a = 2x, r = a, n = -2x, z = r - n = 4x, y = z + z = 8x.
+        let want: Vec<f32> = xs.iter().map(|v| v * 8.0).collect();
+        assert_eq!(y.shape(), [24], "x {shape:?}");
+        assert_eq!(y.as_f32(), Some(&want[..]), "x {shape:?}");
+    }
 }

@@ -242,6 +242,14 @@ pub trait Operator: Send + Sync + Debug {
         false
     }
 
+    /// Whether output 0 is input 0's elements, unchanged and in the same
+    /// order, under another shape (Reshape, Flatten, Squeeze, Unsqueeze,
+    /// Identity). A runtime may then give the output input 0's buffer when
+    /// nothing reads input 0 afterwards, and not execute the node.
+    fn passes_elements_through(&self) -> bool {
+        false
+    }
+
     /// Outputs computed from the input types and shapes alone, for operators
     /// that never read input elements (Shape, Size). Lowering folds these
     /// into constants even when their inputs are run-time values, so the

@@ -311,11 +311,21 @@ fn lower(
             lowered.out_shapes.push(Vec::new());
         }
         let mid = lowered.operands.len() as u32;
+        let view = view_of(node, step, &ViewContext {
+            last_use: &last_use,
+            graph_outputs: &graph_outputs,
+            graph_inputs: inputs.len(),
+            operand_of: &operand_of,
+            known: &known,
+            buffer_specs: &buffer_specs,
+        });
         // Inputs whose last use is this action are released after it (an
-        // output never reuses an input's buffer: kernels read while writing).
+        // output never reuses an input's buffer: kernels read while writing;
+        // a view's output is its input, which then stays held).
         let mut released = Vec::new();
         for op in node.inputs.iter().flatten() {
             if let Source::Value(id) = op
+                && view.is_none()
                 && last_use.get(&id.0) == Some(&step)
                 && !graph_outputs.contains(&id.0)
                 && (id.0 as usize) >= inputs.len()
@@ -330,7 +340,7 @@ fn lower(
                 unreachable!()
             };
             let len = element_count(shape).unwrap_or(0);
-            let b = match free.get_mut(&(*dtype, len)).and_then(Vec::pop) {
+            let b = match view.or_else(|| free.get_mut(&(*dtype, len)).and_then(Vec::pop)) {
                 Some(b) => b,
                 None => {
                     lowered.buffers.push(Tensor::default());
@@ -358,6 +368,7 @@ fn lower(
             inputs: (start, mid),
             outputs: (mid, lowered.operands.len() as u32),
             packed: node.packed.map(|r| r.0),
+            view: view.is_some(),
         });
     }
     lowered.node_action.push(lowered.actions.len() as u32);
@@ -421,6 +432,50 @@ fn lower(
         })
         .collect();
     Ok(Ok(lowered))
+}
+
+/// What [`view_of`] reads of the lowering in progress.
+struct ViewContext<'a> {
+    last_use: &'a HashMap<u32, usize>,
+    graph_outputs: &'a HashSet<u32>,
+    graph_inputs: usize,
+    operand_of: &'a HashMap<u32, Operand>,
+    known: &'a [Known],
+    buffer_specs: &'a [(ElementType, usize, Option<Vec<usize>>)],
+}
+
+/// The buffer `node` (action `step`) may leave its output in without
+/// executing: input 0's, when the operator passes its elements through
+/// and input 0 is a buffer nothing reads later (not a graph input or
+/// output, not read twice by this node), of the output's type and size.
+fn view_of(node: &crate::model::ResolvedNode, step: usize, cx: &ViewContext<'_>) -> Option<u32> {
+    let Some(Some(Source::Value(id))) = node.inputs.first() else {
+        return None;
+    };
+    let [out] = node.outputs.as_slice() else {
+        return None;
+    };
+    let Known::Dynamic(dtype, shape) = &cx.known[out.0 as usize] else {
+        return None;
+    };
+    let Some(Operand::Buffer(b)) = cx.operand_of.get(&id.0) else {
+        return None;
+    };
+    let (buffer_dtype, buffer_len, _) = &cx.buffer_specs[*b as usize];
+    let reads = node
+        .inputs
+        .iter()
+        .flatten()
+        .filter(|op| **op == Source::Value(*id))
+        .count();
+    (node.op.passes_elements_through()
+        && reads == 1
+        && cx.last_use.get(&id.0) == Some(&step)
+        && !cx.graph_outputs.contains(&id.0)
+        && (id.0 as usize) >= cx.graph_inputs
+        && buffer_dtype == dtype
+        && element_count(shape) == Some(*buffer_len))
+    .then_some(*b)
 }
 
 /// The graph inputs (not yet known values) that value `id` is computed

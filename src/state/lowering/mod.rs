@@ -42,6 +42,11 @@ pub(crate) struct Action {
     outputs: (u32, u32),
     /// Requirement whose packed weight the kernel consumes.
     packed: Option<u32>,
+    /// The output is the input's buffer under the output's shape
+    /// ([`Operator::passes_elements_through`]): nothing executes.
+    ///
+    /// [`Operator::passes_elements_through`]: onnx_prepared_kernels::Operator::passes_elements_through
+    view: bool,
 }
 
 /// Prepared objects by requirement index, as an executor holds them.
@@ -391,6 +396,15 @@ impl Lowered {
         for action in &actions[range] {
             let node = &nodes[action.node as usize];
             let (o0, o1) = (action.outputs.0 as usize, action.outputs.1 as usize);
+            if action.view {
+                let Operand::Buffer(b) = operands[o0] else {
+                    unreachable!("a view's output is a buffer")
+                };
+                buffers[b as usize]
+                    .set_shape_from(&out_shapes[o0])
+                    .expect("a view keeps the element count by construction");
+                continue;
+            }
             scratch.clear();
             for (k, op) in operands[o0..o1].iter().enumerate() {
                 let Operand::Buffer(b) = *op else {

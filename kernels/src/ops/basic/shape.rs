@@ -124,6 +124,10 @@ impl Operator for Reshape {
         "Reshape"
     }
 
+    fn passes_elements_through(&self) -> bool {
+        true
+    }
+
     fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
         let (x, target) = match &self.shape_attr {
             Some(s) => {
@@ -266,6 +270,10 @@ impl Operator for Axes {
         self.kind.name()
     }
 
+    fn passes_elements_through(&self) -> bool {
+        true
+    }
+
     fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
         let op = self.kind.name();
         let (x, axes) = match &self.attr {
@@ -332,6 +340,10 @@ impl Identity {
 impl Operator for Identity {
     fn name(&self) -> &'static str {
         "Identity"
+    }
+
+    fn passes_elements_through(&self) -> bool {
+        true
     }
 
     fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {

@@ -187,6 +187,10 @@ impl Operator for Flatten {
         "Flatten"
     }
 
+    fn passes_elements_through(&self) -> bool {
+        true
+    }
+
     fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
         let inputs = check_inputs("Flatten", inputs, 1, 1)?;
         let x = required("Flatten", inputs, 0)?;
