@@ -2,7 +2,8 @@
 //! input-shape set, a shape computed from a small graph input keys the
 //! lowering by that input's value, and a shape computed from a large one
 //! is a typed error naming the node. Reshape-like nodes whose input dies
-//! there leave their output in the input's buffer without a copy.
+//! there leave their output in the input's buffer without a copy, and a
+//! hot run reads the caller's inputs in place.
 
 mod common;
 
@@ -72,6 +73,15 @@ fn session(
     inputs: Vec<ValueInfoProto>,
     output: &str,
 ) -> RuntimeSession {
+    session_with_outputs(nodes, init, inputs, &[output])
+}
+
+fn session_with_outputs(
+    nodes: Vec<NodeProto>,
+    init: Vec<TensorProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: &[&str],
+) -> RuntimeSession {
     let model = ModelProto {
         ir_version: Some(11),
         opset_import: vec![OperatorSetIdProto {
@@ -82,7 +92,7 @@ fn session(
             node: nodes,
             initializer: init,
             input: inputs,
-            output: vec![value(output, 1)],
+            output: outputs.iter().map(|o| value(o, 1)).collect(),
             ..Default::default()
         }),
         ..Default::default()
@@ -270,5 +280,41 @@ fn reshape_like_nodes_hand_on_a_dying_buffer_without_changing_values() {
         let want: Vec<f32> = xs.iter().map(|v| v * 8.0).collect();
         assert_eq!(y.shape(), [24], "x {shape:?}");
         assert_eq!(y.as_f32(), Some(&want[..]), "x {shape:?}");
+    }
+}
+
+/// A hot run reads the context's inputs in place (swapped into the
+/// lowering for the run) and hands them back unchanged; a graph output
+/// that is a graph input makes the run copy its inputs instead, and its
+/// value is the run's input, not a previous one.
+#[test]
+fn hot_runs_read_inputs_in_place_and_give_them_back() {
+    let nodes = || vec![node("y", "Add", &["x", "x"], "y", vec![])];
+    for outputs in [&["y"][..], &["y", "x"][..]] {
+        let s = session_with_outputs(nodes(), vec![], vec![value("x", 1)], outputs);
+        s.prepare().unwrap();
+        let mut ctx = RuntimeContext::new(&s);
+        for (round, shape) in [vec![2, 3], vec![2, 3], vec![3, 2], vec![3, 2]]
+            .into_iter()
+            .enumerate()
+        {
+            let xs: Vec<f32> = (0..6).map(|i| (i + 10 * round) as f32).collect();
+            ctx.set_input("x", Tensor::from_f32(shape.clone(), xs.clone()).unwrap())
+                .unwrap();
+            ctx = s.run(ctx).map_err(|e| e.error).unwrap();
+            let twice: Vec<f32> = xs.iter().map(|v| v * 2.0).collect();
+            assert_eq!(
+                ctx.output("y").unwrap().as_f32(),
+                Some(&twice[..]),
+                "{outputs:?}"
+            );
+            assert_eq!(ctx.output("y").unwrap().shape(), &shape[..]);
+            if outputs.len() == 2 {
+                assert_eq!(ctx.output("x").unwrap().as_f32(), Some(&xs[..]));
+            }
+            let (name, x) = &ctx.inputs()[0];
+            assert_eq!((name.as_str(), x.shape()), ("x", &shape[..]));
+            assert_eq!(x.as_f32(), Some(&xs[..]), "the input came back");
+        }
     }
 }

@@ -102,19 +102,20 @@ impl RunContinuation {
         if !*started {
             *started = true;
             ctx.order()?;
-            state.begin_run_ordered(&mut ctx.invocation, &ctx.inputs, &ctx.order)?;
             if session.is_hot() {
                 let start = session.trace.as_ref().map(|_| Instant::now());
-                if state.run_hot(&mut ctx.invocation, &par)? {
+                // Inputs read in place: the hot run ends within this step.
+                if state.run_hot_in_place(&mut ctx.invocation, &mut ctx.inputs, &ctx.order, &par)? {
                     if let (Some(trace), Some(start)) = (&session.trace, start) {
                         trace.record(TraceLane::Inference, "run (hot)", start, Instant::now(), id);
                     }
                     ctx.finish_outputs(state)?;
                     return Ok(true);
                 }
-                // Evicted since the check: reload and take the cold path.
-                state.begin_run_ordered(&mut ctx.invocation, &ctx.inputs, &ctx.order)?;
+                // Evicted since the check: take the cold path.
             }
+            // A cold run may suspend: its inputs are copied into buffers.
+            state.begin_run_ordered(&mut ctx.invocation, &ctx.inputs, &ctx.order)?;
         }
         let steps = state.plan().steps();
         // Cold path: each finished step moves the preparation's look-ahead

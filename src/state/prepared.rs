@@ -306,6 +306,48 @@ impl PreparedExecutionState {
             .load_inputs_by(input)
     }
 
+    /// The hot path over inputs held by name (`order` as for
+    /// [`PreparedExecutionState::begin_run_ordered`]), read in place: each
+    /// input is swapped into its buffer for the run and back after it,
+    /// whatever the outcome (copied instead when a graph output reads an
+    /// input's buffer). Checks and lowers as `begin_run_ordered` does.
+    /// `Ok(false)`: an object was not resident (see
+    /// [`PreparedExecutionState::run_hot`]); the caller begins again and
+    /// takes the cold path.
+    pub fn run_hot_in_place(
+        &self,
+        invocation: &mut InvocationState,
+        inputs: &mut [(String, Tensor)],
+        order: &[u32],
+        par: &dyn ParallelFor,
+    ) -> Result<bool, Error> {
+        invocation.waiting = None;
+        let declared = self.plan().resolved().inputs();
+        debug_assert_eq!(order.len(), declared.len());
+        {
+            let held = &*inputs;
+            let input = |i: usize| &held[order[i] as usize].1;
+            for (i, decl) in declared.iter().enumerate() {
+                check_input(decl, input(i))?;
+            }
+            self.ensure_lowered(invocation, declared.len(), input)?;
+        }
+        invocation.next_step = 0;
+        let lowered = invocation.lowered.as_mut().expect("lowered above");
+        if !lowered.lends_inputs() {
+            lowered.load_inputs_by(|i| &inputs[order[i] as usize].1)?;
+            return self.run_hot(invocation, par);
+        }
+        lowered.swap_inputs(inputs, order);
+        let ran = self.run_hot(invocation, par);
+        invocation
+            .lowered
+            .as_mut()
+            .expect("lowered above")
+            .swap_inputs(inputs, order);
+        ran
+    }
+
     /// Replays steps from the invocation's cursor while their requirements
     /// are resident (each step pins what it needs for as long as it runs);
     /// stops at the first step with a requirement that is not, without

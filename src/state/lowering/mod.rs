@@ -269,6 +269,28 @@ impl Lowered {
         Ok(())
     }
 
+    /// Whether a run may read its inputs from the caller's tensors, swapped
+    /// into their buffers for the run ([`Lowered::swap_inputs`]), instead
+    /// of copies: when no graph output reads an input's buffer (the
+    /// outputs are taken after the inputs went back).
+    pub(crate) fn lends_inputs(&self) -> bool {
+        !self
+            .output_operands
+            .iter()
+            .any(|op| matches!(op, Operand::Buffer(b) if self.input_buffers.contains(b)))
+    }
+
+    /// Swaps each graph input's buffer with the caller's tensor for it
+    /// (`inputs[order[i]]` for declared input `i`); a second call swaps
+    /// them back. Kernels never write an input's buffer, so the caller's
+    /// tensors come back unchanged. The caller checked them against this
+    /// lowering ([`Lowered::matches_by`]).
+    pub(crate) fn swap_inputs(&mut self, inputs: &mut [(String, Tensor)], order: &[u32]) {
+        for (&b, &at) in self.input_buffers.iter().zip(order) {
+            std::mem::swap(&mut self.buffers[b as usize], &mut inputs[at as usize].1);
+        }
+    }
+
     /// Copies the caller's inputs into their buffers.
     pub(crate) fn load_inputs(&mut self, inputs: &[&Tensor]) -> Result<(), Error> {
         self.load_inputs_by(|i| inputs[i])
