@@ -46,6 +46,23 @@ use crate::{
     Prepack, Tensor, TensorData,
 };
 
+/// A borrowed view of a packed 4-bit weight: what `q4` packs and the f32
+/// GEMM (`sgemm`) dequantizes panel by panel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Q4View<'a> {
+    pub(crate) k: usize,
+    pub(crate) n: usize,
+    pub(crate) block_size: usize,
+    pub(crate) blocks: usize,
+    /// Columns per tile.
+    pub(crate) tile: usize,
+    pub(crate) tiles: usize,
+    pub(crate) weights: &'a [u8],
+    pub(crate) scales: &'a [f32],
+    /// `-zero_point * scale` when zero points were given.
+    pub(crate) nzs: Option<&'a [f32]>,
+}
+
 /// The operator for `spec` if this family implements its op type (the
 /// domain is `""` for ai.onnx).
 pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelError>> {

@@ -32,9 +32,9 @@
 //! on either. Each processes a few rows against a few tiles per pass so that every weight
 //! load serves several rows. Threads split the tiles as the f32 GEMV does.
 
-use super::Q4View;
 use super::int8_avx2 as avx2;
 use super::int8_avx512 as avx512;
+use super::{Q4View, QuantRows};
 use crate::ops::linalg::isa::Isa;
 use crate::ops::linalg::sgemm::OutPtr;
 use crate::{CpuFeatures, KernelError, ParallelFor};
@@ -83,18 +83,6 @@ impl Int8Isa {
             Self::Avx512Vnni => tile == 16 && have.avx512vnni,
         }
     }
-}
-
-/// Quantized rows of `A`: per row `blocks * block_size` permuted bytes,
-/// `blocks` scales and `blocks` sums of the quantized values.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct QuantRows<'a> {
-    pub(crate) q: &'a [i8],
-    pub(crate) scales: &'a [f32],
-    pub(crate) sums: &'a [i32],
-    /// Bytes per row (`blocks * block_size`).
-    pub(crate) stride: usize,
-    pub(crate) blocks: usize,
 }
 
 /// Position of `k % 8` in the permuted group.

@@ -6,8 +6,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::Q4View;
-use super::int8::QuantRows;
+use super::{Q4View, QuantRows};
 
 /// See [`super::int8::gemm`].
 ///

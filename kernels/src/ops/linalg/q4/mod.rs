@@ -39,6 +39,7 @@ pub(crate) mod portable;
 
 use std::mem::MaybeUninit;
 
+pub(crate) use super::Q4View;
 use super::isa::Isa;
 use super::reference::NBitsParams;
 use super::sgemm::{self, BSrc, OutPtr, Problem};
@@ -59,20 +60,16 @@ pub(crate) const GEMV_MAX_M: usize = 2;
 /// Tiles one GEMV pass keeps in registers (and the task split alignment).
 const GEMV_GROUP: usize = 4;
 
-/// A borrowed view of a packed 4-bit weight.
+/// Quantized rows of `A` (made by `int8`, read by its ISA kernels): per row `blocks * block_size` permuted bytes,
+/// `blocks` scales and `blocks` sums of the quantized values.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Q4View<'a> {
-    pub(crate) k: usize,
-    pub(crate) n: usize,
-    pub(crate) block_size: usize,
-    pub(crate) blocks: usize,
-    /// Columns per tile.
-    pub(crate) tile: usize,
-    pub(crate) tiles: usize,
-    pub(crate) weights: &'a [u8],
+pub(crate) struct QuantRows<'a> {
+    pub(crate) q: &'a [i8],
     pub(crate) scales: &'a [f32],
-    /// `-zero_point * scale` when zero points were given.
-    pub(crate) nzs: Option<&'a [f32]>,
+    pub(crate) sums: &'a [i32],
+    /// Bytes per row (`blocks * block_size`).
+    pub(crate) stride: usize,
+    pub(crate) blocks: usize,
 }
 
 /// The layout key of a 4-bit packing.

@@ -6,7 +6,7 @@
 use std::arch::x86_64::*;
 
 use super::{Arch, Tile};
-use crate::ops::linalg::q4::Q4View;
+use crate::ops::linalg::Q4View;
 
 /// The AVX-512 family.
 #[derive(Debug)]

@@ -13,8 +13,8 @@ pub(crate) mod avx2;
 pub(crate) mod avx512;
 pub(crate) mod portable;
 
+use super::Q4View;
 use super::isa::Isa;
-use super::q4::Q4View;
 use crate::par::chunk;
 use crate::{KernelError, ParallelFor};
 

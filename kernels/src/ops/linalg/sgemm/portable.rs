@@ -3,7 +3,7 @@
 //! dequantization of 4-bit panels.
 
 use super::{Arch, Tile};
-use crate::ops::linalg::q4::Q4View;
+use crate::ops::linalg::Q4View;
 
 /// The portable family.
 #[derive(Debug)]
