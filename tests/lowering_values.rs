@@ -318,3 +318,37 @@ fn hot_runs_read_inputs_in_place_and_give_them_back() {
         }
     }
 }
+
+/// Outputs taken after every run (as the Python binding takes them) are
+/// the run's own: handed over whole, they keep their values while later
+/// runs write fresh buffers.
+#[test]
+fn outputs_taken_every_run_keep_their_values() {
+    let s = session(
+        vec![
+            node("y", "Add", &["x", "x"], "a", vec![]),
+            node("r", "Reshape", &["a", "flat"], "y", vec![]),
+        ],
+        vec![ints("flat", &[-1])],
+        vec![value("x", 1)],
+        "y",
+    );
+    s.prepare().unwrap();
+    let mut ctx = RuntimeContext::new(&s);
+    let mut taken = Vec::new();
+    for round in 0..4 {
+        let xs: Vec<f32> = (0..6).map(|i| (i + 100 * round) as f32).collect();
+        ctx.set_input("x", Tensor::from_f32(vec![2, 3], xs).unwrap())
+            .unwrap();
+        ctx = s.run(ctx).map_err(|e| e.error).unwrap();
+        taken.push(ctx.take_outputs().remove(0).1);
+    }
+    for (round, y) in taken.iter().enumerate() {
+        let want: Vec<f32> = (0..6).map(|i| 2.0 * (i + 100 * round) as f32).collect();
+        assert_eq!(
+            (y.shape(), y.as_f32()),
+            (&[6][..], Some(&want[..])),
+            "run {round}"
+        );
+    }
+}

@@ -353,9 +353,12 @@ impl Lowered {
     /// The graph outputs written into `out`, reusing its tensors: an
     /// output computed into its own buffer trades places with the tensor in
     /// its slot when their types and element counts match (no copy: the
-    /// buffer takes the old tensor, which the next run overwrites); other
-    /// outputs are copied into their slots, without allocating when types
-    /// and element counts match.
+    /// buffer takes the old tensor, which the next run overwrites), or,
+    /// when `out` has no slot for it yet, is handed over whole while the
+    /// buffer starts afresh (no copy either: a caller that takes its
+    /// outputs every run, as the Python binding does, copies nothing
+    /// here); other outputs are copied into their slots, without allocating
+    /// when types and element counts match.
     pub(crate) fn outputs_into<O: Objects + ?Sized>(
         &mut self,
         resolved: &ResolvedModel,
@@ -375,6 +378,15 @@ impl Lowered {
                         name.clone_into(slot_name);
                     }
                     std::mem::swap(slot, buffer);
+                    continue;
+                }
+            }
+            if let Some(b) = self.output_buffers[i]
+                && i == out.len()
+            {
+                let buffer = &mut self.buffers[b as usize];
+                if let Ok(fresh) = Tensor::zeros(buffer.dtype(), buffer.shape().to_vec()) {
+                    out.push((name.clone(), std::mem::replace(buffer, fresh)));
                     continue;
                 }
             }
