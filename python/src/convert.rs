@@ -7,8 +7,10 @@
 //!   strided view, another byte order) goes through `numpy.asarray` /
 //!   `astype` first, at the input's declared type when it is not an array;
 //!   `bool` arrays are copied (the runtime's `bool` is checked per byte).
-//! * Out: an output's vector moves into the NumPy array that owns it from
-//!   then on (`IntoPyArray`: no copy).
+//! * Out: a run hands its output tensors over without a copy; each is
+//!   copied once into the vector the NumPy array owns from then on
+//!   (`IntoPyArray`). The runtime's buffers start on 64-byte boundaries,
+//!   which a vector handed to NumPy cannot keep.
 //!
 //! As with onnxruntime, an input array must not be written by another
 //! thread while a run that reads it is in flight.
@@ -186,7 +188,8 @@ fn array<'py, T: Element>(
     Ok(a.into_pyarray(py).into_any())
 }
 
-/// Output `name` as a NumPy array owning its elements (no copy).
+/// Output `name` as a NumPy array owning its elements (one copy, none for
+/// a tensor that already holds a vector).
 pub fn tensor_to_numpy<'py>(
     py: Python<'py>,
     name: &str,
