@@ -28,4 +28,4 @@ pub use op::{
 };
 pub use packed::{PackedPart, PackedWeight, SharedBytes};
 pub use par::{ParallelFor, Sequential, for_each_chunk_mut};
-pub use tensor::{DataMut, DataRef, ElementType, Tensor, TensorData, element_count};
+pub use tensor::{DataMut, DataRef, ElementType, Tensor, TensorData, ZeroedBlock, element_count};

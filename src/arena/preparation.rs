@@ -5,7 +5,7 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use onnx_prepared_kernels::SharedBytes;
+use onnx_prepared_kernels::{SharedBytes, ZeroedBlock};
 
 use super::{ArenaError, Domain, MemoryBudget, Reservation};
 
@@ -33,16 +33,6 @@ impl PreparationArena {
     /// A zeroed buffer of `len` bytes whose first byte is
     /// [`PREPARATION_ALIGN`]-aligned, charged until it is dropped.
     pub fn alloc_zeroed(&self, len: usize) -> Result<PreparationBuffer, ArenaError> {
-        // Over-allocate by `ALIGN - 1` and start the view at the first aligned
-        // byte: a safe way to get alignment from a byte allocation. The slack
-        // is not charged.
-        let Some(padded) = len.checked_add(PREPARATION_ALIGN - 1) else {
-            return Err(ArenaError::TooLarge {
-                domain: Domain::Preparation,
-                len,
-                element_bytes: 1,
-            });
-        };
         let ceiling = crate::limits::default_allocation_ceiling();
         if len > ceiling {
             return Err(ArenaError::AboveCeiling {
@@ -53,12 +43,17 @@ impl PreparationArena {
             });
         }
         let reservation = self.budget.reserve(Domain::Preparation, len)?;
-        let storage = vec![0u8; padded].into_boxed_slice();
-        let offset = storage.as_ptr().addr().wrapping_neg() % PREPARATION_ALIGN;
+        // Large blocks are mappings backed by huge pages where the system
+        // has them: a read into fresh memory faults 2 MiB at a time.
+        let Some(storage) = ZeroedBlock::zeroed(len, PREPARATION_ALIGN) else {
+            return Err(ArenaError::TooLarge {
+                domain: Domain::Preparation,
+                len,
+                element_bytes: 1,
+            });
+        };
         Ok(PreparationBuffer {
             storage,
-            offset,
-            len,
             reservation,
         })
     }
@@ -79,9 +74,7 @@ impl PreparationArena {
 /// preparation domain.
 #[must_use = "dropping a preparation buffer frees it at once"]
 pub struct PreparationBuffer {
-    storage: Box<[u8]>,
-    offset: usize,
-    len: usize,
+    storage: ZeroedBlock,
     reservation: Reservation,
 }
 
@@ -97,33 +90,27 @@ impl PreparationBuffer {
     /// copy), and the charge for them, which the caller keeps for as long
     /// as it counts them in the preparation domain.
     pub fn into_shared(self) -> (std::sync::Arc<dyn SharedBytes>, Reservation) {
-        let bytes = FilledBuffer {
-            storage: self.storage,
-            offset: self.offset,
-            len: self.len,
-        };
-        (std::sync::Arc::new(bytes), self.reservation)
+        (
+            std::sync::Arc::new(FilledBuffer(self.storage)),
+            self.reservation,
+        )
     }
 }
 
 /// A filled [`PreparationBuffer`]'s bytes, shared read-only
 /// ([`PreparationBuffer::into_shared`]).
-struct FilledBuffer {
-    storage: Box<[u8]>,
-    offset: usize,
-    len: usize,
-}
+struct FilledBuffer(ZeroedBlock);
 
 impl SharedBytes for FilledBuffer {
     fn bytes(&self) -> &[u8] {
-        &self.storage[self.offset..self.offset + self.len]
+        self.0.bytes()
     }
 }
 
 impl fmt::Debug for FilledBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FilledBuffer")
-            .field("len", &self.len)
+            .field("len", &self.0.bytes().len())
             .finish_non_exhaustive()
     }
 }
@@ -132,13 +119,13 @@ impl Deref for PreparationBuffer {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.storage[self.offset..self.offset + self.len]
+        self.storage.bytes()
     }
 }
 
 impl DerefMut for PreparationBuffer {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.storage[self.offset..self.offset + self.len]
+        self.storage.bytes_mut()
     }
 }
 
@@ -157,7 +144,7 @@ impl AsMut<[u8]> for PreparationBuffer {
 impl fmt::Debug for PreparationBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PreparationBuffer")
-            .field("len", &self.len)
+            .field("len", &self.storage.bytes().len())
             .field("reservation", &self.reservation)
             .finish()
     }
@@ -173,7 +160,8 @@ mod tests {
         let budget = MemoryBudget::unlimited();
         let arena = PreparationArena::new(&budget);
         let mut buffers = Vec::new();
-        for len in [0, 1, 63, 64, 65, 1000, 4096] {
+        // The last one is a mapping of its own (huge pages where there are).
+        for len in [0, 1, 63, 64, 65, 1000, 4096, (2 << 20) + 5] {
             let mut buffer = arena.alloc_zeroed(len).unwrap();
             assert_eq!(buffer.len(), len);
             assert_eq!(buffer.as_ptr().addr() % PREPARATION_ALIGN, 0);
@@ -181,7 +169,11 @@ mod tests {
             buffer.fill(0xAB);
             buffers.push(buffer);
         }
-        assert_eq!(arena.live_bytes(), 1 + 63 + 64 + 65 + 1000 + 4096);
+        assert_eq!(
+            arena.live_bytes(),
+            1 + 63 + 64 + 65 + 1000 + 4096 + (2 << 20) + 5
+        );
+        assert!(buffers.iter().all(|b| b.iter().all(|&x| x == 0xAB)));
         drop(buffers);
         assert_eq!(arena.live_bytes(), 0);
         assert_eq!(budget.live(Domain::Preparation), 0);

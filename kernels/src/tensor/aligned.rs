@@ -10,48 +10,41 @@
 //! every pass over `K`; the line moves between their caches each time.
 //! Tiny-llm's two-thread prefill spent about 8 % of its time so.
 //!
-//! The bytes are a zeroed allocation 63 bytes longer than needed (a zeroed
-//! allocation leaves untouched pages to the kernel: none is written before
-//! its first use), used from its first 64-byte boundary; typed views are
-//! checked casts (zerocopy), no `unsafe`.
+//! The bytes are a [`ZeroedBlock`] aligned to a line (large ones are
+//! mappings of their own on huge-page boundaries, see [`super::block`]);
+//! typed views are checked casts (zerocopy), no `unsafe`.
 
 use half::{bf16, f16};
 
+use super::block::ZeroedBlock;
 use super::{DataMut, ElementType};
 
 /// Cache-line size the storage aligns to.
 const LINE: usize = 64;
 
 /// `len` zeroed bytes, owned, starting at a [`LINE`] boundary.
-pub(super) struct LineAligned {
-    buf: Box<[u8]>,
-    start: usize,
-    len: usize,
-}
+pub(super) struct LineAligned(ZeroedBlock);
 
 impl LineAligned {
     /// `len` zero bytes; `None` when `len` plus the alignment slack
     /// overflows.
     pub(super) fn zeroed(len: usize) -> Option<Self> {
-        let buf = vec![0u8; len.checked_add(LINE - 1)?].into_boxed_slice();
-        // Moving the box never moves its heap block: `start` stays valid.
-        let start = buf.as_ptr().addr().wrapping_neg() % LINE;
-        Some(Self { buf, start, len })
+        ZeroedBlock::zeroed(len, LINE).map(Self)
     }
 
     pub(super) fn bytes(&self) -> &[u8] {
-        &self.buf[self.start..self.start + self.len]
+        self.0.bytes()
     }
 
     pub(super) fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.start..self.start + self.len]
+        self.0.bytes_mut()
     }
 }
 
 /// A copy starts at a boundary of its own block.
 impl Clone for LineAligned {
     fn clone(&self) -> Self {
-        let mut copy = Self::zeroed(self.len).expect("the original's size fits");
+        let mut copy = Self::zeroed(self.bytes().len()).expect("the original's size fits");
         copy.bytes_mut().copy_from_slice(self.bytes());
         copy
     }
@@ -99,7 +92,7 @@ mod tests {
 
     #[test]
     fn every_block_and_its_clone_start_on_a_line() {
-        for len in [0usize, 1, 4, 63, 64, 65, 4096, 1 << 20] {
+        for len in [0usize, 1, 4, 63, 64, 65, 4096, 1 << 20, 5 << 20] {
             let mut a = LineAligned::zeroed(len).expect("fits");
             assert_eq!(a.bytes().len(), len);
             assert!(a.bytes().iter().all(|&b| b == 0));

@@ -7,11 +7,13 @@ use half::{bf16, f16};
 use crate::{KernelError, SharedBytes};
 
 mod aligned;
+mod block;
 mod data;
 #[cfg(test)]
 mod tests;
 
 use aligned::LineAligned;
+pub use block::{LARGE as LARGE_BLOCK, ZeroedBlock};
 use data::shared_view;
 pub use data::{DataMut, DataRef, ElementType, TensorData};
 

@@ -38,13 +38,14 @@ mod int8_avx512;
 pub(crate) mod portable;
 
 use std::mem::MaybeUninit;
+use std::sync::Arc;
 
 pub(crate) use super::Q4View;
 use super::isa::Isa;
 use super::reference::NBitsParams;
 use super::sgemm::{self, BSrc, OutPtr, Problem};
 use crate::par::chunk;
-use crate::{KernelError, PackedWeight, ParallelFor, TensorData};
+use crate::{KernelError, PackedPart, PackedWeight, ParallelFor, TensorData, ZeroedBlock};
 
 const OP: &str = "MatMulNBits";
 
@@ -145,14 +146,8 @@ pub(crate) fn pack(
         nzs.is_some() as u64,
     ];
     debug_assert_eq!(header.len(), HEADER_WORDS);
-    let mut parts = vec![
-        TensorData::U64(header).into(),
-        TensorData::U8(weights).into(),
-        TensorData::F32(sc).into(),
-    ];
-    if let Some(z) = nzs {
-        parts.push(TensorData::F32(z).into());
-    }
+    let mut parts = vec![TensorData::U64(header).into(), weights, sc];
+    parts.extend(nzs);
     Ok(PackedWeight { layout, parts })
 }
 
@@ -236,36 +231,75 @@ impl Q4Source<'_> {
     }
 }
 
-/// A vector of `tiles * per_tile` elements, tile `i`'s `per_tile` written
-/// by `fill(i, ..)`, chunks of whole tiles in parallel on `par`. Nothing is
-/// zeroed first: packed objects are most of a model and each byte is
-/// written once.
+/// A packed part of `tiles * per_tile` elements, tile `i`'s `per_tile`
+/// written by `fill(i, ..)`, chunks of whole tiles in parallel on `par`.
+/// Nothing is zeroed first: packed objects are most of a model and each
+/// byte is written once. A part of [`ZeroedBlock`]'s large size or more is
+/// a block of its own (huge pages where the system has them: its first
+/// touch, which this write is, faults 2 MiB at a time), shared in place by
+/// the part.
 ///
 /// # Safety
 ///
-/// `fill` must initialize every element of every slice it is given.
-unsafe fn tiles_written<T: Send>(
+/// `fill` must initialize every element of every slice it is given, and
+/// never write an uninitialized value.
+unsafe fn tiles_written<T: Element>(
     par: &dyn ParallelFor,
     tiles: usize,
     per_tile: usize,
     fill: &(dyn Fn(usize, &mut [MaybeUninit<T>]) + Sync),
-) -> Result<Vec<T>, KernelError> {
+) -> Result<PackedPart, KernelError> {
     let len = tiles * per_tile;
-    let mut v = crate::scratch::with_capacity::<T>(OP, len)?;
-    let spare = &mut v.spare_capacity_mut()[..len];
     let chunk = crate::par::rows_chunk(par, tiles, per_tile);
-    crate::for_each_chunk_mut(par, spare, chunk, &|offset, out| {
-        for (i, tile) in out.chunks_exact_mut(per_tile.max(1)).enumerate() {
-            fill(offset / per_tile.max(1) + i, tile);
-        }
-    });
+    let write = |spare: &mut [MaybeUninit<T>]| {
+        crate::for_each_chunk_mut(par, spare, chunk, &|offset, out| {
+            for (i, tile) in out.chunks_exact_mut(per_tile.max(1)).enumerate() {
+                fill(offset / per_tile.max(1) + i, tile);
+            }
+        });
+    };
+    let bytes = len.saturating_mul(size_of::<T>());
+    if bytes >= crate::tensor::LARGE_BLOCK {
+        let refused = KernelError::Allocation { op: OP, bytes };
+        let mut block = ZeroedBlock::zeroed(bytes, 64).ok_or_else(|| refused.clone())?;
+        let elements = <[T] as zerocopy::FromBytes>::mut_from_bytes(block.bytes_mut())
+            .map_err(|_| refused.clone())?;
+        // SAFETY: `MaybeUninit<T>` has `T`'s size and alignment, and the
+        // slice is already initialized (zeroed); `fill` only writes
+        // initialized values (this function's contract), so it stays so.
+        let spare = unsafe { &mut *(std::ptr::from_mut(elements) as *mut [MaybeUninit<T>]) };
+        write(spare);
+        return PackedPart::mapped(T::DTYPE, Arc::new(block), 0, len).ok_or(refused);
+    }
+    let mut v = crate::scratch::with_capacity::<T>(OP, len)?;
+    write(&mut v.spare_capacity_mut()[..len]);
     // SAFETY: the chunks cover `0..len` (`for_each_chunk_mut`), each a
     // whole number of tiles (its length is a multiple of `per_tile`), and
     // `fill` writes every element of every tile it is given (this
     // function's contract); so the first `len` elements of the reserved
     // capacity are initialized.
     unsafe { v.set_len(len) };
-    Ok(v)
+    Ok(T::owned(v).into())
+}
+
+/// The element types packed tiles hold.
+trait Element: Sized + Send + Sync + zerocopy::FromBytes + zerocopy::IntoBytes {
+    const DTYPE: crate::ElementType;
+    fn owned(v: Vec<Self>) -> TensorData;
+}
+
+impl Element for u8 {
+    const DTYPE: crate::ElementType = crate::ElementType::U8;
+    fn owned(v: Vec<Self>) -> TensorData {
+        TensorData::U8(v)
+    }
+}
+
+impl Element for f32 {
+    const DTYPE: crate::ElementType = crate::ElementType::F32;
+    fn owned(v: Vec<Self>) -> TensorData {
+        TensorData::F32(v)
+    }
 }
 
 /// Bytes of the object [`pack`] returns: its header and
