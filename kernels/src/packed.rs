@@ -5,7 +5,7 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use crate::{ElementType, TensorData};
+use crate::{ElementType, KernelError, TensorData, ZeroedBlock};
 
 /// Read-only bytes a [`PackedPart`] or a shared [`Tensor`](crate::Tensor)
 /// may borrow, kept alive by it (a mapping of a prepared-cache payload or of
@@ -169,4 +169,74 @@ impl PackedWeight {
             .map(|p| p.dtype().byte_len(p.len() as u64).unwrap_or(u64::MAX) as usize)
             .sum()
     }
+}
+
+/// The element types packed parts are written as.
+pub(crate) trait PackedElement:
+    Sized + Send + Sync + Clone + Default + zerocopy::FromBytes + zerocopy::IntoBytes
+{
+    /// The part's element type.
+    const DTYPE: ElementType;
+    /// Owned elements as tensor data.
+    fn owned(v: Vec<Self>) -> TensorData;
+}
+
+impl PackedElement for u8 {
+    const DTYPE: ElementType = ElementType::U8;
+    fn owned(v: Vec<Self>) -> TensorData {
+        TensorData::U8(v)
+    }
+}
+
+impl PackedElement for f32 {
+    const DTYPE: ElementType = ElementType::F32;
+    fn owned(v: Vec<Self>) -> TensorData {
+        TensorData::F32(v)
+    }
+}
+
+/// A part of `len` elements written by `write` over zeros, in a
+/// [`ZeroedBlock`] of its own when that is [`crate::tensor::LARGE_BLOCK`]
+/// bytes or more (huge pages where the system has them: the write, the
+/// block's first touch, faults 2 MiB at a time); `None` for a smaller
+/// part, which the caller keeps in a vector.
+///
+/// # Errors
+/// [`KernelError::Allocation`] when the system refuses the block.
+pub(crate) fn large_part<T: PackedElement>(
+    op: &'static str,
+    len: usize,
+    write: impl FnOnce(&mut [T]),
+) -> Option<Result<PackedPart, KernelError>> {
+    let bytes = len.saturating_mul(size_of::<T>());
+    if bytes < crate::tensor::LARGE_BLOCK {
+        return None;
+    }
+    let refused = KernelError::Allocation { op, bytes };
+    let Some(mut block) = ZeroedBlock::zeroed(bytes, 64) else {
+        return Some(Err(refused));
+    };
+    let Ok(elements) = <[T] as zerocopy::FromBytes>::mut_from_bytes(block.bytes_mut()) else {
+        return Some(Err(refused));
+    };
+    write(elements);
+    Some(PackedPart::mapped(T::DTYPE, Arc::new(block), 0, len).ok_or(refused))
+}
+
+/// A part of `len` elements written by `write` over zeros: a block of its
+/// own when large ([`large_part`]), else a vector.
+///
+/// # Errors
+/// [`KernelError::Allocation`] when the system refuses the memory.
+pub(crate) fn zeroed_part<T: PackedElement>(
+    op: &'static str,
+    len: usize,
+    write: impl Fn(&mut [T]),
+) -> Result<PackedPart, KernelError> {
+    if let Some(part) = large_part(op, len, &write) {
+        return part;
+    }
+    let mut v = crate::scratch::filled(op, len, T::default())?;
+    write(&mut v);
+    Ok(T::owned(v).into())
 }

@@ -306,39 +306,50 @@ fn gemm_f64_uses_the_reference() {
 #[test]
 fn f32_packing_is_deterministic() {
     let mut rng = Rng(9);
-    let b = f32_tensor(&mut rng, &[37, 45]);
-    let a = f32_tensor(&mut rng, &[2, 37]);
-    let mut keys = Vec::new();
-    for (_, cpu) in cpus() {
-        let op = operator("", "MatMul", &Attrs::default(), 2, cpu).expect("op");
-        let inputs = [Some(a.clone()), Some(b.clone())];
-        let (_, p1) = prepack(&*op, &inputs, &[1], cpu).expect("packs");
-        let (_, p2) = prepack(&*op, &inputs, &[1], cpu).expect("packs");
-        assert_eq!(p1, p2);
-        // Panels [ceil(N / NR)][K][NR]: columns past N are zero.
-        let nr: usize = p1
-            .layout
-            .split("-nr")
-            .nth(1)
-            .and_then(|r| r.split('-').next())
-            .expect("nr")
-            .parse()
-            .expect("nr");
-        let Some(panels) = p1.parts[1].as_f32() else {
-            panic!("f32 panels")
-        };
-        assert_eq!(panels.len(), 45usize.div_ceil(nr) * 37 * nr);
-        for (i, &v) in panels.iter().enumerate() {
-            let (panel, col) = (i / (37 * nr), i % nr);
-            if panel * nr + col >= 45 {
-                assert_eq!(v.to_bits(), 0, "padding at {i}");
+    // The second B's panels are over 2 MiB: a block of their own (huge
+    // pages where the system has them) instead of a vector.
+    for (k, n) in [(37usize, 45usize), (780, 700)] {
+        let b = f32_tensor(&mut rng, &[k, n]);
+        let a = f32_tensor(&mut rng, &[2, k]);
+        let want = reference::matmul(&a, &b).expect("reference");
+        let b_values = b.as_f32().expect("f32").to_vec();
+        let mut keys = Vec::new();
+        for (label, cpu) in cpus() {
+            let op = operator("", "MatMul", &Attrs::default(), 2, cpu).expect("op");
+            let inputs = [Some(a.clone()), Some(b.clone())];
+            let (_, p1) = prepack(&*op, &inputs, &[1], cpu).expect("packs");
+            let (_, p2) = prepack(&*op, &inputs, &[1], cpu).expect("packs");
+            assert_eq!(p1, p2);
+            // Panels [ceil(N / NR)][K][NR]: B's columns, zero past N.
+            let nr: usize = p1
+                .layout
+                .split("-nr")
+                .nth(1)
+                .and_then(|r| r.split('-').next())
+                .expect("nr")
+                .parse()
+                .expect("nr");
+            let Some(panels) = p1.parts[1].as_f32() else {
+                panic!("f32 panels")
+            };
+            assert_eq!(panels.len(), n.div_ceil(nr) * k * nr);
+            let large = panels.len() * 4 >= onnx_prepared_kernels::tensor::LARGE_BLOCK;
+            assert_eq!(p1.parts[1].is_mapped(), large, "{label} {k}x{n}");
+            for (i, &v) in panels.iter().enumerate() {
+                let (panel, q, j) = (i / (k * nr), i / nr % k, i % nr);
+                let col = panel * nr + j;
+                let expected = if col < n { b_values[q * n + col] } else { 0.0 };
+                assert_eq!(v.to_bits(), expected.to_bits(), "{label} {k}x{n} at {i}");
             }
+            let (got, layout) = run(&*op, &inputs, &[1], cpu, &Reversed).expect("execute");
+            assert!(layout.is_some(), "packed");
+            assert_close(&got, &want, TOL, &format!("{label} packed {k}x{n}"));
+            keys.push(p1.layout);
         }
-        keys.push(p1.layout);
+        let mut unique = keys.clone();
+        unique.dedup();
+        assert_eq!(unique, keys, "one key per ISA");
     }
-    let mut unique = keys.clone();
-    unique.dedup();
-    assert_eq!(unique, keys, "one key per ISA");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! `ZeroedBlock`: zeroed bytes, owned, whose first byte sits on a chosen
 //! boundary. The one allocation behind activation buffers
-//! ([`Tensor::zeros`](super::Tensor::zeros)) and the runtime's preparation
-//! buffers (source reads), so both get the same placement and paging.
+//! ([`Tensor::zeros`](super::Tensor::zeros)), large packed weights and the
+//! runtime's preparation buffers (source reads), so all get the same
+//! placement and paging.
 //!
 //! Small blocks come from the system allocator, over-allocated by the
 //! alignment and used from the first boundary (a zeroed allocation leaves

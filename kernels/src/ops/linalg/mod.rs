@@ -251,10 +251,7 @@ impl Prepack for F32PanelPrepack {
         ];
         Ok(PackedWeight {
             layout: self.layout.clone(),
-            parts: vec![
-                TensorData::U64(header).into(),
-                TensorData::F32(panels).into(),
-            ],
+            parts: vec![TensorData::U64(header).into(), panels],
         })
     }
 

@@ -38,14 +38,14 @@ mod int8_avx512;
 pub(crate) mod portable;
 
 use std::mem::MaybeUninit;
-use std::sync::Arc;
 
 pub(crate) use super::Q4View;
 use super::isa::Isa;
 use super::reference::NBitsParams;
 use super::sgemm::{self, BSrc, OutPtr, Problem};
+use crate::packed::PackedElement;
 use crate::par::chunk;
-use crate::{KernelError, PackedPart, PackedWeight, ParallelFor, TensorData, ZeroedBlock};
+use crate::{KernelError, PackedPart, PackedWeight, ParallelFor, TensorData};
 
 const OP: &str = "MatMulNBits";
 
@@ -243,7 +243,7 @@ impl Q4Source<'_> {
 ///
 /// `fill` must initialize every element of every slice it is given, and
 /// never write an uninitialized value.
-unsafe fn tiles_written<T: Element>(
+unsafe fn tiles_written<T: PackedElement>(
     par: &dyn ParallelFor,
     tiles: usize,
     per_tile: usize,
@@ -258,18 +258,14 @@ unsafe fn tiles_written<T: Element>(
             }
         });
     };
-    let bytes = len.saturating_mul(size_of::<T>());
-    if bytes >= crate::tensor::LARGE_BLOCK {
-        let refused = KernelError::Allocation { op: OP, bytes };
-        let mut block = ZeroedBlock::zeroed(bytes, 64).ok_or_else(|| refused.clone())?;
-        let elements = <[T] as zerocopy::FromBytes>::mut_from_bytes(block.bytes_mut())
-            .map_err(|_| refused.clone())?;
+    let large = crate::packed::large_part::<T>(OP, len, |elements| {
         // SAFETY: `MaybeUninit<T>` has `T`'s size and alignment, and the
         // slice is already initialized (zeroed); `fill` only writes
         // initialized values (this function's contract), so it stays so.
-        let spare = unsafe { &mut *(std::ptr::from_mut(elements) as *mut [MaybeUninit<T>]) };
-        write(spare);
-        return PackedPart::mapped(T::DTYPE, Arc::new(block), 0, len).ok_or(refused);
+        write(unsafe { &mut *(std::ptr::from_mut(elements) as *mut [MaybeUninit<T>]) });
+    });
+    if let Some(part) = large {
+        return part;
     }
     let mut v = crate::scratch::with_capacity::<T>(OP, len)?;
     write(&mut v.spare_capacity_mut()[..len]);
@@ -280,26 +276,6 @@ unsafe fn tiles_written<T: Element>(
     // capacity are initialized.
     unsafe { v.set_len(len) };
     Ok(T::owned(v).into())
-}
-
-/// The element types packed tiles hold.
-trait Element: Sized + Send + Sync + zerocopy::FromBytes + zerocopy::IntoBytes {
-    const DTYPE: crate::ElementType;
-    fn owned(v: Vec<Self>) -> TensorData;
-}
-
-impl Element for u8 {
-    const DTYPE: crate::ElementType = crate::ElementType::U8;
-    fn owned(v: Vec<Self>) -> TensorData {
-        TensorData::U8(v)
-    }
-}
-
-impl Element for f32 {
-    const DTYPE: crate::ElementType = crate::ElementType::F32;
-    fn owned(v: Vec<Self>) -> TensorData {
-        TensorData::F32(v)
-    }
 }
 
 /// Bytes of the object [`pack`] returns: its header and

@@ -158,31 +158,32 @@ pub(crate) trait Arch {
 }
 
 /// Packs `B` (`[K, N]`, or `[N, K]` when `trans_b`) into zero-padded panels
-/// `[ceil(N / nr)][K][nr]`.
+/// `[ceil(N / nr)][K][nr]` (a block of its own when large:
+/// [`crate::packed::zeroed_part`]).
 pub(crate) fn pack_b(
     b: &[f32],
     k: usize,
     n: usize,
     trans_b: bool,
     nr: usize,
-) -> Result<Vec<f32>, KernelError> {
+) -> Result<crate::PackedPart, KernelError> {
     let panels = n.div_ceil(nr);
-    let mut out = crate::scratch::filled("MatMul", panels * k * nr, 0f32)?;
-    for p in 0..panels {
-        let dst = &mut out[p * k * nr..][..k * nr];
-        let cols = nr.min(n - p * nr);
-        for q in 0..k {
-            for j in 0..cols {
-                let col = p * nr + j;
-                dst[q * nr + j] = if trans_b {
-                    b[col * k + q]
-                } else {
-                    b[q * n + col]
-                };
+    crate::packed::zeroed_part("MatMul", panels * k * nr, |out: &mut [f32]| {
+        for p in 0..panels {
+            let dst = &mut out[p * k * nr..][..k * nr];
+            let cols = nr.min(n - p * nr);
+            for q in 0..k {
+                for j in 0..cols {
+                    let col = p * nr + j;
+                    dst[q * nr + j] = if trans_b {
+                        b[col * k + q]
+                    } else {
+                        b[q * n + col]
+                    };
+                }
             }
         }
-    }
-    Ok(out)
+    })
 }
 
 /// Stack scratch for one `KC x NR` panel of `B`.
