@@ -67,3 +67,61 @@ fn a_waiting_thread_returns_when_another_cancels() {
     assert_eq!(err.error.kind(), ErrorKind::Cancelled);
     assert!(err.context.is_some(), "the context comes back");
 }
+
+/// A synchronous run whose weight is still being read blocks on the
+/// caller's own thread (rather than parking and going on on a worker) and
+/// goes on there once the read completes: same outputs as a hot run.
+#[test]
+fn a_synchronous_run_waits_for_a_held_read_on_its_own_thread_and_finishes() {
+    let dir = onnx_prepared_fixtures::default_dir();
+    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
+    let model = Model::open(dir.join("gemm-chain.onnx")).unwrap();
+    let weight = WeightId(
+        model
+            .weights()
+            .iter()
+            .position(|w| w.name() == "chain1.weight")
+            .unwrap() as u32,
+    );
+    let gate = Arc::new(Latch::new()); // closed: chain1's read waits
+    let source = Arc::new(
+        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
+            .with_fault(weight, ReadFault::Gate(gate.clone())),
+    );
+    let resolved = ResolvedModel::resolve(model, &ResolveOptions::default()).unwrap();
+    let plan = PreparedExecutionPlan::build(resolved).unwrap();
+    let options = SessionOptions {
+        cpu_threads: 1,
+        io_workers: 1,
+        ..SessionOptions::default()
+    };
+    let session = Arc::new(RuntimeSession::with_source(plan, source, options).unwrap());
+    let input = || {
+        let a = Tensor::from_f32(vec![2, 256], (0..512).map(|i| i as f32 / 512.0).collect());
+        RuntimeContext::new(&session)
+            .with_input("A", a.unwrap())
+            .unwrap()
+    };
+    let (done_tx, done_rx) = mpsc::channel();
+    let runner = {
+        let (session, ctx) = (session.clone(), input());
+        onnx_prepared::sync::thread::spawn(move || {
+            let out = session.run(ctx).map(|ctx| ctx.outputs().to_vec());
+            done_tx.send(out.map_err(|e| e.to_string())).unwrap();
+        })
+    };
+    let early = done_rx.recv_timeout(Duration::from_millis(200));
+    assert!(
+        early.is_err(),
+        "the run finished before its weight was read"
+    );
+    gate.open();
+    let cold = done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the run finishes once the read completes")
+        .expect("the run succeeds");
+    runner.join().unwrap();
+    let hot = session.run(input()).unwrap().outputs().to_vec();
+    assert!(!cold.is_empty());
+    assert_eq!(cold, hot);
+}

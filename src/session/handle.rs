@@ -276,6 +276,9 @@ impl<T> ExecutionHandle<T> {
         let inner = self.inner();
         if let Kind::Run { submission, runner } = &inner.kind {
             submission.cancel_token().cancel();
+            // A run blocked on an object in its caller's thread wakes and
+            // ends cancelled.
+            runner.unblock();
             // A run suspended on an object ends cancelled: its continuation
             // on the store is taken back (a run still executing may register
             // one after this; it is taken back once the submission is

@@ -38,6 +38,11 @@
 //!    promotes the object's producer chain to critical, reports a stall
 //!    (the window grows), registers a continuation on the object's next
 //!    completion and suspends; the continuation resumes it exactly once.
+//!    On the thread of a caller waiting for it (`run`, a helping `wait`)
+//!    it blocks there instead until that completion or a cancel (which
+//!    wakes it), then goes on on that thread: a suspended run would resume
+//!    on a CPU worker, leaving the caller's thread idle and the kernels and
+//!    the prepacks sharing that worker.
 //! 4. Resumed, it re-checks the object: resident → go on. An object whose
 //!    latest generation failed (seen at any check, before or after a
 //!    suspension) fails the run with the typed error naming the failing

@@ -14,7 +14,7 @@ use crate::plan::{RequirementId, TaskId};
 use crate::scheduler::{Submission, TaskContext, TaskFailure, TaskRunner};
 use crate::state::RunProgress;
 use crate::store::{GenerationOutcome, Registration, Residency};
-use crate::sync::{Lock, Ordering};
+use crate::sync::{Latch, Lock, Ordering};
 
 /// What a run carries between its suspensions.
 pub(super) struct RunSlot {
@@ -41,6 +41,9 @@ pub(super) struct RunContinuation {
     /// ([`RunContinuation::deregister`]) so that all of it is freed without
     /// waiting for the object's completion.
     waiting: Lock<Option<Registration>>,
+    /// Opened by the object a run blocked on in its caller's thread, or by
+    /// a cancel (run step 3, caller's thread).
+    blocked: Lock<Option<Arc<Latch>>>,
 }
 
 impl TaskRunner for RunContinuation {
@@ -71,6 +74,42 @@ impl RunContinuation {
         {
             session.state.store().deregister(registration);
         }
+    }
+
+    /// Wakes a run blocked on an object in its caller's thread (a cancel
+    /// calls it after setting the cancel flag, which the run checks).
+    pub(super) fn unblock(&self) {
+        if let Some(latch) = self.blocked.with(|b| b.clone()) {
+            latch.open();
+        }
+    }
+
+    /// Run step 3 on the caller's thread: blocks until generation `target`
+    /// of object `index` completes or the run is cancelled; `false` when
+    /// cancelled.
+    fn block_on(
+        &self,
+        state: &crate::state::PreparedExecutionState,
+        index: usize,
+        target: u64,
+        tctx: &TaskContext<'_>,
+    ) -> bool {
+        let latch = Arc::new(Latch::new());
+        self.blocked.with(|b| *b = Some(latch.clone()));
+        let opener = latch.clone();
+        let registration = state
+            .store()
+            .waiter(index, crate::store::Generation(target))
+            .on_complete(move |_outcome: GenerationOutcome| opener.open());
+        // A cancel that ran before `blocked` was set set the flag first.
+        if !tctx.is_cancelled() {
+            latch.wait();
+        }
+        self.blocked.with(|b| *b = None);
+        if let Some(registration) = registration {
+            state.store().deregister(registration);
+        }
+        !tctx.is_cancelled()
     }
 
     /// Interest step 2 for this run (idempotent).
@@ -142,43 +181,56 @@ impl RunContinuation {
                 p.submission.advance(step as u32 + 1);
             }
         };
-        match state.resume_run(&mut ctx.invocation, &par, Some(&on_step))? {
-            RunProgress::Done => {
-                ctx.finish_outputs(state)?;
-                Ok(true)
-            }
-            RunProgress::Waiting { step, requirement } => {
-                let index = requirement.0 as usize;
-                let snapshot = state.store().snapshot(index);
-                let generation = snapshot.generation().0;
-                if snapshot.residency() == Residency::Failed {
-                    // Its latest generation failed: this run fails with it
-                    // (an explicit `prepare` retries the object; waiting for
-                    // a retry nobody schedules would never end).
-                    return Err(self.failure(step, requirement));
+        loop {
+            match state.resume_run(&mut ctx.invocation, &par, Some(&on_step))? {
+                RunProgress::Done => {
+                    ctx.finish_outputs(state)?;
+                    return Ok(true);
                 }
-                let preparation =
-                    session.preparation(true, Some(requirement), Holder::Run(&self.interest));
-                let sub = &preparation.submission;
-                sub.advance(step as u32);
-                sub.promote(session.publisher[index]);
-                sub.stalled();
-                // The generation to wait for: the one in flight, else
-                // the next one a producer will claim.
-                let target = if snapshot.is_in_flight() || snapshot.is_resident() {
-                    generation
-                } else {
-                    generation + 1
-                };
-                let handle = tctx.suspend();
-                let registration = state
-                    .store()
-                    .waiter(index, crate::store::Generation(target))
-                    .on_complete(move |_outcome: GenerationOutcome| handle.resume());
-                // The previous registration (if any) was called: it resumed
-                // this run.
-                self.waiting.with(|w| *w = registration);
-                Ok(false)
+                RunProgress::Waiting { step, requirement } => {
+                    let index = requirement.0 as usize;
+                    let snapshot = state.store().snapshot(index);
+                    let generation = snapshot.generation().0;
+                    if snapshot.residency() == Residency::Failed {
+                        // Its latest generation failed: this run fails with it
+                        // (an explicit `prepare` retries the object; waiting for
+                        // a retry nobody schedules would never end).
+                        return Err(self.failure(step, requirement));
+                    }
+                    let preparation =
+                        session.preparation(true, Some(requirement), Holder::Run(&self.interest));
+                    let sub = &preparation.submission;
+                    sub.advance(step as u32);
+                    sub.promote(session.publisher[index]);
+                    sub.stalled();
+                    // The generation to wait for: the one in flight, else
+                    // the next one a producer will claim.
+                    let target = if snapshot.is_in_flight() || snapshot.is_resident() {
+                        generation
+                    } else {
+                        generation + 1
+                    };
+                    if !tctx.on_worker() {
+                        // The caller's own thread, waiting for this run: it
+                        // blocks here and goes on itself, rather than suspend
+                        // (the run would resume on a CPU worker, leaving this
+                        // thread idle and the run's kernels and the prepacks
+                        // sharing that one worker).
+                        if !self.block_on(state, index, target, tctx) {
+                            return Err(RunError::Cancelled.into());
+                        }
+                        continue;
+                    }
+                    let handle = tctx.suspend();
+                    let registration = state
+                        .store()
+                        .waiter(index, crate::store::Generation(target))
+                        .on_complete(move |_outcome: GenerationOutcome| handle.resume());
+                    // The previous registration (if any) was called: it resumed
+                    // this run.
+                    self.waiting.with(|w| *w = registration);
+                    return Ok(false);
+                }
             }
         }
     }
@@ -235,6 +287,7 @@ pub(super) fn start(
                 slot: Lock::new(slot),
                 interest: Lock::default(),
                 waiting: Lock::default(),
+                blocked: Lock::default(),
             });
             let submission = session
                 .pool

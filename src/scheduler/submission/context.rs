@@ -92,6 +92,12 @@ impl TaskContext<'_> {
             .priority(self.task, self.submission.states[t].snapshot())
     }
 
+    /// Whether it runs on a pool worker; `false` on a caller helping in
+    /// `wait` (a thread that would otherwise only block).
+    pub fn on_worker(&self) -> bool {
+        self.on_worker
+    }
+
     /// The lane of the worker running it (an inline task runs on a CPU or
     /// an I/O worker).
     pub fn worker_lane(&self) -> Lane {
