@@ -16,8 +16,9 @@ use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 use onnx_prepared::sync::Latch;
 use onnx_prepared_kernels::Tensor;
 
-#[test]
-fn a_waiting_thread_returns_when_another_cancels() {
+/// A session of `gemm-chain` (one CPU and one I/O worker) whose
+/// `chain1.weight` read waits at the returned gate, closed.
+fn gated_session() -> (RuntimeSession, Arc<Latch>) {
     let dir = onnx_prepared_fixtures::default_dir();
     onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
     let model = Model::open(dir.join("gemm-chain.onnx")).unwrap();
@@ -41,6 +42,12 @@ fn a_waiting_thread_returns_when_another_cancels() {
         ..SessionOptions::default()
     };
     let session = RuntimeSession::with_source(plan, source, options).unwrap();
+    (session, gate)
+}
+
+#[test]
+fn a_waiting_thread_returns_when_another_cancels() {
+    let (session, gate) = gated_session();
     let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256]).unwrap();
     let run =
         Arc::new(session.run_async(RuntimeContext::new(&session).with_input("A", a).unwrap()));
@@ -73,29 +80,8 @@ fn a_waiting_thread_returns_when_another_cancels() {
 /// goes on there once the read completes: same outputs as a hot run.
 #[test]
 fn a_synchronous_run_waits_for_a_held_read_on_its_own_thread_and_finishes() {
-    let dir = onnx_prepared_fixtures::default_dir();
-    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
-    let model = Model::open(dir.join("gemm-chain.onnx")).unwrap();
-    let weight = WeightId(
-        model
-            .weights()
-            .iter()
-            .position(|w| w.name() == "chain1.weight")
-            .unwrap() as u32,
-    );
-    let gate = Arc::new(Latch::new()); // closed: chain1's read waits
-    let source = Arc::new(
-        FaultInjectingSource::new(FileSource::open(&model).unwrap(), model.weights().len())
-            .with_fault(weight, ReadFault::Gate(gate.clone())),
-    );
-    let resolved = ResolvedModel::resolve(model, &ResolveOptions::default()).unwrap();
-    let plan = PreparedExecutionPlan::build(resolved).unwrap();
-    let options = SessionOptions {
-        cpu_threads: 1,
-        io_workers: 1,
-        ..SessionOptions::default()
-    };
-    let session = Arc::new(RuntimeSession::with_source(plan, source, options).unwrap());
+    let (session, gate) = gated_session();
+    let session = Arc::new(session);
     let input = || {
         let a = Tensor::from_f32(vec![2, 256], (0..512).map(|i| i as f32 / 512.0).collect());
         RuntimeContext::new(&session)
