@@ -62,7 +62,7 @@ enum Command {
         /// Where to write the outputs (.npz, named by the graph's outputs).
         #[arg(long)]
         outputs: Option<PathBuf>,
-        /// CPU workers of the session: kernels and prepacks (1 to 1024).
+        /// Threads in all (1 to 1024): this thread runs the inference, N - 1 CPU workers (at least one) help its kernels and prepack.
         #[arg(long, default_value_t = 1, value_parser = parse_threads)]
         threads: u16,
         /// Size of a symbolic input dim for generated inputs, e.g. `--dim T=128` (total defaults to P+T, others to 1).
@@ -103,7 +103,7 @@ enum Command {
         /// Print JSON (a stable interface for scripts) instead of a table.
         #[arg(long)]
         json: bool,
-        /// CPU workers (kernels and prepacks, 1 to 1024; default: every core).
+        /// Threads in all (1 to 1024; default: every core): this thread runs the inference, N - 1 CPU workers (at least one) help its kernels and prepack.
         #[arg(long, value_parser = parse_threads)]
         threads: Option<u16>,
         /// Inputs as a NumPy .npz of named arrays; generated from the declared types when omitted.
@@ -467,7 +467,11 @@ pub(crate) fn bench_modes(
         }
     };
     let options = SessionOptions {
-        cpu_threads: threads,
+        // As `run`: `threads` in all, this thread running the inference
+        // with `threads - 1` CPU workers helping its kernels (at least one
+        // worker, which also prepacks).
+        cpu_threads: threads.saturating_sub(1).max(1),
+        intra_op_threads: Some(threads),
         cache_dir: cache.map(Path::to_owned),
         ..base
     };

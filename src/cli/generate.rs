@@ -20,7 +20,7 @@ pub struct GenerateArgs {
     /// How many tokens to generate (at most 65,536).
     #[arg(long, default_value_t = 16, value_parser = parse_new_tokens)]
     max_new_tokens: usize,
-    /// CPU threads for the kernels (1 to 1024).
+    /// Threads in all (1 to 1024): this thread runs the inference, N - 1 CPU workers (at least one) help its kernels and prepack.
     #[arg(long, default_value_t = 1, value_parser = crate::parse_threads)]
     threads: u16,
     /// Print `{"tokens": [...], "time_to_first_token_s": ..., "tokens_per_s": ...}`.
