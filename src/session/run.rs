@@ -87,11 +87,13 @@ impl RunContinuation {
     /// Run step 3 on the caller's thread: blocks until generation `target`
     /// of object `index` completes or the run is cancelled; `false` when
     /// cancelled.
+    /// Meanwhile it runs the preparation's critical CPU tasks (the chain
+    /// the run promoted) that no worker took yet.
     fn block_on(
         &self,
         state: &crate::state::PreparedExecutionState,
-        index: usize,
-        target: u64,
+        (index, target): (usize, u64),
+        preparation: &Submission,
         tctx: &TaskContext<'_>,
     ) -> bool {
         let latch = Arc::new(Latch::new());
@@ -102,8 +104,10 @@ impl RunContinuation {
             .waiter(index, crate::store::Generation(target))
             .on_complete(move |_outcome: GenerationOutcome| opener.open());
         // A cancel that ran before `blocked` was set set the flag first.
-        if !tctx.is_cancelled() {
-            latch.wait();
+        while !latch.is_open() && !tctx.is_cancelled() {
+            if !preparation.help_critical() {
+                latch.wait();
+            }
         }
         self.blocked.with(|b| *b = None);
         if let Some(registration) = registration {
@@ -216,7 +220,7 @@ impl RunContinuation {
                         // (the run would resume on a CPU worker, leaving this
                         // thread idle and the run's kernels and the prepacks
                         // sharing that one worker).
-                        if !self.block_on(state, index, target, tctx) {
+                        if !self.block_on(state, (index, target), sub, tctx) {
                             return Err(RunError::Cancelled.into());
                         }
                         continue;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::plan::TaskId;
+use crate::plan::{Priority, TaskId};
 use crate::sync::Ordering;
 
 use super::{CLAIMED_ENTRY, CancelToken, PoolHost, SubmissionInner, WindowState, suspend};
@@ -80,6 +80,23 @@ impl Submission {
                 break; // Its owner runs the rest (own step 1).
             }
         }
+    }
+
+    /// Protocol "help" for a thread that waits for something this
+    /// submission produces (a run blocked on an object in its caller's
+    /// thread): runs one ready critical CPU task — a producer chain a run
+    /// promoted — on the calling thread. `false` when there was none.
+    pub fn help_critical(&self) -> bool {
+        let inner = &self.inner;
+        let Some(entry) = inner.queues.pop_at(Lane::Cpu, Priority::Critical) else {
+            return false;
+        };
+        let mut local = LocalWork::waiter();
+        let claimed = entry.0 & CLAIMED_ENTRY != 0;
+        let task = TaskId(entry.0 & !CLAIMED_ENTRY);
+        inner.execute(&self.lanes, Lane::Cpu, task, claimed, &mut local);
+        inner.flush(&mut local);
+        true
     }
 
     /// Whether every task reached a terminal state.
