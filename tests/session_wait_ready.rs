@@ -12,13 +12,26 @@ use onnx_prepared::model::{
     FaultInjectingSource, FileSource, Model, ReadFault, ResolveOptions, ResolvedModel, WeightId,
 };
 use onnx_prepared::plan::PreparedExecutionPlan;
-use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+use onnx_prepared::plan::{Csr, Priority, ResourceClass, TaskId};
+use onnx_prepared::scheduler::{
+    TaskContext, TaskFailure, TaskGraph, TaskRunner, WorkerPool, WorkerPoolOptions,
+};
+use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions, Status};
 use onnx_prepared::sync::Latch;
 use onnx_prepared_kernels::Tensor;
 
 /// A session of `gemm-chain` (one CPU and one I/O worker) whose
 /// `chain1.weight` read waits at the returned gate, closed.
 fn gated_session() -> (RuntimeSession, Arc<Latch>) {
+    gated_session_with(SessionOptions {
+        cpu_threads: 1,
+        io_workers: 1,
+        ..SessionOptions::default()
+    })
+}
+
+/// [`gated_session`] with `options`.
+fn gated_session_with(options: SessionOptions) -> (RuntimeSession, Arc<Latch>) {
     let dir = onnx_prepared_fixtures::default_dir();
     onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
     let model = Model::open(dir.join("gemm-chain.onnx")).unwrap();
@@ -36,11 +49,6 @@ fn gated_session() -> (RuntimeSession, Arc<Latch>) {
     );
     let resolved = ResolvedModel::resolve(model, &ResolveOptions::default()).unwrap();
     let plan = PreparedExecutionPlan::build(resolved).unwrap();
-    let options = SessionOptions {
-        cpu_threads: 1,
-        io_workers: 1,
-        ..SessionOptions::default()
-    };
     let session = RuntimeSession::with_source(plan, source, options).unwrap();
     (session, gate)
 }
@@ -110,4 +118,66 @@ fn a_synchronous_run_waits_for_a_held_read_on_its_own_thread_and_finishes() {
     let hot = session.run(input()).unwrap().outputs().to_vec();
     assert!(!cold.is_empty());
     assert_eq!(cold, hot);
+}
+
+/// Holds the CPU worker that runs it until its gate opens.
+struct Hold(Arc<Latch>);
+
+impl TaskRunner for Hold {
+    fn run(&self, _task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+        self.0.wait();
+        Ok(())
+    }
+}
+
+/// The pool's one CPU worker is held, so the run can only go on on the
+/// thread waiting in `wait_ready` (protocol "help"): it prepares what it
+/// needs there and blocks on the held read; a cancel from another thread
+/// wakes it and the run ends cancelled.
+#[test]
+fn a_run_blocked_on_its_waiting_thread_ends_cancelled_when_another_cancels() {
+    let pool = Arc::new(WorkerPool::new(WorkerPoolOptions {
+        cpu_workers: 1,
+        io_workers: 1,
+        pin_cpu_workers: false,
+    }));
+    let (session, gate) = gated_session_with(SessionOptions {
+        pool: Some(pool.clone()),
+        ..SessionOptions::default()
+    });
+    let held = Arc::new(Latch::new());
+    let graph = TaskGraph::new(
+        &[ResourceClass::Cpu],
+        &[Priority::Critical],
+        &Csr::from_rows(&[vec![]]),
+    )
+    .unwrap();
+    let hold = pool.submit(graph, Arc::new(Hold(held.clone()))).unwrap();
+    let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256]).unwrap();
+    let run =
+        Arc::new(session.run_async(RuntimeContext::new(&session).with_input("A", a).unwrap()));
+    let (done_tx, done_rx) = mpsc::channel();
+    let waiter = {
+        let run = run.clone();
+        onnx_prepared::sync::thread::spawn(move || {
+            run.wait_ready();
+            done_tx.send(run.is_ready()).unwrap();
+        })
+    };
+    let early = done_rx.recv_timeout(Duration::from_millis(200));
+    run.cancel();
+    // Nothing else wakes it: the cancel released the preparation, so the
+    // held read's object is never made.
+    let ready = done_rx.recv_timeout(Duration::from_secs(60));
+    assert!(early.is_err(), "wait_ready returned before the run ended");
+    assert_eq!(ready, Ok(true), "the blocked run woke on the cancel");
+    gate.open();
+    held.open();
+    waiter.join().unwrap();
+    hold.wait();
+    assert_eq!(run.status(), Status::Cancelled);
+    let run = Arc::into_inner(run).expect("the waiter's clone is gone");
+    let err = run.wait().unwrap_err();
+    assert_eq!(err.error.kind(), ErrorKind::Cancelled);
+    assert!(err.context.is_some(), "the context comes back");
 }

@@ -214,17 +214,17 @@ impl RunContinuation {
                     } else {
                         generation + 1
                     };
-                    if !tctx.on_worker() {
-                        // The caller's own thread, waiting for this run: it
-                        // blocks here and goes on itself, rather than suspend
-                        // (the run would resume on a CPU worker, leaving this
-                        // thread idle and the run's kernels and the prepacks
-                        // sharing that one worker).
-                        if !self.block_on(state, (index, target), sub, tctx) {
-                            return Err(RunError::Cancelled.into());
-                        }
+                    // The caller's own thread, waiting for this run: it
+                    // blocks here and goes on itself, rather than suspend
+                    // (the run would resume on a CPU worker, leaving this
+                    // thread idle and the run's kernels and the prepacks
+                    // sharing that one worker).
+                    if !tctx.on_worker() && self.block_on(state, (index, target), sub, tctx) {
                         continue;
                     }
+                    // On a worker, or cancelled while blocked: suspend (a
+                    // cancelled run's suspension ends it cancelled, suspend
+                    // step 5).
                     let handle = tctx.suspend();
                     let registration = state
                         .store()
