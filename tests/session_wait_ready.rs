@@ -53,13 +53,18 @@ fn gated_session_with(options: SessionOptions) -> (RuntimeSession, Arc<Latch>) {
     (session, gate)
 }
 
-#[test]
-fn a_waiting_thread_returns_when_another_cancels() {
-    let (session, gate) = gated_session();
+/// A run of `session` started asynchronously, and a thread waiting for it
+/// in `wait_ready` that sends `is_ready()` once that returns.
+fn run_waited_on_a_thread(
+    session: &RuntimeSession,
+) -> (
+    Arc<onnx_prepared::session::ExecutionHandle<RuntimeContext>>,
+    onnx_prepared::sync::thread::JoinHandle<()>,
+    mpsc::Receiver<bool>,
+) {
     let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256]).unwrap();
     let run =
         Arc::new(session.run_async(RuntimeContext::new(&session).with_input("A", a).unwrap()));
-
     let (done_tx, done_rx) = mpsc::channel();
     let waiter = {
         let run = run.clone();
@@ -68,6 +73,13 @@ fn a_waiting_thread_returns_when_another_cancels() {
             done_tx.send(run.is_ready()).unwrap();
         })
     };
+    (run, waiter, done_rx)
+}
+
+#[test]
+fn a_waiting_thread_returns_when_another_cancels() {
+    let (session, gate) = gated_session();
+    let (run, waiter, done_rx) = run_waited_on_a_thread(&session);
     // The run cannot finish while the read is held: the waiter waits.
     let early = done_rx.recv_timeout(Duration::from_millis(200));
     run.cancel(); // from this thread, while the waiter holds the handle
@@ -153,17 +165,7 @@ fn a_run_blocked_on_its_waiting_thread_ends_cancelled_when_another_cancels() {
     )
     .unwrap();
     let hold = pool.submit(graph, Arc::new(Hold(held.clone()))).unwrap();
-    let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256]).unwrap();
-    let run =
-        Arc::new(session.run_async(RuntimeContext::new(&session).with_input("A", a).unwrap()));
-    let (done_tx, done_rx) = mpsc::channel();
-    let waiter = {
-        let run = run.clone();
-        onnx_prepared::sync::thread::spawn(move || {
-            run.wait_ready();
-            done_tx.send(run.is_ready()).unwrap();
-        })
-    };
+    let (run, waiter, done_rx) = run_waited_on_a_thread(&session);
     let early = done_rx.recv_timeout(Duration::from_millis(200));
     run.cancel();
     // Nothing else wakes it: the cancel released the preparation, so the
