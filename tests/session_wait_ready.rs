@@ -63,8 +63,7 @@ fn run_waited_on_a_thread(
     mpsc::Receiver<bool>,
 ) {
     let a = Tensor::from_f32(vec![1, 256], vec![0.5; 256]).unwrap();
-    let run =
-        Arc::new(session.run_async(RuntimeContext::new(&session).with_input("A", a).unwrap()));
+    let run = Arc::new(session.run_async(RuntimeContext::new(session).with_input("A", a).unwrap()));
     let (done_tx, done_rx) = mpsc::channel();
     let waiter = {
         let run = run.clone();
