@@ -199,7 +199,7 @@ impl PackedElement for f32 {
 /// [`ZeroedBlock`] of its own when that is [`crate::tensor::LARGE_BLOCK`]
 /// bytes or more (huge pages where the system has them: the write, the
 /// block's first touch, faults 2 MiB at a time); `None` for a smaller
-/// part, which the caller keeps in a vector.
+/// part (or on a big-endian target), which the caller keeps in a vector.
 ///
 /// # Errors
 /// [`KernelError::Allocation`] when the system refuses the block.
@@ -209,7 +209,8 @@ pub(crate) fn large_part<T: PackedElement>(
     write: impl FnOnce(&mut [T]),
 ) -> Option<Result<PackedPart, KernelError>> {
     let bytes = len.saturating_mul(size_of::<T>());
-    if bytes < crate::tensor::LARGE_BLOCK {
+    // A part viewed in place must be little-endian (`PackedPart::mapped`).
+    if bytes < crate::tensor::LARGE_BLOCK || cfg!(target_endian = "big") {
         return None;
     }
     let refused = KernelError::Allocation { op, bytes };
