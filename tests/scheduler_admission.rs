@@ -256,3 +256,76 @@ fn admission_policy_caps_and_slots() {
     drop((a, c));
     assert_eq!(budget.total_live(), 0);
 }
+
+#[test]
+fn a_prefetch_task_without_a_free_slot_keeps_its_place_in_the_queue() {
+    // Two I/O workers: one non-critical I/O slot. Prefetch task 0 holds it
+    // until the gate opens; prefetch tasks 1..5 wait in the queue (not on
+    // the deferred list, from where they would return behind later work);
+    // critical task 5 runs on the other worker meanwhile.
+    struct Gated {
+        gate: Latch,
+        holding: Latch,
+        critical_ran: Latch,
+        order: onnx_prepared::sync::Lock<Vec<u32>>,
+    }
+    impl TaskRunner for Gated {
+        fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+            self.order.with(|o| o.push(task.0));
+            match task.0 {
+                0 => {
+                    self.holding.open();
+                    self.gate.wait();
+                }
+                5 => self.critical_ran.open(),
+                _ => {}
+            }
+            Ok(())
+        }
+    }
+    let mut priorities = vec![Priority::Prefetch; 5];
+    priorities.push(Priority::Critical);
+    let graph = TaskGraph::new(
+        &[ResourceClass::Io; 6],
+        &priorities,
+        &Csr::from_rows(&vec![Vec::<TaskId>::new(); 6]),
+    )
+    .unwrap();
+    let runner = Arc::new(Gated {
+        gate: Latch::new(),
+        holding: Latch::new(),
+        critical_ran: Latch::new(),
+        order: onnx_prepared::sync::Lock::new(Vec::new()),
+    });
+    let budget = MemoryBudget::new(BudgetLimits::unlimited());
+    let workers = WorkerPool::new(config(1, 2));
+    let pool = workers
+        .submit_with(
+            graph,
+            runner.clone(),
+            SubmitOptions {
+                admission: Some(Arc::new(Admission::new(budget))),
+                ..SubmitOptions::default()
+            },
+        )
+        .unwrap();
+    runner.holding.wait();
+    runner.critical_ran.wait();
+    // Long enough for the free worker to have taken (and, refused a slot,
+    // deferred) every queued prefetch task many times over.
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let admission = pool.admission().unwrap();
+    let running = admission.noncritical_running(Lane::Io);
+    let deferred = admission.deferred_tasks();
+    let mut started = runner.order.with(|o| o.clone());
+    // Opened before asserting: a failed assertion must not leave task 0
+    // blocking the pool's drop.
+    runner.gate.open();
+    assert_eq!(running, 1);
+    assert_eq!(deferred, 0, "left queued, not refused and deferred");
+    started.sort_unstable();
+    assert_eq!(started, [0, 5]);
+    let outcome = pool.wait();
+    assert_eq!(outcome.completed, 6);
+    assert_eq!(admission.deferred_tasks(), 0);
+}

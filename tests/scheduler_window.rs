@@ -256,3 +256,35 @@ fn promotion_bypasses_the_window_and_runs_once() {
     assert!(counter.runs.iter().all(|r| r.load(Ordering::SeqCst) == 1));
     assert_eq!(run.window().unwrap().bytes_in_flight, 0);
 }
+
+/// Records the order in which its tasks start.
+#[derive(Default)]
+struct StartOrder(onnx_prepared::sync::Lock<Vec<u32>>);
+
+impl TaskRunner for StartOrder {
+    fn run(&self, task: TaskId, _ctx: &TaskContext<'_>) -> Result<(), TaskFailure> {
+        self.0.with(|o| o.push(task.0));
+        Ok(())
+    }
+}
+
+#[test]
+fn held_tasks_of_one_distance_are_released_in_plan_order() {
+    // Tasks 0..6 at distance 3 (held by a window of 1), then task 6 at 2:
+    // one advance releases them all, nearest first, then by task id.
+    let mut distances = vec![3; 6];
+    distances.push(2);
+    let order = Arc::new(StartOrder::default());
+    let workers = pool(1); // one I/O worker: start order = queue order
+    let run = workers
+        .submit_with(reads(7, &distances, 10), order.clone(), window(1, 1))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        order.0.with(|o| o.is_empty()),
+        "nothing is within the window"
+    );
+    run.advance(2);
+    assert!(run.wait().is_success());
+    assert_eq!(order.0.with(|o| o.clone()), [6, 0, 1, 2, 3, 4, 5]);
+}

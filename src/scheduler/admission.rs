@@ -147,6 +147,14 @@ impl Admission {
         slot_index(lane).map_or(0, |i| self.running[i].load(Ordering::Acquire))
     }
 
+    /// Whether a non-critical task of `lane` would find a free worker slot
+    /// now (a racy hint for admit step 0; inline tasks take no slot).
+    pub fn has_free_slot(&self, lane: Lane) -> bool {
+        slot_index(lane).is_none_or(|i| {
+            self.running[i].load(Ordering::Relaxed) < self.slots[i].load(Ordering::Relaxed)
+        })
+    }
+
     /// Tasks refused with [`Refusal::Busy`] and not yet posted again.
     pub fn deferred_tasks(&self) -> usize {
         self.deferred.len()
@@ -281,6 +289,11 @@ impl AdmissionPermit<'_> {
     /// Bytes this permit holds in the budget.
     pub fn bytes(&self) -> usize {
         self.reservation.as_ref().map_or(0, Reservation::bytes)
+    }
+
+    /// Whether it holds a worker slot (a non-critical CPU or I/O task).
+    pub fn holds_slot(&self) -> bool {
+        self.slot.is_some()
     }
 }
 

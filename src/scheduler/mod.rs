@@ -105,6 +105,11 @@
 //!
 //! **Admit** ([`Admission`] over a [`crate::arena::MemoryBudget`], possibly
 //! shared by several submissions; policy in its docs):
+//! 0. A worker takes a non-critical task of its CPU or I/O lane from a
+//!    queue only while the controller shows a free slot of that lane (a
+//!    racy hint, [`Admission::has_free_slot`]): a task it could not start
+//!    keeps its place in the FIFO, in look-ahead order, instead of going
+//!    to the deferred list and back to the queue's end behind later work.
 //! 1. The worker reads the release epoch (SeqCst), then `try_admit` takes,
 //!    in one fixed order, a lane slot (non-critical CPU/I/O only), the
 //!    non-critical share of the task's domain and of the global limit, and a
@@ -119,7 +124,11 @@
 //!    that already happened.
 //! 4. Dropping a granted permit returns its bytes and slot and bumps the
 //!    epoch (SeqCst); the worker then posts every deferred task again, on
-//!    its own submission's pool, where it retries from step 1. Any other
+//!    its own submission's pool, where it retries from step 1; a permit
+//!    that held a slot also wakes a sleeper of its lane (sleep/wake step 2:
+//!    one that step 0 sent to sleep beside work it could not start; the
+//!    drain's SeqCst fence orders the slot's return before the sleeper
+//!    check). Any other
 //!    release of the budget's bytes (an arena, an output lease, another
 //!    controller's permit) does the same on the releasing thread: the
 //!    controller watches its budget, whose release epoch is part of the
@@ -131,7 +140,8 @@
 //!    bursts) and a short `yield_now` phase (under oversubscription the
 //!    poster gets the core), it does `sleepers += 1` (SeqCst), reads its
 //!    lane's `wake` word (SeqCst), a SeqCst fence, then re-checks `version`,
-//!    the queues it serves in every cached submission, the job board (CPU
+//!    the queues it serves in every cached submission (a queue of tasks it
+//!    may not start, admit step 0, counts as empty), the job board (CPU
 //!    workers) and `shutdown`; only if nothing changed does it futex-wait on
 //!    `wake` while it still holds the value read. Then `sleepers -= 1`.
 //! 2. Poster: push, SeqCst fence, read the lane's `sleepers`; if non-zero,

@@ -110,9 +110,12 @@ impl Cache {
         for p in PRIORITIES {
             for k in 0..n {
                 let i = (self.next + k) % n;
-                let queues = &self.submissions[i].queues;
-                let found = queues
-                    .pop_at(lane, p)
+                let submission = &self.submissions[i];
+                let queues = &submission.queues;
+                let found = submission
+                    .may_start(lane, p)
+                    .then(|| queues.pop_at(lane, p))
+                    .flatten()
                     .or_else(|| inline.then(|| queues.pop_at(Lane::Inline, p)).flatten());
                 if let Some(task) = found {
                     self.next = (i + 1) % n;
@@ -123,12 +126,13 @@ impl Cache {
         None
     }
 
-    /// Whether every queue this worker serves looked empty.
+    /// Whether every queue this worker serves looked empty, or held only
+    /// tasks it may not start now (admit step 0).
     fn idle(&self, lane: Lane) -> bool {
         let inline = matches!(lane, Lane::Cpu | Lane::Io);
         self.submissions
             .iter()
-            .all(|s| s.queues.is_empty(lane) && (!inline || s.queues.is_empty(Lane::Inline)))
+            .all(|s| s.nothing_to_start(lane) && (!inline || s.queues.is_empty(Lane::Inline)))
     }
 }
 

@@ -130,6 +130,11 @@ impl ReadyQueues {
         q.pop()
     }
 
+    /// Whether the queue of `lane` at `priority` looked empty (a racy hint).
+    pub fn is_empty_at(&self, lane: Lane, priority: Priority) -> bool {
+        self.queue(lane, priority).is_none_or(Queue::is_empty)
+    }
+
     /// Whether every priority of `lane` looked empty (a racy hint).
     pub fn is_empty(&self, lane: Lane) -> bool {
         PRIORITIES

@@ -191,7 +191,9 @@ impl LookAhead {
     ) -> Vec<TaskId> {
         self.shrink_if_resident_near_limit();
         self.held.with(|held| {
-            held.sort_by_key(|&t| std::cmp::Reverse(distance_of(t)));
+            // Nearest first, and by task id within a distance (plan
+            // order: a step's reads before its prepacks).
+            held.sort_by_key(|&t| std::cmp::Reverse((distance_of(t), t.0)));
             let mut out = Vec::new();
             while let Some(&t) = held.last() {
                 match self.try_release(t, distance_of(t), bytes_of(t)) {

@@ -67,8 +67,9 @@ impl Submission {
         while !inner.is_done() {
             let next = PRIORITIES.iter().find_map(|&p| {
                 inner
-                    .queues
-                    .pop_at(Lane::Cpu, p)
+                    .may_start(Lane::Cpu, p)
+                    .then(|| inner.queues.pop_at(Lane::Cpu, p))
+                    .flatten()
                     .or_else(|| inner.queues.pop_at(Lane::Inline, p))
             });
             let Some(task) = next else { break };

@@ -29,7 +29,7 @@ use super::graph::TaskGraph;
 use super::outcome::{TaskFailure, code};
 use super::lanes::Lanes;
 use super::local::LocalWork;
-use super::queue::{Lane, ReadyQueues};
+use super::queue::{Lane, PRIORITIES, ReadyQueues};
 use super::task_state::{TaskClaim, TaskState};
 use super::window::{LookAhead, LookAheadOptions};
 
@@ -332,11 +332,38 @@ impl SubmissionInner {
         }
     }
 
-    /// Admit step 4 after a permit drop.
-    fn released(&self) {
+    /// Admit step 4: drops the permit of a task of `lane`.
+    fn released(&self, lanes: &Lanes, lane: Lane, permit: AdmissionPermit<'_>) {
+        let slot = permit.holds_slot();
+        drop(permit);
         if let Some(admission) = &self.admission {
+            // Its fence orders the slot's return before the sleeper check.
             admission.deferred().retry_all();
+            if slot {
+                // A worker of the lane may sleep beside work it could not
+                // start (step 0), of this submission or of another one
+                // sharing the controller.
+                lanes.wake_one(lane);
+            }
         }
+    }
+
+    /// Admit step 0: whether a worker of `lane` may take a task of
+    /// `priority` from this submission's queue now.
+    pub(super) fn may_start(&self, lane: Lane, priority: Priority) -> bool {
+        priority == Priority::Critical
+            || self
+                .admission
+                .as_ref()
+                .is_none_or(|a| a.has_free_slot(lane))
+    }
+
+    /// Whether a worker of `lane` finds nothing here it may start now
+    /// (admit step 0; sleep/wake step 1's check).
+    pub(in crate::scheduler) fn nothing_to_start(&self, lane: Lane) -> bool {
+        PRIORITIES
+            .iter()
+            .all(|&p| self.queues.is_empty_at(lane, p) || !self.may_start(lane, p))
     }
 
     /// Claim protocol: run `task` if this worker owns its claim (`claimed`:
@@ -381,9 +408,8 @@ impl SubmissionInner {
             match state.try_claim() {
                 TaskClaim::Claimed => {}
                 TaskClaim::AlreadyClaimed | TaskClaim::Cancelled | TaskClaim::NotReady => {
-                    if permit.is_some() {
-                        drop(permit);
-                        self.released();
+                    if let Some(permit) = permit {
+                        self.released(lanes, self.graph.lane(task), permit);
                     }
                     return;
                 }
@@ -393,9 +419,8 @@ impl SubmissionInner {
             Some(failure) => (Err(failure), false),
             None => self.run_claimed(lanes, lane, task, !local.waiter),
         };
-        if permit.is_some() {
-            drop(permit);
-            self.released();
+        if let Some(permit) = permit {
+            self.released(lanes, self.graph.lane(task), permit);
         }
         if suspended {
             match self.settle_suspension(task, result.is_ok()) {
