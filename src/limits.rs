@@ -62,6 +62,12 @@ pub const SCHEDULER_LOCAL_CAPACITY: usize = 4;
 /// at most the rest, so an inference that needs memory can always start.
 pub const SCHEDULER_CRITICAL_RESERVE_PERCENT: usize = 25;
 
+/// Bytes from which a table that only row gathers read (an embedding) is
+/// served row by row from its source when
+/// [`SessionOptions::tables_from_source`](crate::session::SessionOptions::tables_from_source)
+/// is on and the source does not offer it in place.
+pub const ROW_TABLE_MIN_BYTES: u64 = 1 << 20;
+
 /// Bytes a table served row by row is read in when it is verified (its
 /// digest checked or recorded): the check holds one piece, never the table.
 pub const ROW_TABLE_CHECK_PIECE_BYTES: usize = 64 << 10;

@@ -13,6 +13,9 @@ fn options(map_weights: bool) -> SessionOptions {
         cpu_threads: 1,
         io_workers: 1,
         map_weights,
+        // Read weights hold the embedding too (it is compared with the
+        // mapped one below).
+        tables_from_source: false,
         ..SessionOptions::default()
     }
 }

@@ -195,6 +195,30 @@ pub unsafe extern "C" fn onnxp_options_set_map_weights(
     }
 }
 
+/// Reads large tables that only row gathers read (embeddings) whole and
+/// keeps them in memory (`resident` true), instead of reading the rows
+/// each run picks from the model's data file (the default: such a table
+/// never counts in the process's memory, and a run reads one row per
+/// token).
+///
+/// Thread safety: not with other calls on the same options.
+///
+/// # Safety
+/// `options` is NULL or live.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onnxp_options_set_resident_tables(
+    options: *mut OnnxpOptions,
+    resident: bool,
+) -> *mut OnnxpError {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_options(options, |o| {
+            o.tables_from_source = !resident;
+            Ok(())
+        })
+    }
+}
+
 /// Caps the live bytes of `domain` (an `OnnxpMemoryDomain` value) at
 /// `bytes`; `UINT64_MAX` removes the limit. An allocation the limit refuses
 /// fails with `ONNXP_ERROR_KIND_BUDGET` (reads wait for room instead).

@@ -146,6 +146,7 @@ fn unknown_enum_values_and_bad_counts_are_refused() {
         ok(onnxp_options_set_memory_limit(options, 1, u64::MAX));
         ok(onnxp_options_set_pin_threads(options, false));
         ok(onnxp_options_set_map_weights(options, true));
+        ok(onnxp_options_set_resident_tables(options, true));
         // A policy that needs a directory without one fails at open.
         ok(onnxp_options_set_cache_policy(options, 2));
         let mut session = ptr::null();

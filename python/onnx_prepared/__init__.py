@@ -127,6 +127,10 @@ class SessionOptions:
       all of them);
     * ``map_weights``: map external data read-only and use aligned weights
       in place;
+    * ``resident_tables``: read large tables that only row gathers read
+      (embeddings) whole and keep them in memory; by default a run reads
+      the rows it picks from the model's data file and the table never
+      counts in the process's memory;
     * ``portable``: scalar kernels and portable layouts instead of the CPU's
       SIMD ones;
     * ``int8_activations``: quantize MatMulNBits activations to int8 where
@@ -143,6 +147,7 @@ class SessionOptions:
         "cache_policy",
         "memory_limits",
         "map_weights",
+        "resident_tables",
         "portable",
         "int8_activations",
         "io_workers",
@@ -158,6 +163,7 @@ class SessionOptions:
         self.cache_policy = None
         self.memory_limits = None
         self.map_weights = False
+        self.resident_tables = False
         self.portable = False
         self.int8_activations = False
         self.io_workers = 0

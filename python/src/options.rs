@@ -100,6 +100,7 @@ pub fn session_options(options: Option<&Bound<'_, PyAny>>) -> PyResult<SessionOp
         }
     }
     out.map_weights = extract::<bool>(options, "map_weights")?.unwrap_or(false);
+    out.tables_from_source = !extract::<bool>(options, "resident_tables")?.unwrap_or(false);
     out.resolve = ResolveOptions {
         cpu: if extract::<bool>(options, "portable")?.unwrap_or(false) {
             CpuFeatures::portable()

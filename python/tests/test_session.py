@@ -45,6 +45,26 @@ def test_first_run_streams_the_weights_in(tiny_llm):
     assert sess.is_hot() and sess.stats()["prepacks"] > 0
 
 
+def test_an_embedding_is_served_by_rows_unless_kept_resident(tiny_llm):
+    rows = onnx_prepared.InferenceSession(str(tiny_llm), one_thread())
+    opts = one_thread()
+    opts.resident_tables = True
+    resident = onnx_prepared.InferenceSession(str(tiny_llm), opts)
+    feeds = tiny_llm_feeds(3)
+    for got, want in zip(rows.run(None, feeds), resident.run(None, feeds)):
+        np.testing.assert_array_equal(got, want)
+    # A hot run reads its 3 embedding rows (512 f16 values each) from the
+    # data file; a resident table reads nothing.
+    before = (rows.stats()["source_bytes_read"], resident.stats()["source_bytes_read"])
+    rows.run(None, feeds)
+    resident.run(None, feeds)
+    assert rows.stats()["source_bytes_read"] - before[0] == 3 * 512 * 2
+    assert resident.stats()["source_bytes_read"] == before[1]
+    table = 8192 * 512 * 2
+    peaks = [s.stats()["peak_live_bytes"]["prepared"] for s in (rows, resident)]
+    assert peaks[0] + table <= peaks[1], peaks
+
+
 def test_memory_limits_are_applied_and_reported(tiny_llm):
     limit = 16 << 20  # the largest weight (the 8 MiB embedding) and some room
     sess = onnx_prepared.InferenceSession(

@@ -105,12 +105,16 @@ fn peak_rss_bytes() -> Option<u64> {
 
 /// `--limit DOMAIN=SIZE` (repeatable): a memory limit per domain
 /// (`preparation`, `prepared`, `execution`, `io`) or for all of them
-/// (`total`); sizes in bytes or with `KiB`, `MiB`, `GiB`, `kB`, `MB`, `GB`.
+/// (`total`); sizes in bytes or with `KiB`, `MiB`, `GiB`, `kB`, `MB`, `GB`;
+/// and `--resident-tables`.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct LimitArgs {
     /// A memory limit, e.g. `--limit preparation=4MiB` or `--limit total=64MiB` (repeatable; domains: preparation, prepared, execution, io, total).
     #[arg(long = "limit", value_name = "DOMAIN=SIZE", value_parser = parse_limit)]
     pub limits: Vec<(Option<onnx_prepared::Domain>, usize)>,
+    /// Read large tables that only row gathers read (embeddings) whole and keep them in memory, instead of reading the rows each run picks from the model's data file (then a run reads no file).
+    #[arg(long)]
+    pub resident_tables: bool,
 }
 
 fn parse_limit(s: &str) -> Result<(Option<onnx_prepared::Domain>, usize), String> {
@@ -169,7 +173,11 @@ impl LimitArgs {
                 Some(d) => b.with_domain(d, bytes),
                 None => b.with_global(bytes),
             });
-        SessionOptions { budget, ..options }
+        SessionOptions {
+            budget,
+            tables_from_source: options.tables_from_source && !self.resident_tables,
+            ..options
+        }
     }
 }
 

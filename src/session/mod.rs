@@ -295,6 +295,7 @@ impl RuntimeSession {
         }
         let mut state = PreparedExecutionState::new(plan, source, budget)
             .with_checksums(options.checksums)
+            .with_tables_from_source(options.tables_from_source)
             .with_unpersisted_eviction(options.unpersisted_eviction)
             .with_pack_threads(options.intra_op_threads);
         if let Some(w) = &writer {

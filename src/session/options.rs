@@ -101,6 +101,22 @@ pub struct SessionOptions {
     /// while it is mapped faults the process (SIGBUS) when the lost pages
     /// are touched, where a read would give an error.
     pub map_weights: bool,
+    /// Serve a table that only row gathers read (an embedding) of at least
+    /// [`ROW_TABLE_MIN_BYTES`](crate::limits::ROW_TABLE_MIN_BYTES) from its
+    /// source, row by row, instead of reading it whole and holding it
+    /// (default `true`): a run reads the rows it picks with positioned
+    /// reads (one per run of consecutive rows, served from the page cache
+    /// once read) straight into its output, so the table never counts in
+    /// the process's memory and the first step does not wait for it. Its
+    /// declared digest is still checked before first use, reading the
+    /// table in small pieces. Applies where the table is not used in place
+    /// from a mapping ([`map_weights`](Self::map_weights): a mapped table
+    /// faults in only the rows read) and no prepared cache is in use (the
+    /// cache persists the table, and a later process maps its entry and
+    /// faults in only the rows read). `false` keeps such tables resident:
+    /// no I/O during a run. Under a prepared-domain limit, a table larger
+    /// than the limit is served row by row either way.
+    pub tables_from_source: bool,
     /// Under a prepared-domain (or global) limit, what eviction does with a
     /// resident object the prepared cache has no entry for: write it first
     /// (the default), drop it and rebuild it from its sources when needed,
@@ -126,6 +142,7 @@ impl Default for SessionOptions {
             cache_policy: PreparedModelPolicy::Disabled,
             share_prepared: false,
             map_weights: false,
+            tables_from_source: true,
             unpersisted_eviction: UnpersistedEviction::default(),
         }
     }

@@ -17,9 +17,10 @@ pub enum PreparedObject {
     Source(Arc<Tensor>),
     /// A packed weight, for the kernel whose layout it is.
     Packed(Arc<PackedWeight>),
-    /// A table too large for the prepared arena's limit, read only by
-    /// operators that gather whole rows of it: each run reads the rows it
-    /// needs from the source. Holds no table bytes.
+    /// A table read only by operators that gather whole rows of it, too
+    /// large for the prepared arena's limit or served from its source by
+    /// choice: each run reads the rows it needs from the source. Holds no
+    /// table bytes.
     Rows(Arc<RowTable>),
 }
 
@@ -107,11 +108,13 @@ impl RowTable {
     }
 
     /// Writes the rows `indices` picks into `out` (shape `indices.shape +
-    /// dims[1..]`, prepared by the lowering): one positioned read per row.
+    /// dims[1..]`, prepared by the lowering): one positioned read per run
+    /// of consecutive rows, straight into `out` when the table is stored
+    /// in `out`'s element type (else through a buffer, decoded).
     ///
     /// # Errors
-    /// An index out of range, indices that are not integers, or a read that
-    /// fails.
+    /// An index out of range (nothing is read then), indices that are not
+    /// integers, or a read that fails.
     pub(crate) fn gather_into(
         &self,
         node: &str,
@@ -125,43 +128,106 @@ impl RowTable {
             }
             .into()
         };
-        let idx: Vec<i64> = match indices.data() {
-            DataRef::I64(v) => v.to_vec(),
-            DataRef::I32(v) => v.iter().map(|&i| i64::from(i)).collect(),
-            _ => return Err(kernel(format!("indices of type {}", indices.dtype().name()))),
-        };
         let rows = self.dims[0];
+        let picked = Picked::of(indices).ok_or_else(|| {
+            kernel(format!("indices of type {}", indices.dtype().name()))
+        })?;
+        if let Some(i) = (0..picked.len()).map(|k| picked.raw(k)).find(|&i| {
+            let row = if i < 0 { i + rows as i64 } else { i };
+            row < 0 || row >= rows as i64
+        }) {
+            return Err(kernel(format!(
+                "index {i} is out of range for axis of size {rows}"
+            )));
+        }
         let row_elems: usize = self.dims[1..].iter().product();
         let row_bytes = self
             .stored
             .byte_len(row_elems as u64)
             .and_then(|b| usize::try_from(b).ok())
             .ok_or_else(|| kernel("a row's size overflows".into()))?;
-        if out.len() != idx.len() * row_elems {
+        if out.len() != picked.len() * row_elems {
             return Err(kernel(format!(
                 "output of {} elements for {} rows of {row_elems}",
                 out.len(),
-                idx.len()
+                picked.len()
             )));
         }
-        let mut bytes = vec![0u8; idx.len() * row_bytes];
-        for (k, &i) in idx.iter().enumerate() {
-            let row = if i < 0 { i + rows as i64 } else { i };
-            if row < 0 || row >= rows as i64 {
-                return Err(kernel(format!(
-                    "index {i} is out of range for axis of size {rows}"
-                )));
-            }
-            self.source.read_range(
-                self.weight,
-                row as u64 * row_bytes as u64,
-                &mut bytes[k * row_bytes..(k + 1) * row_bytes],
-            )?;
+        let len = picked.len() * row_bytes;
+        if self.stored == out.dtype()
+            && let Some(bytes) = out.view_mut().into_le_bytes()
+            && bytes.len() == len
+        {
+            return self.read_rows(&picked, rows, row_bytes, bytes);
         }
+        let mut bytes = vec![0u8; len];
+        self.read_rows(&picked, rows, row_bytes, &mut bytes)?;
         let data = TensorData::decode(self.stored, &bytes, out.len())
             .filter(|d| d.dtype() == out.dtype())
             .ok_or_else(|| kernel(format!("rows of {} do not decode", self.stored.name())))?;
         out.set_data(data).map_err(|e| kernel(e.to_string()))
+    }
+
+    /// Reads rows `picked` (checked in range of `rows`) of `row_bytes`
+    /// each into `dst`, one positioned read per run of consecutive rows.
+    fn read_rows(
+        &self,
+        picked: &Picked<'_>,
+        rows: usize,
+        row_bytes: usize,
+        dst: &mut [u8],
+    ) -> Result<(), Error> {
+        let row = |k: usize| {
+            let i = picked.raw(k);
+            (if i < 0 { i + rows as i64 } else { i }) as u64
+        };
+        let mut k = 0;
+        while k < picked.len() {
+            let first = row(k);
+            let mut n = 1;
+            while k + n < picked.len() && row(k + n) == first + n as u64 {
+                n += 1;
+            }
+            self.source.read_range(
+                self.weight,
+                first * row_bytes as u64,
+                &mut dst[k * row_bytes..(k + n) * row_bytes],
+            )?;
+            k += n;
+        }
+        Ok(())
+    }
+}
+
+/// The indices of a row gather, as stored (no copy).
+enum Picked<'a> {
+    I64(&'a [i64]),
+    I32(&'a [i32]),
+}
+
+impl<'a> Picked<'a> {
+    /// `indices`' elements; `None` unless they are `int64` or `int32`.
+    fn of(indices: &'a Tensor) -> Option<Self> {
+        match indices.data() {
+            DataRef::I64(v) => Some(Self::I64(v)),
+            DataRef::I32(v) => Some(Self::I32(v)),
+            _ => None,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::I64(v) => v.len(),
+            Self::I32(v) => v.len(),
+        }
+    }
+
+    /// Index `k` as given (may be negative).
+    fn raw(&self, k: usize) -> i64 {
+        match self {
+            Self::I64(v) => v[k],
+            Self::I32(v) => i64::from(v[k]),
+        }
     }
 }
 

@@ -34,7 +34,7 @@ use crate::Error;
 use crate::cache::{Decoded, PersistSink, PreparedModelPolicy, PreparedModelStore};
 use crate::arena::{Domain, MemoryBudget, PreparationArena, PreparedArena, Reservation};
 use crate::error::RunError;
-use crate::limits::ROW_TABLE_CHECK_PIECE_BYTES;
+use crate::limits::{ROW_TABLE_CHECK_PIECE_BYTES, ROW_TABLE_MIN_BYTES};
 use crate::model::{
     ChecksumPolicy, Operand, PayloadSource, RequirementIndex, WeightDescriptor, WeightId,
     read_verified, verify, verify_in_pieces,
@@ -164,6 +164,9 @@ pub(super) struct Producer {
     source: Arc<dyn PayloadSource>,
     /// Whether reads verify declared digests.
     checksums: ChecksumPolicy,
+    /// Whether large tables only row gathers read are served from their
+    /// source (see [`Self::row_table`]).
+    tables_from_source: bool,
     /// Per requirement, why its latest failed generation failed (cold).
     failures: Box<[Lock<Option<String>>]>,
     /// The plan's prepared cache.
@@ -220,7 +223,14 @@ impl Producer {
             plan,
             source,
             checksums,
+            tables_from_source: false,
         }
+    }
+
+    /// Sets whether large tables only row gathers read are served row by
+    /// row from their source (off by default).
+    pub(super) fn set_tables_from_source(&mut self, on: bool) {
+        self.tables_from_source = on;
     }
 
     /// Sets whether reads verify declared weight digests.
@@ -606,25 +616,32 @@ impl Producer {
     }
 
     /// A row table for `r` (served from its source, see
-    /// [`PreparedObject::Rows`]) when `r` is a source used as is, larger
-    /// than the prepared domain's limit, that only operators gathering
-    /// whole rows read (never a graph output), and the source reads
-    /// ranges; else `None`.
+    /// [`PreparedObject::Rows`]) when `r` is a source used as is that only
+    /// operators gathering whole rows read (never a graph output), the
+    /// source reads ranges, and either the table is larger than the
+    /// prepared domain's limit, or tables are served from their source,
+    /// no prepared cache is attached, and this one has at least
+    /// [`ROW_TABLE_MIN_BYTES`] and is not offered in place (a mapped table
+    /// faults in only the rows a run reads anyway); else `None`.
     fn row_table(&self, r: RequirementId) -> Option<RowTable> {
         let resolved = self.plan.resolved();
         let requirement = &resolved.requirements()[r.0 as usize];
         let [w] = requirement.sources[..] else {
             return None;
         };
-        // Only under a prepared-domain limit (the whole table is read once
-        // to verify it, which a global limit would refuse too) and from a
-        // source that reads ranges.
         if requirement.prepack.is_some() || !self.source.reads_ranges() {
             return None;
         }
         let d = &resolved.model().weights()[w.index()];
         let bytes = d.element_type().compute().byte_len(d.element_count())?;
-        if bytes <= self.prepared.limit() as u64 {
+        let over_limit = bytes > self.prepared.limit() as u64;
+        // With a prepared cache the table is persisted instead: a later
+        // process maps its entry and faults in only the rows it reads.
+        let served = self.tables_from_source
+            && self.cache.is_none()
+            && bytes >= ROW_TABLE_MIN_BYTES
+            && self.source.shared(w).is_none();
+        if !over_limit && !served {
             return None;
         }
         let me = Operand::Prepared(RequirementIndex(r.0));

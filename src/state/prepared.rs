@@ -127,6 +127,14 @@ impl PreparedExecutionState {
         self
     }
 
+    /// Serves large tables that only row gathers read (an embedding) row
+    /// by row from their source instead of holding them (default off; see
+    /// [`SessionOptions::tables_from_source`](crate::session::SessionOptions::tables_from_source)).
+    pub fn with_tables_from_source(mut self, on: bool) -> Self {
+        self.producer.set_tables_from_source(on);
+        self
+    }
+
     /// Sends the prepared cache's persist jobs to `sink` instead of running
     /// them on the producing thread.
     pub fn with_persist_sink(mut self, sink: Arc<dyn crate::cache::PersistSink>) -> Self {

@@ -358,6 +358,35 @@ impl TensorData {
     }
 }
 
+impl<'a> DataMut<'a> {
+    /// The elements' bytes, which are their little-endian encoding (as
+    /// ONNX stores them) on a little-endian machine, for a reader that
+    /// fills them straight from storage. `None` for `Bool` (not every byte
+    /// is a valid `bool`) and on a big-endian machine. A checked cast
+    /// (zerocopy), no `unsafe`.
+    pub fn into_le_bytes(self) -> Option<&'a mut [u8]> {
+        use zerocopy::IntoBytes;
+        if cfg!(target_endian = "big") {
+            return None;
+        }
+        Some(match self {
+            Self::F32(v) => v.as_mut_bytes(),
+            Self::F64(v) => v.as_mut_bytes(),
+            Self::F16(v) => v.as_mut_bytes(),
+            Self::BF16(v) => v.as_mut_bytes(),
+            Self::I8(v) => v.as_mut_bytes(),
+            Self::I16(v) => v.as_mut_bytes(),
+            Self::I32(v) => v.as_mut_bytes(),
+            Self::I64(v) => v.as_mut_bytes(),
+            Self::U8(v) => v,
+            Self::U16(v) => v.as_mut_bytes(),
+            Self::U32(v) => v.as_mut_bytes(),
+            Self::U64(v) => v.as_mut_bytes(),
+            Self::Bool(_) => return None,
+        })
+    }
+}
+
 /// The elements of a shared tensor as `T`: `None` when the range leaves
 /// `bytes` or its start is misaligned for `T`. A checked cast (zerocopy,
 /// which `half` implements for `f16` and `bf16`), no `unsafe`.

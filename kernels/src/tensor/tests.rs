@@ -191,3 +191,28 @@ fn zeros_start_on_a_cache_line_and_are_written_in_place() {
     assert!(Tensor::zeros(T::F32, vec![usize::MAX, 2]).is_err());
     assert!(Tensor::zeros(T::F64, vec![usize::MAX / 4]).is_err());
 }
+
+#[test]
+fn element_bytes_are_written_as_onnx_stores_them() {
+    // Bytes written through the view read back as the little-endian
+    // values they encode (what a row read from storage writes).
+    let mut t = Tensor::zeros(ElementType::F16, vec![2]).unwrap();
+    let raw: Vec<u8> = [1.5f32, -2.0]
+        .iter()
+        .flat_map(|&x| f16::from_f32(x).to_le_bytes())
+        .collect();
+    t.view_mut().into_le_bytes().unwrap().copy_from_slice(&raw);
+    assert_eq!(
+        t.as_f16().unwrap(),
+        [f16::from_f32(1.5), f16::from_f32(-2.0)]
+    );
+    let mut i = Tensor::from_i64(vec![1], vec![0]).unwrap();
+    i.view_mut()
+        .into_le_bytes()
+        .unwrap()
+        .copy_from_slice(&(-3i64).to_le_bytes());
+    assert_eq!(i.as_i64().unwrap(), [-3]);
+    // Not every byte is a `bool`.
+    let mut b = Tensor::zeros(ElementType::Bool, vec![1]).unwrap();
+    assert!(b.view_mut().into_le_bytes().is_none());
+}

@@ -1,0 +1,132 @@
+//! A large table that only `Gather` (axis 0) reads — tiny-llm's 8 MiB f16
+//! embedding — is served row by row from the model's data file by default:
+//! the session never holds it, a run reads exactly the rows its indices
+//! pick, the outputs are bit-identical to a session that keeps the table
+//! resident, and a data file cut under a running session is a typed error,
+//! not a crash.
+
+mod common;
+
+use onnx_prepared::arena::Domain;
+use onnx_prepared::{ErrorKind, RuntimeContext, RuntimeSession, SessionOptions, Tensor};
+
+/// tiny-llm's embedding: 8192 rows of 512 f16 values.
+const ROW_BYTES: u64 = 512 * 2;
+const TABLE_BYTES: usize = 8192 * 512 * 2;
+
+fn open(model: &std::path::Path, tables_from_source: bool) -> RuntimeSession {
+    RuntimeSession::open(
+        model,
+        SessionOptions {
+            cpu_threads: 1,
+            io_workers: 1,
+            tables_from_source,
+            ..SessionOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+fn bits(outputs: &[(String, Tensor)]) -> Vec<Vec<u32>> {
+    outputs
+        .iter()
+        .map(|(_, t)| t.as_f32().unwrap().iter().map(|x| x.to_bits()).collect())
+        .collect()
+}
+
+/// A prefill of 8 tokens with `ids` as its input ids.
+fn run_ids(
+    session: &RuntimeSession,
+    ids: &[i64],
+) -> Result<Vec<(String, Tensor)>, onnx_prepared::Error> {
+    let mut ctx = RuntimeContext::new(session);
+    for (name, t) in common::tiny_llm_prefill(ids.len()) {
+        let t = if name == "input_ids" {
+            Tensor::from_i64(t.shape().to_vec(), ids.to_vec()).unwrap()
+        } else {
+            t
+        };
+        ctx = ctx.with_input(&name, t).unwrap();
+    }
+    Ok(session.run(ctx).map_err(|e| e.error)?.outputs().to_vec())
+}
+
+#[test]
+fn a_gathered_embedding_is_served_by_rows_with_identical_outputs() {
+    let dir = common::tempdir();
+    let model = common::tiny_llm_in(dir.path());
+    let rows = open(&model, true);
+    let resident = open(&model, false);
+    // Two runs of consecutive ids (one read) and one of scattered, repeated
+    // and negative ones (one read per run of consecutive rows).
+    let ids: [&[i64]; 2] = [
+        &[10, 11, 12, 13, 14, 15, 16, 17],
+        &[8191, 0, 5, 5, -1, 42, 43, 7],
+    ];
+    for ids in ids {
+        assert_eq!(
+            bits(&run_ids(&rows, ids).unwrap()),
+            bits(&run_ids(&resident, ids).unwrap()),
+            "{ids:?}"
+        );
+    }
+
+    // A hot run reads its 8 rows and nothing else; the resident table
+    // reads nothing.
+    let (before, kept) = (
+        rows.preparation_stats().source_bytes_read,
+        resident.preparation_stats().source_bytes_read,
+    );
+    run_ids(&rows, &[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+    run_ids(&resident, &[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+    assert_eq!(
+        rows.preparation_stats().source_bytes_read - before,
+        8 * ROW_BYTES
+    );
+    assert_eq!(resident.preparation_stats().source_bytes_read, kept);
+
+    // The table is never held: the prepared domain peaks a whole table
+    // lower.
+    let peak = |s: &RuntimeSession| s.memory().domain(Domain::Prepared).peak;
+    assert!(
+        peak(&rows) + TABLE_BYTES <= peak(&resident),
+        "prepared peak {} served by rows, {} resident",
+        peak(&rows),
+        peak(&resident)
+    );
+
+    // An index outside the table is a typed error naming the gather, read
+    // before anything is read.
+    let before = rows.preparation_stats().source_bytes_read;
+    let err = run_ids(&rows, &[0, 1, 2, 8192, 4, 5, 6, 7]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Kernel, "{err}");
+    assert!(err.to_string().contains("out of range"), "{err}");
+    assert_eq!(rows.preparation_stats().source_bytes_read, before);
+}
+
+#[test]
+fn a_data_file_cut_under_a_served_table_is_a_typed_error() {
+    let dir = common::tempdir();
+    let model = common::tiny_llm_in(dir.path());
+    let data = model.with_extension("data");
+    let session = open(&model, true);
+    let ids = [3, 1, 4, 1, 5, 9, 2, 6];
+    let want = bits(&run_ids(&session, &ids).unwrap());
+
+    // Every other weight is resident; only the embedding's rows are read
+    // from the file now.
+    let bytes = std::fs::read(&data).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&data)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let err = run_ids(&session, &ids).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Payload, "{err}");
+    assert!(err.to_string().contains("embed.weight"), "{err}");
+
+    // The same bytes back: the session serves the rows again.
+    std::fs::write(&data, &bytes).unwrap();
+    assert_eq!(bits(&run_ids(&session, &ids).unwrap()), want);
+}
