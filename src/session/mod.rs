@@ -555,7 +555,8 @@ impl RuntimeSession {
 /// [`RuntimeSession::preparation_stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PreparationStats {
-    /// Bytes of source weights read.
+    /// Bytes of source weights read (the rows runs read from a table
+    /// served by rows included).
     pub source_bytes_read: u64,
     /// Source bytes read again (per weight, beyond its size): sources of
     /// objects rebuilt after an eviction, and the rows a table served row
