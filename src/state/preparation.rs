@@ -490,27 +490,36 @@ impl Producer {
     ) -> Result<(), Error> {
         match self.build(&claim, r, inputs) {
             Ok((object, bytes, packed_here)) => {
-                let persist = packed_here
+                let job = packed_here
                     .then(|| object.object.to_persist())
-                    .flatten();
+                    .flatten()
+                    .zip(self.cache.as_ref())
+                    .and_then(|(object, cache)| {
+                        cache.persist_job(
+                            self.plan.resolved().model(),
+                            &self.plan.resolved().requirements()[r.0 as usize],
+                            object,
+                        )
+                    });
+                // A background write is submitted before the object is
+                // published: whoever sees the object (a run that then
+                // finishes, and a flush of the cache after it) sees the
+                // write pending. It runs off the critical path either way.
+                let job = match (job, &self.sink) {
+                    (Some(job), Some(sink)) => {
+                        sink.submit(job);
+                        None
+                    }
+                    (job, _) => job,
+                };
                 claim.publish(ResidentObject::new(object), bytes);
                 if let Ok(reads) = self.reads_of(r) {
                     inputs.settled(self, r, reads);
                 }
-                // The object is published first; its cache write follows
-                // off the critical path.
-                if let (Some(object), Some(cache)) = (persist, &self.cache)
-                    && let Some(job) = cache.persist_job(
-                        self.plan.resolved().model(),
-                        &self.plan.resolved().requirements()[r.0 as usize],
-                        object,
-                    )
-                {
-                    match &self.sink {
-                        Some(sink) => sink.submit(job),
-                        // Reported in the cache's diagnostics.
-                        None => drop(job.run()),
-                    }
+                // Without a sink the write runs here, after the publish
+                // (reported in the cache's diagnostics).
+                if let Some(job) = job {
+                    drop(job.run());
                 }
                 Ok(())
             }
