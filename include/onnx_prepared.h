@@ -452,6 +452,18 @@ OnnxpError *onnxp_options_set_pin_threads(OnnxpOptions *options, bool pin);
 // `options` is NULL or live.
 OnnxpError *onnxp_options_set_map_weights(OnnxpOptions *options, bool map);
 
+// Reads large tables that only row gathers read (embeddings) whole and
+// keeps them in memory (`resident` true), instead of reading the rows
+// each run picks from the model's data file (the default: such a table
+// never counts in the process's memory, and a run reads one row per
+// token).
+//
+// Thread safety: not with other calls on the same options.
+//
+// # Safety
+// `options` is NULL or live.
+OnnxpError *onnxp_options_set_resident_tables(OnnxpOptions *options, bool resident);
+
 // Caps the live bytes of `domain` (an `OnnxpMemoryDomain` value) at
 // `bytes`; `UINT64_MAX` removes the limit. An allocation the limit refuses
 // fails with `ONNXP_ERROR_KIND_BUDGET` (reads wait for room instead).
