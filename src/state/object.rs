@@ -132,12 +132,10 @@ impl RowTable {
         let picked = Picked::of(indices).ok_or_else(|| {
             kernel(format!("indices of type {}", indices.dtype().name()))
         })?;
-        if let Some(i) = (0..picked.len()).map(|k| picked.raw(k)).find(|&i| {
-            let row = if i < 0 { i + rows as i64 } else { i };
-            row < 0 || row >= rows as i64
-        }) {
+        if let Some(k) = (0..picked.len()).find(|&k| picked.row(k, rows).is_none()) {
             return Err(kernel(format!(
-                "index {i} is out of range for axis of size {rows}"
+                "index {} is out of range for axis of size {rows}",
+                picked.raw(k)
             )));
         }
         let row_elems: usize = self.dims[1..].iter().product();
@@ -177,10 +175,8 @@ impl RowTable {
         row_bytes: usize,
         dst: &mut [u8],
     ) -> Result<(), Error> {
-        let row = |k: usize| {
-            let i = picked.raw(k);
-            (if i < 0 { i + rows as i64 } else { i }) as u64
-        };
+        // In range (checked by the caller): 0 is never read.
+        let row = |k: usize| picked.row(k, rows).unwrap_or(0);
         let mut k = 0;
         while k < picked.len() {
             let first = row(k);
@@ -228,6 +224,14 @@ impl<'a> Picked<'a> {
             Self::I64(v) => v[k],
             Self::I32(v) => i64::from(v[k]),
         }
+    }
+
+    /// The row index `k` picks in a table of `rows` rows (a negative index
+    /// counts from the end); `None` when it is out of range.
+    fn row(&self, k: usize, rows: usize) -> Option<u64> {
+        let i = self.raw(k);
+        let row = if i < 0 { i + rows as i64 } else { i };
+        u64::try_from(row).ok().filter(|&r| r < rows as u64)
     }
 }
 
