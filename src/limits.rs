@@ -72,6 +72,17 @@ pub const ROW_TABLE_MIN_BYTES: u64 = 1 << 20;
 /// digest checked or recorded): the check holds one piece, never the table.
 pub const ROW_TABLE_CHECK_PIECE_BYTES: usize = 64 << 10;
 
+/// Bytes of sources a packing that takes rows reads per piece (whole
+/// rows, at least one tile of them): preparation holds one piece per
+/// packing instead of the sources whole.
+pub const PACK_PIECE_BYTES: usize = 1 << 20;
+
+/// Bytes of sources from which a packing that takes rows reads them itself,
+/// in pieces of [`PACK_PIECE_BYTES`], instead of through read tasks that
+/// run ahead of it (which hold every source they read until its packing
+/// ran).
+pub const PACK_IN_PIECES_MIN_BYTES: u64 = 128 << 10;
+
 /// Physical memory assumed where the system does not report it (non-Linux
 /// systems, or `/proc/meminfo` unreadable).
 pub const FALLBACK_PHYSICAL_MEMORY_BYTES: u64 = 8 << 30;

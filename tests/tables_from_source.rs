@@ -27,13 +27,6 @@ fn open(model: &std::path::Path, tables_from_source: bool) -> RuntimeSession {
     .unwrap()
 }
 
-fn bits(outputs: &[(String, Tensor)]) -> Vec<Vec<u32>> {
-    outputs
-        .iter()
-        .map(|(_, t)| t.as_f32().unwrap().iter().map(|x| x.to_bits()).collect())
-        .collect()
-}
-
 /// A prefill of 8 tokens with `ids` as its input ids.
 fn run_ids(
     session: &RuntimeSession,
@@ -65,8 +58,8 @@ fn a_gathered_embedding_is_served_by_rows_with_identical_outputs() {
     ];
     for ids in ids {
         assert_eq!(
-            bits(&run_ids(&rows, ids).unwrap()),
-            bits(&run_ids(&resident, ids).unwrap()),
+            common::f32_bits(&run_ids(&rows, ids).unwrap()),
+            common::f32_bits(&run_ids(&resident, ids).unwrap()),
             "{ids:?}"
         );
     }
@@ -111,7 +104,7 @@ fn a_data_file_cut_under_a_served_table_is_a_typed_error() {
     let data = model.with_extension("data");
     let session = open(&model, true);
     let ids = [3, 1, 4, 1, 5, 9, 2, 6];
-    let want = bits(&run_ids(&session, &ids).unwrap());
+    let want = common::f32_bits(&run_ids(&session, &ids).unwrap());
 
     // Every other weight is resident; only the embedding's rows are read
     // from the file now.
@@ -128,5 +121,5 @@ fn a_data_file_cut_under_a_served_table_is_a_typed_error() {
 
     // The same bytes back: the session serves the rows again.
     std::fs::write(&data, &bytes).unwrap();
-    assert_eq!(bits(&run_ids(&session, &ids).unwrap()), want);
+    assert_eq!(common::f32_bits(&run_ids(&session, &ids).unwrap()), want);
 }

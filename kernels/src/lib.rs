@@ -25,6 +25,7 @@ mod vector;
 pub use error::KernelError;
 pub use op::{
     Attributes, CpuFeatures, InputInfo, KernelOptions, NodeSpec, Operator, OutputInfo, Prepack,
+    RowPacking,
 };
 pub use packed::{PackedPart, PackedWeight, SharedBytes};
 pub use par::{ParallelFor, Sequential, for_each_chunk_mut};

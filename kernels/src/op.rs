@@ -8,7 +8,7 @@
 
 use std::fmt::Debug;
 
-use crate::{ElementType, KernelError, PackedWeight, ParallelFor, Tensor};
+use crate::{DataRef, ElementType, KernelError, PackedWeight, ParallelFor, Tensor};
 
 /// Attribute access for one node, independent of the protobuf types.
 ///
@@ -199,6 +199,45 @@ pub trait Prepack: Send + Sync + Debug {
         let _ = shapes;
         None
     }
+    /// A packing that takes its sources a range of rows at a time, for
+    /// sources of these shapes and element types (in `consumes` order, as
+    /// [`Prepack::prepare`] would receive them), so that a runtime can read
+    /// a large weight in pieces instead of holding it whole. Cheap: nothing
+    /// is allocated before the first piece. `None` (the default): only
+    /// whole sources. A shape or type `prepare` refuses is an error.
+    fn in_rows(
+        &self,
+        sources: &[(&[usize], ElementType)],
+    ) -> Option<Result<Box<dyn RowPacking>, KernelError>> {
+        let _ = sources;
+        None
+    }
+}
+
+/// A packing fed a range of rows at a time ([`Prepack::in_rows`]). Each
+/// consumed source, its elements in storage order, is [`rows`](Self::rows)
+/// rows of equal length; [`pack`](Self::pack) takes the next rows of every
+/// source, in order, and [`finish`](Self::finish) gives the object
+/// [`Prepack::prepare`] makes from the whole sources, byte for byte.
+pub trait RowPacking: Send + Debug {
+    /// Rows of every source.
+    fn rows(&self) -> usize;
+    /// A piece holds a multiple of this many rows, except the last one.
+    fn align(&self) -> usize;
+    /// Packs the next `pieces[i].len() / (elements of source i) * rows`
+    /// rows (the same count for every source), `pieces` in `consumes`
+    /// order; a large piece may be packed in parallel on `par`.
+    ///
+    /// # Errors
+    /// Pieces of unequal row counts, a count that is not a multiple of
+    /// [`align`](Self::align) before the last rows, past the last row, or
+    /// of the wrong type.
+    fn pack(&mut self, pieces: &[DataRef<'_>], par: &dyn ParallelFor) -> Result<(), KernelError>;
+    /// The packed object.
+    ///
+    /// # Errors
+    /// Rows were left unpacked.
+    fn finish(self: Box<Self>) -> Result<PackedWeight, KernelError>;
 }
 
 /// A resolved operator: attributes parsed and checked, ready to infer shapes

@@ -3,6 +3,7 @@
 //! mapping of a prepared-cache payload.
 
 use std::fmt::Debug;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use crate::{ElementType, KernelError, TensorData, ZeroedBlock};
@@ -195,11 +196,38 @@ impl PackedElement for f32 {
     }
 }
 
-/// A part of `len` elements written by `write` over zeros, in a
-/// [`ZeroedBlock`] of its own when that is [`crate::tensor::LARGE_BLOCK`]
-/// bytes or more (huge pages where the system has them: the write, the
-/// block's first touch, faults 2 MiB at a time); `None` for a smaller
-/// part (or on a big-endian target), which the caller keeps in a vector.
+/// A zeroed block of its own for a part of `len` elements when that is
+/// [`crate::tensor::LARGE_BLOCK`] bytes or more (huge pages where the
+/// system has them: the part's first write, which is the block's first
+/// touch, faults 2 MiB at a time); `None` for a smaller part (or on a
+/// big-endian target: a part viewed in place must be little-endian,
+/// [`PackedPart::mapped`]), which the caller keeps in a vector.
+///
+/// # Errors
+/// [`KernelError::Allocation`] when the system refuses the block.
+fn large_block<T: PackedElement>(
+    op: &'static str,
+    len: usize,
+) -> Option<Result<ZeroedBlock, KernelError>> {
+    let bytes = len.saturating_mul(size_of::<T>());
+    if bytes < crate::tensor::LARGE_BLOCK || cfg!(target_endian = "big") {
+        return None;
+    }
+    Some(ZeroedBlock::zeroed(bytes, 64).ok_or(KernelError::Allocation { op, bytes }))
+}
+
+/// The elements of a large part's block.
+fn block_elements<'a, T: PackedElement>(
+    op: &'static str,
+    block: &'a mut ZeroedBlock,
+) -> Result<&'a mut [T], KernelError> {
+    let bytes = block.bytes().len();
+    <[T] as zerocopy::FromBytes>::mut_from_bytes(block.bytes_mut())
+        .map_err(|_| KernelError::Allocation { op, bytes })
+}
+
+/// A part of `len` elements written by `write` over zeros, in a block of
+/// its own when large ([`large_block`]); `None` for a smaller part.
 ///
 /// # Errors
 /// [`KernelError::Allocation`] when the system refuses the block.
@@ -208,20 +236,86 @@ pub(crate) fn large_part<T: PackedElement>(
     len: usize,
     write: impl FnOnce(&mut [T]),
 ) -> Option<Result<PackedPart, KernelError>> {
-    let bytes = len.saturating_mul(size_of::<T>());
-    // A part viewed in place must be little-endian (`PackedPart::mapped`).
-    if bytes < crate::tensor::LARGE_BLOCK || cfg!(target_endian = "big") {
-        return None;
+    let part = large_block::<T>(op, len)?.and_then(|mut block| {
+        write(block_elements(op, &mut block)?);
+        PackedPart::mapped(T::DTYPE, Arc::new(block), 0, len).ok_or(KernelError::Allocation {
+            op,
+            bytes: len.saturating_mul(size_of::<T>()),
+        })
+    });
+    Some(part)
+}
+
+/// A packed part of `len` elements written a range at a time, each
+/// element once, nothing zeroed first (packed objects are most of a
+/// model): a block of its own when large ([`large_block`]), else a
+/// vector's reserved room.
+#[derive(Debug)]
+pub(crate) struct PartWriter<T: PackedElement> {
+    op: &'static str,
+    len: usize,
+    store: PartStore<T>,
+}
+
+#[derive(Debug)]
+enum PartStore<T> {
+    Block(ZeroedBlock),
+    Vec(Vec<T>),
+}
+
+impl<T: PackedElement> PartWriter<T> {
+    /// Room for a part of `len` elements.
+    ///
+    /// # Errors
+    /// [`KernelError::Allocation`] when the system refuses the memory.
+    pub(crate) fn new(op: &'static str, len: usize) -> Result<Self, KernelError> {
+        let store = match large_block::<T>(op, len) {
+            Some(block) => PartStore::Block(block?),
+            None => PartStore::Vec(crate::scratch::with_capacity(op, len)?),
+        };
+        Ok(Self { op, len, store })
     }
-    let refused = KernelError::Allocation { op, bytes };
-    let Some(mut block) = ZeroedBlock::zeroed(bytes, 64) else {
-        return Some(Err(refused));
-    };
-    let Ok(elements) = <[T] as zerocopy::FromBytes>::mut_from_bytes(block.bytes_mut()) else {
-        return Some(Err(refused));
-    };
-    write(elements);
-    Some(PackedPart::mapped(T::DTYPE, Arc::new(block), 0, len).ok_or(refused))
+
+    /// The part's elements, to be written (a block's are zeroed, a
+    /// vector's not yet initialized).
+    ///
+    /// # Errors
+    /// [`KernelError::Allocation`] if a block's bytes cannot be viewed as
+    /// elements (not reached: blocks are aligned to 64 bytes).
+    pub(crate) fn elements(&mut self) -> Result<&mut [MaybeUninit<T>], KernelError> {
+        match &mut self.store {
+            PartStore::Block(block) => {
+                let elements = block_elements::<T>(self.op, block)?;
+                // SAFETY: `MaybeUninit<T>` has `T`'s size and alignment,
+                // and the elements are initialized (zeroed); the writers
+                // (`finish`'s contract) only store initialized values, so
+                // they stay so.
+                Ok(unsafe { &mut *(std::ptr::from_mut(elements) as *mut [MaybeUninit<T>]) })
+            }
+            PartStore::Vec(v) => Ok(&mut v.spare_capacity_mut()[..self.len]),
+        }
+    }
+
+    /// The finished part.
+    ///
+    /// # Safety
+    /// Every element of [`elements`](Self::elements) was written, and no
+    /// write stored an uninitialized value.
+    pub(crate) unsafe fn finish(self) -> Result<PackedPart, KernelError> {
+        match self.store {
+            PartStore::Block(block) => PackedPart::mapped(T::DTYPE, Arc::new(block), 0, self.len)
+                .ok_or(KernelError::Allocation {
+                    op: self.op,
+                    bytes: self.len.saturating_mul(size_of::<T>()),
+                }),
+            PartStore::Vec(mut v) => {
+                // SAFETY: `new` reserved `len` elements and the caller
+                // wrote every one of them (this function's contract).
+                unsafe { v.set_len(self.len) };
+                Ok(T::owned(v).into())
+            }
+        }
+    }
 }
 
 /// A part of `len` elements written by `write` over zeros: a block of its

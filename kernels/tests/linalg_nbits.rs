@@ -383,3 +383,91 @@ fn nbits_errors() {
     .expect("reference");
     assert_close(&got, &want, TOL, "unpacked weights");
 }
+
+/// Rows `rows` (cut at `n`) of a source of `n` rows, viewed in place.
+fn rows_of(data: DataRef<'_>, n: usize, rows: std::ops::Range<usize>) -> DataRef<'_> {
+    let per_row = data.len() / n;
+    let at = rows.start * per_row..rows.end.min(n) * per_row;
+    match data {
+        DataRef::U8(v) => DataRef::U8(&v[at]),
+        DataRef::F32(v) => DataRef::F32(&v[at]),
+        DataRef::F16(v) => DataRef::F16(&v[at]),
+        other => panic!("no rows of {}", other.dtype()),
+    }
+}
+
+#[test]
+fn a_4_bit_weight_packed_in_pieces_of_rows_is_the_whole_packing() {
+    let mut rng = Rng(12);
+    for (label, cpu) in cpus() {
+        for (k, n, zp, f16_scales) in [
+            (40, 21, Zp::None, false),
+            (64, 50, Zp::U8, true),
+            (100, 37, Zp::F32, false),
+            (1003, 301, Zp::U8, false),
+        ] {
+            let mut case = nbits_case(&mut rng, &[1, k], n, 32, zp, false);
+            if f16_scales {
+                let s = case.inputs[2].take().expect("scales");
+                let halves = s
+                    .as_f32()
+                    .expect("f32")
+                    .iter()
+                    .map(|&x| half::f16::from_f32(x))
+                    .collect();
+                case.inputs[2] =
+                    Some(Tensor::new(s.shape().to_vec(), TensorData::F16(halves)).expect("f16"));
+            }
+            let (op, consts) = nbits_operator(&case, cpu);
+            let (_, whole) = prepack(&*op, &case.inputs, consts, cpu).expect("packs");
+            let pre = op
+                .prepack(&infos(&case.inputs, consts), cpu)
+                .expect("prepack");
+            let sources: Vec<&Tensor> = consts
+                .iter()
+                .map(|&i| case.inputs[i].as_ref().expect("source"))
+                .collect();
+            let shapes: Vec<(&[usize], ElementType)> =
+                sources.iter().map(|t| (t.shape(), t.dtype())).collect();
+            // Pieces of one tile, three tiles, then the rest (a partial
+            // tile at the end), or all rows in one piece.
+            for firsts in [vec![1, 3], vec![], vec![2]] {
+                let mut rows = pre.in_rows(&shapes).expect("packs in rows").expect("rows");
+                assert_eq!(rows.rows(), n, "{label}");
+                let t = rows.align();
+                let mut at = 0;
+                let mut pieces: Vec<usize> = firsts.iter().map(|f| f * t).collect();
+                pieces.push(n.saturating_sub(pieces.iter().sum()));
+                for len in pieces {
+                    let end = (at + len).min(n);
+                    let views: Vec<DataRef<'_>> = sources
+                        .iter()
+                        .map(|s| rows_of(s.data(), n, at..end))
+                        .collect();
+                    rows.pack(&views, &Reversed).expect("piece packs");
+                    at = end;
+                }
+                let packed = rows.finish().expect("finished");
+                assert_eq!(packed, whole, "{label} K={k} N={n} pieces {firsts:?}");
+            }
+            // A piece that is not whole tiles, rows past N, unequal
+            // pieces, and an unfinished packing are errors.
+            let mut rows = pre.in_rows(&shapes).expect("rows").expect("rows");
+            let t = rows.align();
+            let cut = |r: std::ops::Range<usize>| -> Vec<DataRef<'_>> {
+                sources
+                    .iter()
+                    .map(|s| rows_of(s.data(), n, r.clone()))
+                    .collect()
+            };
+            assert!(rows.pack(&cut(0..t + 1), &Reversed).is_err(), "{label}");
+            let mut uneven = cut(0..t);
+            uneven[1] = rows_of(sources[1].data(), n, 0..2 * t);
+            assert!(rows.pack(&uneven, &Reversed).is_err(), "{label}");
+            rows.pack(&cut(0..t), &Reversed).expect("a tile");
+            assert!(rows.pack(&cut(0..n), &Reversed).is_err(), "{label}: past N");
+            let err = rows.finish().expect_err("unfinished");
+            assert!(err.to_string().contains("columns"), "{err}");
+        }
+    }
+}

@@ -37,7 +37,7 @@ pub use payload::{
     ChecksumPolicy, FaultInjectingSource, FileSource, MmapSource, PayloadSource, ReadCounters,
     ReadFault, read_to_vec,
 };
-pub(crate) use payload::{read_verified, verify, verify_in_pieces};
+pub(crate) use payload::{PieceReader, read_verified, verify, verify_in_pieces};
 pub(crate) use resolve::hash_source_identity;
 pub use resolve::{
     InlineId, Operand, PayloadManifest, PreparedKey, Requirement, RequirementIndex, ResolveOptions,

@@ -114,10 +114,10 @@ pub(crate) fn read_verified(
 }
 
 /// Reads `weight` through `source` in pieces of at most `piece.len()` bytes
-/// (positioned reads), hashing as it goes, and checks the declared digest
-/// under `policy`: a table served row by row is verified without ever
-/// being held whole. Reads nothing when there is nothing to check and no
-/// digest is wanted. Returns the SHA-256 of the bytes when one was computed.
+/// ([`PieceReader`]) and checks the declared digest under `policy`: a
+/// table served row by row is verified without ever being held whole.
+/// Reads nothing when there is nothing to check and no digest is wanted.
+/// Returns the SHA-256 of the bytes when one was computed.
 ///
 /// # Errors
 /// A read that fails or comes up short, or a digest that does not match.
@@ -131,26 +131,96 @@ pub(crate) fn verify_in_pieces(
     policy: ChecksumPolicy,
     want_digest: bool,
 ) -> Result<Option<[u8; 32]>, PayloadError> {
-    use sha2::{Digest, Sha256};
-    let check = policy == ChecksumPolicy::Strict && weight.declares_digest();
-    if !check && !want_digest {
+    let mut reader = PieceReader::new(source, weight, policy, want_digest);
+    if !reader.hashes() {
         return Ok(None);
     }
-    let mut hasher = Sha256::new();
     let len = weight.byte_len();
-    let mut start = 0u64;
-    while start < len {
-        let n = usize::try_from(len - start).map_or(piece.len(), |rest| rest.min(piece.len()));
+    while reader.at < len {
+        let n = usize::try_from(len - reader.at).map_or(piece.len(), |rest| rest.min(piece.len()));
         assert!(n > 0, "verifying a weight through an empty piece");
-        source.read_range(weight.id(), start, &mut piece[..n])?;
-        hasher.update(&piece[..n]);
-        start += n as u64;
+        reader.read(&mut piece[..n])?;
     }
-    let digest: [u8; 32] = hasher.finalize().into();
-    if check {
-        weight.check_digest(&digest)?;
+    reader.finish()
+}
+
+/// One weight read front to back in pieces (positioned reads), hashed as
+/// it goes when its declared digest is checked (under
+/// [`ChecksumPolicy::Strict`]) or a digest is wanted; [`finish`] checks the
+/// digest once the last piece was read. What a piece held is usable only
+/// after `finish` succeeds.
+///
+/// [`finish`]: PieceReader::finish
+pub(crate) struct PieceReader<'a> {
+    source: &'a dyn PayloadSource,
+    weight: &'a WeightDescriptor,
+    hasher: Option<sha2::Sha256>,
+    check: bool,
+    at: u64,
+}
+
+impl<'a> PieceReader<'a> {
+    pub(crate) fn new(
+        source: &'a dyn PayloadSource,
+        weight: &'a WeightDescriptor,
+        policy: ChecksumPolicy,
+        want_digest: bool,
+    ) -> Self {
+        use sha2::Digest;
+        let check = policy == ChecksumPolicy::Strict && weight.declares_digest();
+        Self {
+            source,
+            weight,
+            hasher: (check || want_digest).then(sha2::Sha256::new),
+            check,
+            at: 0,
+        }
     }
-    Ok(Some(digest))
+
+    /// Whether the pieces are hashed.
+    pub(crate) fn hashes(&self) -> bool {
+        self.hasher.is_some()
+    }
+
+    /// Reads the next `buf.len()` bytes of the weight.
+    ///
+    /// # Errors
+    /// A range past the weight's end, a read that fails or comes up short.
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> Result<(), PayloadError> {
+        use sha2::Digest;
+        self.source.read_range(self.weight.id(), self.at, buf)?;
+        if let Some(h) = &mut self.hasher {
+            h.update(&*buf);
+        }
+        self.at += buf.len() as u64;
+        Ok(())
+    }
+
+    /// After the last piece: the SHA-256 of the weight's bytes when they
+    /// were hashed, checked against the declared digest under `Strict`.
+    ///
+    /// # Errors
+    /// A digest that does not match; pieces that did not reach the end.
+    pub(crate) fn finish(self) -> Result<Option<[u8; 32]>, PayloadError> {
+        use sha2::Digest;
+        let len = self.weight.byte_len();
+        if self.at != len {
+            return Err(PayloadError::ShortRead {
+                tensor: self.weight.name().to_owned(),
+                path: PathBuf::new(),
+                read: self.at,
+                expected: len,
+            });
+        }
+        let Some(hasher) = self.hasher else {
+            return Ok(None);
+        };
+        let digest: [u8; 32] = hasher.finalize().into();
+        if self.check {
+            self.weight.check_digest(&digest)?;
+        }
+        Ok(Some(digest))
+    }
 }
 
 /// Under [`ChecksumPolicy::Strict`], checks `bytes` (the whole payload of

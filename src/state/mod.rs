@@ -9,6 +9,7 @@ mod evict;
 mod gate;
 mod lowering;
 mod object;
+mod pieces;
 mod preparation;
 mod prepared;
 mod residency;

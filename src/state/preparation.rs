@@ -5,7 +5,9 @@
 //! build-if-missing) hand a persist job to the session's background writer.
 //!
 //! Recipes: read the sources (verified, decoded, charged to the
-//! preparation domain) and build; or read the packed payload from the
+//! preparation domain) and build; or, for a large weight whose packing
+//! takes rows, read and pack it a piece at a time (`pieces.rs`); or serve
+//! a table row by row from its source; or read the packed payload from the
 //! prepared cache (a damaged one falls back to the sources); or, for a
 //! state that shares objects, take the one another session of the process
 //! published under the same key (`shared.rs`).
@@ -29,6 +31,7 @@ use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 use super::PreparedObject;
 use super::residency::{Protection, ResidencyCounters, UnpersistedEviction};
 use super::object::{RowTable, prepare, source_tensor};
+use super::pieces::{PiecePlan, PieceSource, piece_plans};
 use super::shared::{self, SharedKey, SharedObject};
 use crate::Error;
 use crate::cache::{Decoded, PersistSink, PreparedModelPolicy, PreparedModelStore};
@@ -167,6 +170,9 @@ pub(super) struct Producer {
     /// Whether large tables only row gathers read are served from their
     /// source (see [`Self::row_table`]).
     tables_from_source: bool,
+    /// Per requirement, how it is packed from pieces of its sources
+    /// (`pieces.rs`); `None`: from whole sources.
+    pieces: Box<[Option<PiecePlan>]>,
     /// Per requirement, why its latest failed generation failed (cold).
     failures: Box<[Lock<Option<String>>]>,
     /// The plan's prepared cache.
@@ -219,12 +225,19 @@ impl Producer {
                 .collect(),
             preparation: PreparationArena::new(&budget),
             prepared: PreparedArena::new(&budget),
+            pieces: piece_plans(&plan, &*source),
             budget,
             plan,
             source,
             checksums,
             tables_from_source: false,
         }
+    }
+
+    /// How requirement `r` is packed from pieces of its sources, if it is;
+    /// then its sources' read tasks read nothing.
+    pub(super) fn pieces(&self, r: RequirementId) -> Option<&PiecePlan> {
+        self.pieces[r.0 as usize].as_ref()
     }
 
     /// Sets whether large tables only row gathers read are served row by
@@ -581,6 +594,32 @@ impl Producer {
             claim.set_preparing();
             let (object, packed_here) = self.read_packed(r)?;
             (object, packed_here, None)
+        } else if let Some(pieces) = self.pieces(r) {
+            claim.set_preparing();
+            let requirement = &self.plan.resolved().requirements()[r.0 as usize];
+            let weights = self.plan.resolved().model().weights();
+            let sources: Vec<&WeightDescriptor> = requirement
+                .sources
+                .iter()
+                .map(|w| &weights[w.index()])
+                .collect();
+            let shapes: Vec<Vec<usize>> = sources
+                .iter()
+                .map(|w| w.dims().iter().map(|&d| d as usize).collect())
+                .collect();
+            let early = match self.packed_size(r, &shapes) {
+                Some(bytes) => Some(self.admit_evicting(r, bytes)?),
+                None => None,
+            };
+            let job = PieceSource {
+                source: &*self.source,
+                preparation: &self.preparation,
+                checksums: self.checksums,
+                cache: self.cache.as_ref(),
+            };
+            let object = job.pack(requirement, &sources, pieces, inputs.parallel())?;
+            self.prepacks.fetch_add(1, Ordering::Relaxed);
+            (object, true, early)
         } else {
             let reads = self.reads_of(r)?;
             let mut sources = Vec::with_capacity(reads.len());
@@ -590,7 +629,8 @@ impl Producer {
             claim.set_preparing();
             // Charged before packing when the recipe knows the size (room
             // is made first, so the packed bytes are never over the limit).
-            let early = match self.packed_size(r, &sources) {
+            let shapes: Vec<Vec<usize>> = sources.iter().map(|t| t.shape().to_vec()).collect();
+            let early = match self.packed_size(r, &shapes) {
                 Some(bytes) => Some(self.admit_evicting(r, bytes)?),
                 None => None,
             };
@@ -703,13 +743,13 @@ impl Producer {
         found
     }
 
-    /// Bytes of the object `r`'s prepack makes from `sources`, when its
-    /// recipe knows them before packing.
-    fn packed_size(&self, r: RequirementId, sources: &[Arc<Tensor>]) -> Option<usize> {
+    /// Bytes of the object `r`'s prepack makes from sources of these
+    /// shapes, when its recipe knows them before packing.
+    fn packed_size(&self, r: RequirementId, shapes: &[Vec<usize>]) -> Option<usize> {
         let prepack = self.plan.resolved().requirements()[r.0 as usize]
             .prepack
             .as_ref()?;
-        let shapes: Vec<&[usize]> = sources.iter().map(|t| t.shape()).collect();
+        let shapes: Vec<&[usize]> = shapes.iter().map(|s| &s[..]).collect();
         prepack.packed_bytes(&shapes)
     }
 

@@ -216,7 +216,9 @@ impl SessionTasks<'_> {
     }
 
     /// The preparation bytes `task` may allocate (protocol 3): `2s` for a
-    /// read of `s` bytes; for a prepack, `2s` for each of its reads whose
+    /// read of `s` bytes (none for a read whose consumers all pack from
+    /// pieces: it reads nothing); for a prepack, one piece of each source
+    /// when it packs from pieces, else `2s` for each of its reads whose
     /// share is missing (dropped: it reads that source itself), unless its
     /// object is resident or in flight (it does nothing); else 0.
     fn need(&self, task: TaskId) -> u64 {
@@ -226,7 +228,17 @@ impl SessionTasks<'_> {
         let read_bytes =
             |r: TaskId| tasks.reads[r.0 as usize].map_or(0, |w| weights[w.index()].byte_len());
         let t = task.0 as usize;
+        let in_pieces = |d: &TaskId| {
+            tasks.kind[d.0 as usize] == TaskKind::Prepack
+                && tasks.publishes[d.0 as usize].is_some_and(|q| state.producer.pieces(q).is_some())
+        };
         match tasks.kind[t] {
+            // Its consumers read their pieces themselves: it reads nothing.
+            TaskKind::ReadSource
+                if tasks.publishes[t].is_none() && tasks.dependents.row(t).iter().all(in_pieces) =>
+            {
+                0
+            }
             TaskKind::ReadSource => 2 * read_bytes(task),
             TaskKind::Prepack => {
                 let done = tasks.publishes[t].is_some_and(|q| {
@@ -235,6 +247,9 @@ impl SessionTasks<'_> {
                 });
                 if done {
                     return 0;
+                }
+                if let Some(pieces) = tasks.publishes[t].and_then(|q| state.producer.pieces(q)) {
+                    return pieces.bytes();
                 }
                 tasks
                     .deps
@@ -483,6 +498,7 @@ impl<'a> SessionTasks<'a> {
                         && !now.is_in_flight()
                         && !producer.shared_elsewhere(q)
                         && !producer.restorable(q)
+                        && producer.pieces(q).is_none()
                 })
         });
         if claim.is_none() && consumers.clone().next().is_none() {

@@ -161,6 +161,14 @@ pub fn tiny_llm_in(dir: &Path) -> PathBuf {
     write_fixture(dir, &fixture, WriteMode::Verify).expect("writes")[0].clone()
 }
 
+/// The bits of every f32 output, to compare runs exactly.
+pub fn f32_bits(outputs: &[(String, onnx_prepared_kernels::Tensor)]) -> Vec<Vec<u32>> {
+    outputs
+        .iter()
+        .map(|(_, t)| t.as_f32().unwrap().iter().map(|x| x.to_bits()).collect())
+        .collect()
+}
+
 /// One prefill run of tiny-llm (T = 8, no cache) on `session`: its outputs.
 pub fn run_tiny_llm(
     session: &onnx_prepared::RuntimeSession,

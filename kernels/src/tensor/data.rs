@@ -387,6 +387,20 @@ impl<'a> DataMut<'a> {
     }
 }
 
+impl<'a> DataRef<'a> {
+    /// `bytes` viewed in place as elements of `dtype` stored little-endian
+    /// as ONNX stores them: `None` when they cannot be (a `Bool` or 4-bit
+    /// type, a big-endian target, a length that is not whole elements, or
+    /// a start misaligned for the type).
+    pub fn from_le_bytes(dtype: ElementType, bytes: &'a [u8]) -> Option<Self> {
+        let size = usize::try_from(dtype.byte_len(1)?).ok()?;
+        if !super::Tensor::views_in_place(dtype) || size == 0 || !bytes.len().is_multiple_of(size) {
+            return None;
+        }
+        shared_view(dtype, bytes, 0, bytes.len() / size)
+    }
+}
+
 /// The elements of a shared tensor as `T`: `None` when the range leaves
 /// `bytes` or its start is misaligned for `T`. A checked cast (zerocopy,
 /// which `half` implements for `f16` and `bf16`), no `unsafe`.

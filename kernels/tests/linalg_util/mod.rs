@@ -6,8 +6,8 @@
 
 pub use onnx_prepared_kernels::ops::linalg::{self, reference};
 pub use onnx_prepared_kernels::{
-    Attributes, CpuFeatures, ElementType, InputInfo, KernelError, NodeSpec, Operator, PackedWeight,
-    ParallelFor, Tensor, TensorData,
+    Attributes, CpuFeatures, DataRef, ElementType, InputInfo, KernelError, NodeSpec, Operator,
+    PackedWeight, ParallelFor, Tensor, TensorData,
 };
 
 /// SplitMix64: small, deterministic test data.

@@ -6,11 +6,13 @@
 
 use super::isa::Isa;
 use super::q4;
-use super::reference::{NBitsParams, check_nbits_sources, scales_f32};
+use super::reference::{
+    NBitsParams, check_nbits_shapes, check_nbits_sources, scales_f32, scales_f32_of,
+};
 use super::{check_arity, check_attributes, f32_input, output_f32};
 use crate::{
-    CpuFeatures, ElementType, InputInfo, KernelError, KernelOptions, NodeSpec, Operator,
-    OutputInfo, PackedWeight, ParallelFor, Prepack, Tensor,
+    CpuFeatures, DataRef, ElementType, InputInfo, KernelError, KernelOptions, NodeSpec, Operator,
+    OutputInfo, PackedWeight, ParallelFor, Prepack, RowPacking, Tensor,
 };
 
 const OP: &str = "MatMulNBits";
@@ -158,6 +160,34 @@ impl Prepack for NBitsPrepack {
         sources: &[&Tensor],
         par: &dyn ParallelFor,
     ) -> Result<PackedWeight, KernelError> {
+        let shapes: Vec<_> = sources.iter().map(|t| (t.shape(), t.dtype())).collect();
+        let pieces: Vec<_> = sources.iter().map(|t| t.data()).collect();
+        let mut rows = self.rows(&shapes)?;
+        rows.pack(&pieces, par)?;
+        Box::new(rows).finish()
+    }
+
+    fn in_rows(
+        &self,
+        sources: &[(&[usize], ElementType)],
+    ) -> Option<Result<Box<dyn RowPacking>, KernelError>> {
+        Some(
+            self.rows(sources)
+                .map(|r| Box::new(r) as Box<dyn RowPacking>),
+        )
+    }
+
+    fn packed_bytes(&self, shapes: &[&[usize]]) -> Option<usize> {
+        (2..=3)
+            .contains(&shapes.len())
+            .then(|| q4::packed_object_bytes(&self.p, self.isa, shapes.len() == 3))
+    }
+}
+
+impl NBitsPrepack {
+    /// The row packing of sources of these shapes and types (`B`,
+    /// `scales` [, `zero_points`]), checked against the attributes.
+    fn rows(&self, sources: &[(&[usize], ElementType)]) -> Result<NBitsRows, KernelError> {
         let (b, scales, zp) = match sources {
             [b, s] => (*b, *s, None),
             [b, s, z] => (*b, *s, Some(*z)),
@@ -167,24 +197,51 @@ impl Prepack for NBitsPrepack {
                 ));
             }
         };
-        check_nbits_sources(&self.p, b, scales, zp)?;
-        let bytes = b.as_u8().expect("checked u8");
-        let scales = scales_f32(scales)?;
-        q4::pack(
-            &self.p,
+        check_nbits_shapes(&self.p, b, scales, zp)?;
+        Ok(NBitsRows(q4::Q4Rows::new(
+            self.p,
             self.isa,
             self.layout.clone(),
-            bytes,
-            &scales,
-            zp.map(|z| z.data()),
-            par,
-        )
+            zp.is_some(),
+        )))
+    }
+}
+
+/// [`q4::Q4Rows`] fed typed pieces: a row of a source is one column of
+/// the product (`B`'s row, its scales and zero points).
+#[derive(Debug)]
+struct NBitsRows(q4::Q4Rows);
+
+impl RowPacking for NBitsRows {
+    fn rows(&self) -> usize {
+        self.0.columns()
     }
 
-    fn packed_bytes(&self, shapes: &[&[usize]]) -> Option<usize> {
-        (2..=3)
-            .contains(&shapes.len())
-            .then(|| q4::packed_object_bytes(&self.p, self.isa, shapes.len() == 3))
+    fn align(&self) -> usize {
+        self.0.tile()
+    }
+
+    fn pack(&mut self, pieces: &[DataRef<'_>], par: &dyn ParallelFor) -> Result<(), KernelError> {
+        let (b, scales, zp) = match pieces {
+            [b, s] => (*b, *s, None),
+            [b, s, z] => (*b, *s, Some(*z)),
+            _ => {
+                return Err(KernelError::Shape(
+                    "MatMulNBits: packing needs B, scales [, zero_points]".into(),
+                ));
+            }
+        };
+        let DataRef::U8(b) = b else {
+            return Err(KernelError::UnsupportedType {
+                op: OP,
+                dtype: b.dtype(),
+            });
+        };
+        self.0.pack(b, &scales_f32_of(scales)?, zp, par)
+    }
+
+    fn finish(self: Box<Self>) -> Result<PackedWeight, KernelError> {
+        self.0.finish()
     }
 }
 

@@ -324,7 +324,14 @@ pub(crate) fn zero_point(zp: Option<DataRef<'_>>, blocks: usize, n: usize, b: us
 
 /// Scales as f32 (from f32 or f16), or a type error.
 pub(crate) fn scales_f32(scales: &Tensor) -> Result<std::borrow::Cow<'_, [f32]>, KernelError> {
-    match scales.data() {
+    scales_f32_of(scales.data())
+}
+
+/// [`scales_f32`] of typed elements.
+pub(crate) fn scales_f32_of(
+    scales: DataRef<'_>,
+) -> Result<std::borrow::Cow<'_, [f32]>, KernelError> {
+    match scales {
         DataRef::F32(v) => Ok(std::borrow::Cow::Borrowed(v)),
         DataRef::F16(v) => Ok(std::borrow::Cow::Owned(
             v.iter().map(|x| x.to_f32()).collect(),
@@ -343,29 +350,45 @@ pub(crate) fn check_nbits_sources(
     scales: &Tensor,
     zero_points: Option<&Tensor>,
 ) -> Result<(), KernelError> {
+    check_nbits_shapes(
+        p,
+        (b.shape(), b.dtype()),
+        (scales.shape(), scales.dtype()),
+        zero_points.map(|z| (z.shape(), z.dtype())),
+    )
+}
+
+/// [`check_nbits_sources`] from the inputs' shapes and element types.
+pub(crate) fn check_nbits_shapes(
+    p: &NBitsParams,
+    b: (&[usize], ElementType),
+    scales: (&[usize], ElementType),
+    zero_points: Option<(&[usize], ElementType)>,
+) -> Result<(), KernelError> {
+    let count = |s: &[usize]| crate::element_count(s).unwrap_or(usize::MAX);
     let blocks = p.blocks();
     let blob = p.block_size * p.bits / 8;
-    if b.dtype() != ElementType::U8
-        || b.len() != p.n * blocks * blob
-        || b.shape().first() != Some(&p.n)
-    {
+    if b.1 != ElementType::U8 || count(b.0) != p.n * blocks * blob || b.0.first() != Some(&p.n) {
         return Err(KernelError::Shape(format!(
             "MatMulNBits: B {:?} ({}) must be u8 [{}, {blocks}, {blob}]",
-            b.shape(),
-            b.dtype(),
-            p.n
+            b.0, b.1, p.n
         )));
     }
-    if scales.len() != p.n * blocks {
+    if count(scales.0) != p.n * blocks {
         return Err(KernelError::Shape(format!(
             "MatMulNBits: scales {:?} must hold N * blocks = {} values",
-            scales.shape(),
+            scales.0,
             p.n * blocks
         )));
     }
-    scales_f32(scales)?;
-    if let Some(zp) = zero_points {
-        let want = match zp.dtype() {
+    if !matches!(scales.1, ElementType::F32 | ElementType::F16) {
+        return Err(KernelError::UnsupportedType {
+            op: "MatMulNBits",
+            dtype: scales.1,
+        });
+    }
+    if let Some((shape, dtype)) = zero_points {
+        let want = match dtype {
             ElementType::U8 => p.n * blocks.div_ceil(2),
             ElementType::F32 | ElementType::F16 => p.n * blocks,
             dtype => {
@@ -375,11 +398,9 @@ pub(crate) fn check_nbits_sources(
                 });
             }
         };
-        if zp.len() != want {
+        if count(shape) != want {
             return Err(KernelError::Shape(format!(
-                "MatMulNBits: zero_points {:?} ({}) must hold {want} values",
-                zp.shape(),
-                zp.dtype()
+                "MatMulNBits: zero_points {shape:?} ({dtype}) must hold {want} values"
             )));
         }
     }

@@ -43,9 +43,9 @@ pub(crate) use super::Q4View;
 use super::isa::Isa;
 use super::reference::NBitsParams;
 use super::sgemm::{self, BSrc, OutPtr, Problem};
-use crate::packed::PackedElement;
+use crate::packed::{PackedElement, PartWriter};
 use crate::par::chunk;
-use crate::{KernelError, PackedPart, PackedWeight, ParallelFor, TensorData};
+use crate::{KernelError, PackedWeight, ParallelFor, TensorData};
 
 const OP: &str = "MatMulNBits";
 
@@ -91,8 +91,8 @@ pub(crate) fn layout(
 }
 
 /// Packs ONNX Runtime's 4-bit `B`, `scales` and optional `zero_points`
-/// (checked by the caller) into the layout of `isa`; a weight of at least
-/// [`PARALLEL_PACK_MIN_BYTES`] is split by tiles across `par`.
+/// (checked by the caller) into the layout of `isa`: [`Q4Rows`] fed the
+/// whole sources at once.
 pub(crate) fn pack(
     p: &NBitsParams,
     isa: Isa,
@@ -102,53 +102,220 @@ pub(crate) fn pack(
     zero_points: Option<crate::DataRef<'_>>,
     par: &dyn ParallelFor,
 ) -> Result<PackedWeight, KernelError> {
-    let t = isa.q4_tile();
-    let blocks = p.blocks();
-    let tiles = p.n.div_ceil(t);
-    let tile_bytes = blocks * (p.block_size / 2) * t;
-    let par = if tiles * tile_bytes >= PARALLEL_PACK_MIN_BYTES {
-        par
-    } else {
-        &crate::Sequential
-    };
-    let src = Q4Source { p, b, scales };
-    // SAFETY: `tile_words` writes every element of the slice it is given.
-    let weights = unsafe {
-        tiles_written(par, tiles, tile_bytes, &|tile, out| match isa {
-            Isa::Avx512 => src.tile_words::<16>(tile, out),
-            Isa::Avx2 | Isa::Portable => src.tile_words::<8>(tile, out),
-        })
-    }?;
-    // SAFETY: `tile_scales` writes every element of the slice it is given.
-    let sc = unsafe {
-        tiles_written(par, tiles, blocks * t, &|tile, out| {
-            src.tile_scales(tile, t, out, |_, s| s)
-        })
-    }?;
-    let nzs = match zero_points {
-        // SAFETY: as for the scales.
-        Some(_) => Some(unsafe {
-            tiles_written(par, tiles, blocks * t, &|tile, out| {
+    let mut rows = Q4Rows::new(*p, isa, layout, zero_points.is_some());
+    rows.pack(b, scales, zero_points, par)?;
+    rows.finish()
+}
+
+/// A 4-bit packing fed the rows of `B` (columns of the product) a range at
+/// a time, in order; ranges start on a tile (whole tiles of `T` columns are
+/// written at once), so every tile's bytes are written exactly once. A
+/// range of at least [`PARALLEL_PACK_MIN_BYTES`] is split by tiles across
+/// the given threads.
+#[derive(Debug)]
+pub(crate) struct Q4Rows {
+    p: NBitsParams,
+    isa: Isa,
+    layout: String,
+    zero_points: bool,
+    /// Allocated by the first [`pack`](Self::pack).
+    parts: Option<Q4Parts>,
+    /// Columns packed so far.
+    done: usize,
+}
+
+/// The parts a [`Q4Rows`] writes.
+#[derive(Debug)]
+struct Q4Parts {
+    weights: PartWriter<u8>,
+    scales: PartWriter<f32>,
+    nzs: Option<PartWriter<f32>>,
+}
+
+impl Q4Rows {
+    /// A packing of `p` on `isa`; nothing is allocated before the first
+    /// piece.
+    pub(crate) fn new(p: NBitsParams, isa: Isa, layout: String, zero_points: bool) -> Self {
+        Self {
+            p,
+            isa,
+            layout,
+            zero_points,
+            parts: None,
+            done: 0,
+        }
+    }
+
+    /// The parts, allocated (not written) on first use.
+    fn parts(&mut self) -> Result<&mut Q4Parts, KernelError> {
+        if self.parts.is_none() {
+            let t = self.isa.q4_tile();
+            let tiles = self.p.n.div_ceil(t);
+            let scales_len = tiles * self.p.blocks() * t;
+            self.parts = Some(Q4Parts {
+                weights: PartWriter::new(OP, tiles * tile_bytes(&self.p, t))?,
+                scales: PartWriter::new(OP, scales_len)?,
+                nzs: match self.zero_points {
+                    true => Some(PartWriter::new(OP, scales_len)?),
+                    false => None,
+                },
+            });
+        }
+        Ok(self.parts.as_mut().expect("allocated above"))
+    }
+
+    /// Columns in all (rows of `B`).
+    pub(crate) fn columns(&self) -> usize {
+        self.p.n
+    }
+
+    /// Columns a range holds a multiple of (but the last range).
+    pub(crate) fn tile(&self) -> usize {
+        self.isa.q4_tile()
+    }
+
+    /// Packs the next `c` columns: `b` their `c` rows of `B`, `scales`
+    /// their `c * blocks` scales and `zero_points` their zero points
+    /// (`c * ceil(blocks / 2)` bytes or `c * blocks` values), `c` a
+    /// multiple of the tile unless it ends the weight.
+    pub(crate) fn pack(
+        &mut self,
+        b: &[u8],
+        scales: &[f32],
+        zero_points: Option<crate::DataRef<'_>>,
+        par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        let (t, blocks) = (self.tile(), self.p.blocks());
+        let row = blocks * self.p.block_size / 2;
+        let c = b.len() / row.max(1);
+        let zp_len = |z: crate::DataRef<'_>| match z {
+            crate::DataRef::U8(_) => c * blocks.div_ceil(2),
+            _ => c * blocks,
+        };
+        let fits = b.len() == c * row
+            && scales.len() == c * blocks
+            && zero_points.is_some() == self.zero_points
+            && zero_points.is_none_or(|z| z.len() == zp_len(z))
+            && self.done + c <= self.p.n
+            && (c.is_multiple_of(t) || self.done + c == self.p.n);
+        if !fits {
+            return Err(KernelError::Shape(format!(
+                "MatMulNBits: a piece of {} bytes of B and {} scales is not whole columns \
+                 {}.. of N = {} in tiles of {t}",
+                b.len(),
+                scales.len(),
+                self.done,
+                self.p.n
+            )));
+        }
+        let p = NBitsParams { n: c, ..self.p };
+        let src = Q4Source { p: &p, b, scales };
+        let (first, tiles) = (self.done / t, c.div_ceil(t));
+        let per_tile = tile_bytes(&p, t);
+        let par = if tiles * per_tile >= PARALLEL_PACK_MIN_BYTES {
+            par
+        } else {
+            &crate::Sequential
+        };
+        let isa = self.isa;
+        let parts = self.parts()?;
+        write_tiles(
+            par,
+            &mut parts.weights,
+            first,
+            tiles,
+            per_tile,
+            &|tile, out| match isa {
+                Isa::Avx512 => src.tile_words::<16>(tile, out),
+                Isa::Avx2 | Isa::Portable => src.tile_words::<8>(tile, out),
+            },
+        )?;
+        write_tiles(
+            par,
+            &mut parts.scales,
+            first,
+            tiles,
+            blocks * t,
+            &|tile, out| src.tile_scales(tile, t, out, |_, s| s),
+        )?;
+        if let Some(nzs) = &mut parts.nzs {
+            write_tiles(par, nzs, first, tiles, blocks * t, &|tile, out| {
                 src.tile_scales(tile, t, out, |(col, blk), s| {
                     -super::reference::zero_point(zero_points, blocks, col, blk) * s
                 })
-            })
-        }?),
-        None => None,
-    };
-    let header: Vec<u64> = vec![
-        MAGIC,
-        isa.code(),
-        p.k as u64,
-        p.n as u64,
-        p.block_size as u64,
-        t as u64,
-        nzs.is_some() as u64,
-    ];
-    debug_assert_eq!(header.len(), HEADER_WORDS);
-    let mut parts = vec![TensorData::U64(header).into(), weights, sc];
-    parts.extend(nzs);
-    Ok(PackedWeight { layout, parts })
+            })?;
+        }
+        self.done += c;
+        Ok(())
+    }
+
+    /// The packed weight, once every column was packed.
+    pub(crate) fn finish(mut self) -> Result<PackedWeight, KernelError> {
+        if self.done != self.p.n {
+            return Err(KernelError::Shape(format!(
+                "MatMulNBits: packing ended after {} of N = {} columns",
+                self.done, self.p.n
+            )));
+        }
+        let p = self.p;
+        let header: Vec<u64> = vec![
+            MAGIC,
+            self.isa.code(),
+            p.k as u64,
+            p.n as u64,
+            p.block_size as u64,
+            self.isa.q4_tile() as u64,
+            self.zero_points as u64,
+        ];
+        debug_assert_eq!(header.len(), HEADER_WORDS);
+        // N = 0 packs no piece: its (empty) parts are made here.
+        self.parts()?;
+        let parts = self.parts.take().expect("allocated above");
+        // SAFETY: `pack` wrote whole tiles `0..tiles` of every part (each
+        // call the tiles of its columns, and the calls covered all `N`
+        // columns in order), and `tile_words` / `tile_scales` write every
+        // element of the slice they are given.
+        let (weights, scales, nzs) = unsafe {
+            (
+                parts.weights.finish()?,
+                parts.scales.finish()?,
+                parts.nzs.map(|z| z.finish()).transpose()?,
+            )
+        };
+        let mut parts = vec![TensorData::U64(header).into(), weights, scales];
+        parts.extend(nzs);
+        Ok(PackedWeight {
+            layout: self.layout,
+            parts,
+        })
+    }
+}
+
+/// Bytes of one tile of packed 4-bit weights.
+fn tile_bytes(p: &NBitsParams, t: usize) -> usize {
+    p.blocks() * (p.block_size / 2) * t
+}
+
+/// Writes tiles `first..first + tiles` of `part` (`per_tile` elements
+/// each), tile `first + i` by `fill(i, ..)`, chunks of whole tiles in
+/// parallel on `par`. `fill` must write every element of the slice it is
+/// given.
+fn write_tiles<T: PackedElement>(
+    par: &dyn ParallelFor,
+    part: &mut PartWriter<T>,
+    first: usize,
+    tiles: usize,
+    per_tile: usize,
+    fill: &(dyn Fn(usize, &mut [MaybeUninit<T>]) + Sync),
+) -> Result<(), KernelError> {
+    let out = &mut part.elements()?[first * per_tile..(first + tiles) * per_tile];
+    let chunk = crate::par::rows_chunk(par, tiles, per_tile);
+    crate::for_each_chunk_mut(par, out, chunk, &|offset, out| {
+        for (i, tile) in out.chunks_exact_mut(per_tile.max(1)).enumerate() {
+            fill(offset / per_tile.max(1) + i, tile);
+        }
+    });
+    Ok(())
 }
 
 /// ONNX Runtime's 4-bit sources of one weight, read tile by tile.
@@ -229,53 +396,6 @@ impl Q4Source<'_> {
             d.write(0.0);
         }
     }
-}
-
-/// A packed part of `tiles * per_tile` elements, tile `i`'s `per_tile`
-/// written by `fill(i, ..)`, chunks of whole tiles in parallel on `par`.
-/// Nothing is zeroed first: packed objects are most of a model and each
-/// byte is written once. A part of [`ZeroedBlock`]'s large size or more is
-/// a block of its own (huge pages where the system has them: its first
-/// touch, which this write is, faults 2 MiB at a time), shared in place by
-/// the part.
-///
-/// # Safety
-///
-/// `fill` must initialize every element of every slice it is given, and
-/// never write an uninitialized value.
-unsafe fn tiles_written<T: PackedElement>(
-    par: &dyn ParallelFor,
-    tiles: usize,
-    per_tile: usize,
-    fill: &(dyn Fn(usize, &mut [MaybeUninit<T>]) + Sync),
-) -> Result<PackedPart, KernelError> {
-    let len = tiles * per_tile;
-    let chunk = crate::par::rows_chunk(par, tiles, per_tile);
-    let write = |spare: &mut [MaybeUninit<T>]| {
-        crate::for_each_chunk_mut(par, spare, chunk, &|offset, out| {
-            for (i, tile) in out.chunks_exact_mut(per_tile.max(1)).enumerate() {
-                fill(offset / per_tile.max(1) + i, tile);
-            }
-        });
-    };
-    let large = crate::packed::large_part::<T>(OP, len, |elements| {
-        // SAFETY: `MaybeUninit<T>` has `T`'s size and alignment, and the
-        // slice is already initialized (zeroed); `fill` only writes
-        // initialized values (this function's contract), so it stays so.
-        write(unsafe { &mut *(std::ptr::from_mut(elements) as *mut [MaybeUninit<T>]) });
-    });
-    if let Some(part) = large {
-        return part;
-    }
-    let mut v = crate::scratch::with_capacity::<T>(OP, len)?;
-    write(&mut v.spare_capacity_mut()[..len]);
-    // SAFETY: the chunks cover `0..len` (`for_each_chunk_mut`), each a
-    // whole number of tiles (its length is a multiple of `per_tile`), and
-    // `fill` writes every element of every tile it is given (this
-    // function's contract); so the first `len` elements of the reserved
-    // capacity are initialized.
-    unsafe { v.set_len(len) };
-    Ok(T::owned(v).into())
 }
 
 /// Bytes of the object [`pack`] returns: its header and

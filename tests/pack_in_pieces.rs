@@ -1,0 +1,99 @@
+//! A large 4-bit weight read from the data file (not mapped) is packed from
+//! pieces of its sources: the session never holds a source whole, each
+//! weight is read once, the outputs are bit-identical to a session that
+//! packs whole sources used in place from a mapping, and a piece whose
+//! bytes do not match the declared digest fails the weight with a typed
+//! error naming it.
+
+mod common;
+
+use std::path::Path;
+
+use onnx_prepared::arena::Domain;
+use onnx_prepared::model::{ChecksumPolicy, Model, WeightSource};
+use onnx_prepared::{RuntimeSession, SessionOptions};
+
+/// tiny-llm's LM head: 8192 rows of 4-bit weights, the largest packed
+/// weight, several pieces long.
+const HEAD: &str = "lm_head.weight";
+const HEAD_SCALES: &str = "lm_head.scales";
+
+fn open(model: &Path, map_weights: bool, checksums: ChecksumPolicy) -> RuntimeSession {
+    RuntimeSession::open(
+        model,
+        SessionOptions {
+            cpu_threads: 2,
+            io_workers: 1,
+            map_weights,
+            checksums,
+            ..SessionOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+fn byte_len(model: &Path, name: &str) -> u64 {
+    Model::open(model)
+        .unwrap()
+        .weight_by_name(name)
+        .unwrap()
+        .byte_len()
+}
+
+#[test]
+fn a_large_weight_packed_from_pieces_matches_a_whole_packing_and_is_never_held_whole() {
+    let dir = common::tempdir();
+    let model = common::tiny_llm_in(dir.path());
+    let pieces = open(&model, false, ChecksumPolicy::Strict);
+    let mapped = open(&model, true, ChecksumPolicy::Strict);
+    pieces.prepare().unwrap();
+    mapped.prepare().unwrap();
+    // Every weight was read once while loading: nothing read twice.
+    assert_eq!(pieces.preparation_stats().source_bytes_reread, 0);
+    // The head's sources are 2.6 MB; preparation never held them (nor any
+    // other source) whole.
+    let head = byte_len(&model, HEAD) + byte_len(&model, HEAD_SCALES);
+    let peak = pieces.memory().domain(Domain::Preparation).peak as u64;
+    assert!(peak > 0 && peak < head, "preparation peak {peak} vs {head}");
+    assert_eq!(
+        common::f32_bits(&common::run_tiny_llm(&pieces)),
+        common::f32_bits(&common::run_tiny_llm(&mapped))
+    );
+}
+
+#[test]
+fn a_piece_that_does_not_match_its_digest_fails_the_weight() {
+    let dir = common::tempdir();
+    let model = common::tiny_llm_in(dir.path());
+    let m = Model::open(&model).unwrap();
+    let w = m.weight_by_name(HEAD).unwrap();
+    assert!(w.checksum().and_then(|c| c.tensor_sha256()).is_some());
+    let WeightSource::External { file, offset, .. } = w.source() else {
+        panic!("{HEAD} is external");
+    };
+    // A byte in the head's last piece: the packing has packed the others.
+    let data = m.external_files()[file.index()].path().to_path_buf();
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes[(*offset + w.byte_len() - 3) as usize] ^= 0x21;
+    std::fs::write(&data, bytes).unwrap();
+    drop(m);
+
+    let strict = open(&model, false, ChecksumPolicy::Strict);
+    let err = strict.prepare().unwrap_err().error.to_string();
+    assert!(
+        err.contains(&format!("tensor `{HEAD}`"))
+            && err.contains("does not match the declared checksum"),
+        "{err}"
+    );
+    // Nothing of the failed weight stays: a run fails the same way.
+    let mut ctx = onnx_prepared::RuntimeContext::new(&strict);
+    for (name, t) in common::tiny_llm_prefill(8) {
+        ctx = ctx.with_input(&name, t).unwrap();
+    }
+    assert!(strict.run(ctx).is_err());
+
+    // With checksums off the same bytes load and run.
+    let off = open(&model, false, ChecksumPolicy::Off);
+    off.prepare().unwrap();
+    assert!(!common::run_tiny_llm(&off).is_empty());
+}
