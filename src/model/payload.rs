@@ -72,6 +72,13 @@ pub trait PayloadSource: Send + Sync + std::fmt::Debug {
         let _ = id;
     }
 
+    /// [`release`](Self::release) of the bytes `range` of weight `id` (a
+    /// piece the caller copied out); pages the range shares with the rest
+    /// of the weight stay. The default does nothing.
+    fn release_range(&self, id: WeightId, range: std::ops::Range<u64>) {
+        let _ = (id, range);
+    }
+
     /// Weight `id`'s bytes in place: read-only shared bytes they lie in
     /// (kept alive by the `Arc`) and the offset where they start, for a
     /// caller that uses them without a copy. `None` (the default) when this
@@ -188,11 +195,15 @@ impl<'a> PieceReader<'a> {
     /// A range past the weight's end, a read that fails or comes up short.
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> Result<(), PayloadError> {
         use sha2::Digest;
-        self.source.read_range(self.weight.id(), self.at, buf)?;
+        let id = self.weight.id();
+        self.source.read_range(id, self.at, buf)?;
         if let Some(h) = &mut self.hasher {
             h.update(&*buf);
         }
-        self.at += buf.len() as u64;
+        // Copied out: a mapping's pages of the piece leave the process.
+        let end = self.at + buf.len() as u64;
+        self.source.release_range(id, self.at..end);
+        self.at = end;
         Ok(())
     }
 
@@ -611,6 +622,21 @@ impl PayloadSource for MmapSource {
     fn release(&self, id: WeightId) {
         if let Some((map, range)) = self.mapped(id) {
             map.release(range);
+        }
+    }
+
+    fn release_range(&self, id: WeightId, range: std::ops::Range<u64>) {
+        let inside = |at: u64, weight: &std::ops::Range<usize>| {
+            usize::try_from(at)
+                .ok()
+                .and_then(|at| weight.start.checked_add(at))
+                .filter(|&at| at <= weight.end)
+        };
+        if let Some((map, weight)) = self.mapped(id)
+            && let (Some(start), Some(end)) =
+                (inside(range.start, &weight), inside(range.end, &weight))
+        {
+            map.release(start..end);
         }
     }
 

@@ -40,8 +40,9 @@ impl PiecePlan {
 
 /// Per requirement of `plan`, its piece plan when it is packed from pieces:
 /// its prepack takes rows, its sources hold at least
-/// [`PACK_IN_PIECES_MIN_BYTES`], `source` reads ranges and offers none of them in
-/// place (a mapped source costs the process nothing to hold), each source
+/// [`PACK_IN_PIECES_MIN_BYTES`], `source` reads ranges (a mapping too: a
+/// piece is copied out and its pages dropped, so the packing does not
+/// fault in a whole source beside its packed copy), each source
 /// is a whole number of rows of a type viewed as stored, and no other
 /// requirement reads it (a shared source is read once, whole).
 pub(super) fn piece_plans(
@@ -70,7 +71,6 @@ pub(super) fn piece_plans(
                 && sources.iter().all(|w| {
                     let dtype = w.element_type();
                     readers[w.id().index()] == 1
-                        && source.shared(w.id()).is_none()
                         && dtype.compute() == dtype
                         && Tensor::views_in_place(dtype)
                 });

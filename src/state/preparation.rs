@@ -619,6 +619,10 @@ impl Producer {
             };
             let object = job.pack(requirement, &sources, pieces, inputs.parallel())?;
             self.prepacks.fetch_add(1, Ordering::Relaxed);
+            // Pages a mapping's pieces shared at their edges go too.
+            for &w in &requirement.sources {
+                self.source.release(w);
+            }
             (object, true, early)
         } else {
             let reads = self.reads_of(r)?;
