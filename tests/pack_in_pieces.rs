@@ -1,16 +1,20 @@
-//! A large 4-bit weight read from the data file (not mapped) is packed from
-//! pieces of its sources: the session never holds a source whole, each
-//! weight is read once, the outputs are bit-identical to a session that
-//! packs whole sources used in place from a mapping, and a piece whose
-//! bytes do not match the declared digest fails the weight with a typed
-//! error naming it.
+//! A large 4-bit weight is packed from pieces of its sources, read from the
+//! data file or copied out of a mapping: the session never holds a source
+//! whole, each weight is read once, the outputs are bit-identical to a
+//! session that packs whole sources, and a piece whose bytes do not match
+//! the declared digest fails the weight with a typed error naming it.
 
 mod common;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use onnx_prepared::arena::Domain;
-use onnx_prepared::model::{ChecksumPolicy, Model, WeightSource};
+use onnx_prepared::model::{
+    ChecksumPolicy, FileSource, Model, PayloadError, PayloadSource, ReadCounters, ResolveOptions,
+    ResolvedModel, WeightDescriptor, WeightId, WeightSource,
+};
+use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::{RuntimeSession, SessionOptions};
 
 /// tiny-llm's LM head: 8192 rows of 4-bit weights, the largest packed
@@ -40,25 +44,68 @@ fn byte_len(model: &Path, name: &str) -> u64 {
         .byte_len()
 }
 
+/// A source that reads whole weights only (as one that cannot seek would):
+/// every packing takes its sources whole, the reference for pieces.
+#[derive(Debug)]
+struct WholeReads(FileSource);
+
+impl PayloadSource for WholeReads {
+    fn descriptor(&self, id: WeightId) -> Option<&WeightDescriptor> {
+        self.0.descriptor(id)
+    }
+
+    fn read(&self, id: WeightId, buf: &mut [u8]) -> Result<(), PayloadError> {
+        self.0.read(id, buf)
+    }
+
+    fn counters(&self) -> &ReadCounters {
+        self.0.counters()
+    }
+}
+
+fn whole(model: &Path) -> RuntimeSession {
+    let m = Model::open(model).unwrap();
+    let source = Arc::new(WholeReads(FileSource::open(&m).unwrap()));
+    let plan = PreparedExecutionPlan::build(
+        ResolvedModel::resolve(m, &ResolveOptions::default()).unwrap(),
+    )
+    .unwrap();
+    let options = SessionOptions {
+        cpu_threads: 2,
+        io_workers: 1,
+        ..SessionOptions::default()
+    };
+    RuntimeSession::with_source(plan, source, options).unwrap()
+}
+
 #[test]
 fn a_large_weight_packed_from_pieces_matches_a_whole_packing_and_is_never_held_whole() {
     let dir = common::tempdir();
     let model = common::tiny_llm_in(dir.path());
-    let pieces = open(&model, false, ChecksumPolicy::Strict);
+    let whole = whole(&model);
+    let read = open(&model, false, ChecksumPolicy::Strict);
     let mapped = open(&model, true, ChecksumPolicy::Strict);
-    pieces.prepare().unwrap();
-    mapped.prepare().unwrap();
-    // Every weight was read once while loading: nothing read twice.
-    assert_eq!(pieces.preparation_stats().source_bytes_reread, 0);
-    // The head's sources are 2.6 MB; preparation never held them (nor any
-    // other source) whole.
+    for session in [&whole, &read, &mapped] {
+        session.prepare().unwrap();
+    }
+    // The head's sources are 2.6 MB: packing whole sources held them;
+    // packing from pieces, read or copied out of the mapping, held no
+    // source whole.
     let head = byte_len(&model, HEAD) + byte_len(&model, HEAD_SCALES);
-    let peak = pieces.memory().domain(Domain::Preparation).peak as u64;
-    assert!(peak > 0 && peak < head, "preparation peak {peak} vs {head}");
-    assert_eq!(
-        common::f32_bits(&common::run_tiny_llm(&pieces)),
-        common::f32_bits(&common::run_tiny_llm(&mapped))
-    );
+    let peak = |s: &RuntimeSession| s.memory().domain(Domain::Preparation).peak as u64;
+    assert!(peak(&whole) >= head, "whole sources: peak {}", peak(&whole));
+    for (name, s) in [("read", &read), ("mapped", &mapped)] {
+        assert!(
+            peak(s) > 0 && peak(s) < head,
+            "{name}: peak {} vs {head}",
+            peak(s)
+        );
+        // Every weight was read once while loading: nothing read twice.
+        assert_eq!(s.preparation_stats().source_bytes_reread, 0, "{name}");
+    }
+    let want = common::f32_bits(&common::run_tiny_llm(&whole));
+    assert_eq!(common::f32_bits(&common::run_tiny_llm(&read)), want);
+    assert_eq!(common::f32_bits(&common::run_tiny_llm(&mapped)), want);
 }
 
 #[test]
