@@ -176,8 +176,15 @@ fn a_writer_killed_at_any_step_leaves_a_usable_cache() {
             objects - before as u64,
             "{step}: only what was missing is rebuilt"
         );
-        if expect_complete {
-            assert_eq!(stats["prepacks"], 0, "{step}");
+        // A manifest generation commits whenever the writer's queue
+        // drains, so a kill at its rename may leave the entries written by
+        // then: only the others are packed again.
+        let missing = objects - before as u64;
+        assert!(
+            stats["prepacks"].as_u64().unwrap() <= missing,
+            "{step}: {missing} missing, {stats}"
+        );
+        if missing == 0 {
             assert_eq!(stats["source_bytes_read"], 0, "{step}");
         }
         verify(&cache);
