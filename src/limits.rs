@@ -75,7 +75,7 @@ pub const ROW_TABLE_CHECK_PIECE_BYTES: usize = 64 << 10;
 /// Bytes of sources a packing that takes rows reads per piece (whole
 /// rows, at least one tile of them): preparation holds one piece per
 /// packing instead of the sources whole.
-pub const PACK_PIECE_BYTES: usize = 1 << 20;
+pub const PACK_PIECE_BYTES: usize = 256 << 10;
 
 /// Bytes of sources from which a packing that takes rows reads them itself,
 /// in pieces of [`PACK_PIECE_BYTES`], instead of through read tasks that

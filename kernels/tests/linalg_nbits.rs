@@ -471,3 +471,15 @@ fn a_4_bit_weight_packed_in_pieces_of_rows_is_the_whole_packing() {
         }
     }
 }
+
+#[test]
+fn a_4_bit_weight_with_k_0_packs_and_multiplies_to_zero() {
+    let mut rng = Rng(13);
+    for (label, cpu) in cpus() {
+        let case = nbits_case(&mut rng, &[2, 0], 21, 32, Zp::None, false);
+        let (op, consts) = nbits_operator(&case, cpu);
+        let (y, _) = run(&*op, &case.inputs, consts, cpu, &Reversed).expect("K = 0");
+        assert_eq!(y.shape(), &[2, 21], "{label}");
+        assert!(y.as_f32().unwrap().iter().all(|&v| v == 0.0), "{label}");
+    }
+}

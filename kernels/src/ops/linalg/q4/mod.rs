@@ -187,7 +187,11 @@ impl Q4Rows {
     ) -> Result<(), KernelError> {
         let (t, blocks) = (self.tile(), self.p.blocks());
         let row = blocks * self.p.block_size / 2;
-        let c = b.len() / row.max(1);
+        // K = 0: the columns have no bytes; one call packs all of them.
+        let c = match row {
+            0 => self.p.n - self.done,
+            _ => b.len() / row,
+        };
         let zp_len = |z: crate::DataRef<'_>| match z {
             crate::DataRef::U8(_) => c * blocks.div_ceil(2),
             _ => c * blocks,
@@ -336,37 +340,38 @@ impl Q4Source<'_> {
         let p = self.p;
         debug_assert_eq!(T, out.len() / (p.blocks() * p.block_size / 2).max(1));
         let row = p.blocks() * p.block_size / 2;
-        let cols: [&[u8]; T] = std::array::from_fn(|lane| {
-            let col = tile * T + lane;
-            if col < p.n {
-                &self.b[col * row..][..row]
-            } else {
-                &[]
+        let words = row / 4;
+        let (body, rest) = out.split_at_mut(words * T * 4);
+        let present = p.n.saturating_sub(tile * T).min(T);
+        let col = |lane: usize| &self.b[(tile * T + lane) * row..][..row];
+        // Word `w` of a column holds k in 8w..8w + 8. The words wholly
+        // inside K are copied column by column: reads in order, writes
+        // within one tile (a few KiB to tens of KiB, in L1).
+        let full_words = (p.k / 8).min(words);
+        for lane in 0..present {
+            for (w, src) in col(lane)[..full_words * 4].chunks_exact(4).enumerate() {
+                let at = (w * T + lane) * 4;
+                body[at..at + 4].write_copy_of_slice(src);
             }
-        });
-        // Word `w` of a column holds k in 8w..8w + 8; past K it is cleared.
-        let full_words = p.k / 8;
+        }
+        // Then missing columns (zero) and the words at or past K: the one
+        // K ends in keeps its nibbles below K, the others are zero.
         let tail_mask = (1u32 << (4 * (p.k % 8))) - 1;
-        let mut rows = out.chunks_exact_mut(T * 4);
-        for (w, dst) in rows.by_ref().enumerate() {
-            let at = w * 4..w * 4 + 4;
-            let mask = match w.cmp(&full_words) {
-                std::cmp::Ordering::Less => u32::MAX,
-                std::cmp::Ordering::Equal => tail_mask,
-                std::cmp::Ordering::Greater => 0,
-            };
-            for (lane, d) in dst.chunks_exact_mut(4).enumerate() {
-                let word = match cols[lane].get(at.clone()) {
-                    Some(&[a, b, c, d]) => u32::from_le_bytes([a, b, c, d]) & mask,
+        for (w, dst) in body.chunks_exact_mut(T * 4).enumerate() {
+            let done = if w < full_words { present } else { 0 };
+            for (lane, d) in dst.chunks_exact_mut(4).enumerate().skip(done) {
+                let tail = (lane < present && w == full_words)
+                    .then(|| col(lane).get(w * 4..w * 4 + 4))
+                    .flatten();
+                let word = match tail {
+                    Some(&[a, b, c, d]) => u32::from_le_bytes([a, b, c, d]) & tail_mask,
                     _ => 0,
                 };
-                for (d, byte) in d.iter_mut().zip(word.to_le_bytes()) {
-                    d.write(byte);
-                }
+                d.write_copy_of_slice(&word.to_le_bytes());
             }
         }
         // A tile is whole rows; anything past them would be padding.
-        for d in rows.into_remainder() {
+        for d in rest {
             d.write(0);
         }
     }
@@ -380,19 +385,22 @@ impl Q4Source<'_> {
         out: &mut [MaybeUninit<f32>],
         f: impl Fn((usize, usize), f32) -> f32,
     ) {
-        let (n, blocks) = (self.p.n, self.p.blocks());
-        let mut rows = out.chunks_exact_mut(t);
-        for (blk, dst) in rows.by_ref().enumerate() {
-            for (lane, d) in dst.iter_mut().enumerate() {
-                let col = tile * t + lane;
-                d.write(if col < n && blk < blocks {
-                    f((col, blk), self.scales[col * blocks + blk])
-                } else {
-                    0.0
-                });
+        let blocks = self.p.blocks();
+        let present = self.p.n.saturating_sub(tile * t).min(t);
+        let (body, rest) = out.split_at_mut((blocks * t).min(out.len()));
+        // Column by column: its scales are read in order, the writes stay
+        // within the tile.
+        for lane in 0..t.min(body.len()) {
+            let col = tile * t + lane;
+            let scales = match lane < present {
+                true => &self.scales[col * blocks..][..blocks],
+                false => &[],
+            };
+            for (blk, d) in body[lane..].iter_mut().step_by(t).enumerate() {
+                d.write(scales.get(blk).map_or(0.0, |&s| f((col, blk), s)));
             }
         }
-        for d in rows.into_remainder() {
+        for d in rest {
             d.write(0.0);
         }
     }
