@@ -151,7 +151,8 @@ fn a_writer_killed_at_any_step_leaves_a_usable_cache() {
         let cache = dir.path().join(format!("cache-{step}"));
         let out = dir.path().join(format!("out-{step}"));
         kill_at(&run_args(&model, &cache, "build-if-missing", &out), step);
-        // Whatever the kill left: a complete manifest or none.
+        // Whatever the kill left: a manifest that parses whole (with the
+        // entries committed by then) or none.
         let before = entries(&cache);
         let expect_complete = matches!(step, "manifest-rename" | "dir-sync");
         assert_eq!(before > 0, expect_complete, "{step}: {before} entries");

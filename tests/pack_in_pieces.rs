@@ -108,22 +108,28 @@ fn a_large_weight_packed_from_pieces_matches_a_whole_packing_and_is_never_held_w
     assert_eq!(common::f32_bits(&common::run_tiny_llm(&mapped)), want);
 }
 
-#[test]
-fn a_piece_that_does_not_match_its_digest_fails_the_weight() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
-    let m = Model::open(&model).unwrap();
+/// The data file the LM head's weight lies in, its offset there and its
+/// length (it declares a `sha256:` digest).
+fn head_in_file(model: &Path) -> (std::path::PathBuf, u64, u64) {
+    let m = Model::open(model).unwrap();
     let w = m.weight_by_name(HEAD).unwrap();
     assert!(w.checksum().and_then(|c| c.tensor_sha256()).is_some());
     let WeightSource::External { file, offset, .. } = w.source() else {
         panic!("{HEAD} is external");
     };
-    // A byte in the head's last piece: the packing has packed the others.
     let data = m.external_files()[file.index()].path().to_path_buf();
+    (data, *offset, w.byte_len())
+}
+
+#[test]
+fn a_piece_that_does_not_match_its_digest_fails_the_weight() {
+    let dir = common::tempdir();
+    let model = common::tiny_llm_in(dir.path());
+    let (data, offset, len) = head_in_file(&model);
+    // A byte in the head's last piece: the packing has packed the others.
     let mut bytes = std::fs::read(&data).unwrap();
-    bytes[(*offset + w.byte_len() - 3) as usize] ^= 0x21;
+    bytes[(offset + len - 3) as usize] ^= 0x21;
     std::fs::write(&data, bytes).unwrap();
-    drop(m);
 
     let strict = open(&model, false, ChecksumPolicy::Strict);
     let err = strict.prepare().unwrap_err().error.to_string();
@@ -143,4 +149,29 @@ fn a_piece_that_does_not_match_its_digest_fails_the_weight() {
     let off = open(&model, false, ChecksumPolicy::Off);
     off.prepare().unwrap();
     assert!(!common::run_tiny_llm(&off).is_empty());
+}
+
+#[test]
+fn a_data_file_cut_under_a_packing_is_a_short_read_naming_the_weight() {
+    let dir = common::tempdir();
+    let model = common::tiny_llm_in(dir.path());
+    let (data, offset, len) = head_in_file(&model);
+    // Cut inside the head's last quarter: its first pieces read and pack,
+    // a later one comes up short.
+    let cut = offset + len * 3 / 4 + 5;
+    // The session opens before the cut (opening checks the file's size).
+    let session = open(&model, false, ChecksumPolicy::Off);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&data)
+        .unwrap()
+        .set_len(cut)
+        .unwrap();
+    // The first piece past the cut (of the head, or of its scales, which
+    // lie after it in the file) fails as a typed short read naming it.
+    let err = session.prepare().unwrap_err().error.to_string();
+    let named = [HEAD, HEAD_SCALES]
+        .iter()
+        .any(|w| err.contains(&format!("tensor `{w}`")));
+    assert!(named && err.contains("truncated"), "{err}");
 }

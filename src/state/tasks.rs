@@ -248,7 +248,12 @@ impl SessionTasks<'_> {
                 if done {
                     return 0;
                 }
-                if let Some(pieces) = tasks.publishes[t].and_then(|q| state.producer.pieces(q)) {
+                // From pieces unless it restores from the cache (whose
+                // damaged entry falls back to whole sources).
+                if let Some(pieces) = tasks.publishes[t]
+                    .filter(|&q| !state.producer.restorable(q))
+                    .and_then(|q| state.producer.pieces(q))
+                {
                     return pieces.bytes();
                 }
                 tasks
