@@ -594,55 +594,56 @@ impl Producer {
             claim.set_preparing();
             let (object, packed_here) = self.read_packed(r)?;
             (object, packed_here, None)
-        } else if let Some(pieces) = self.pieces(r) {
-            claim.set_preparing();
+        } else {
             let requirement = &self.plan.resolved().requirements()[r.0 as usize];
+            let pieces = self.pieces(r);
+            // Packed from pieces: read by the packing itself; else the
+            // decoded sources come from `inputs`.
+            let mut sources = Vec::new();
+            if pieces.is_none() {
+                for &t in self.reads_of(r)? {
+                    sources.push(inputs.source(self, t)?);
+                }
+            }
+            claim.set_preparing();
             let weights = self.plan.resolved().model().weights();
-            let sources: Vec<&WeightDescriptor> = requirement
+            let descriptors: Vec<&WeightDescriptor> = requirement
                 .sources
                 .iter()
                 .map(|w| &weights[w.index()])
                 .collect();
-            let shapes: Vec<Vec<usize>> = sources
-                .iter()
-                .map(|w| w.dims().iter().map(|&d| d as usize).collect())
-                .collect();
-            let early = match self.packed_size(r, &shapes) {
-                Some(bytes) => Some(self.admit_evicting(r, bytes)?),
-                None => None,
+            let shapes: Vec<Vec<usize>> = match pieces {
+                Some(_) => descriptors
+                    .iter()
+                    .map(|w| w.dims().iter().map(|&d| d as usize).collect())
+                    .collect(),
+                None => sources.iter().map(|t| t.shape().to_vec()).collect(),
             };
-            let job = PieceSource {
-                source: &*self.source,
-                preparation: &self.preparation,
-                checksums: self.checksums,
-                cache: self.cache.as_ref(),
-            };
-            let object = job.pack(requirement, &sources, pieces, inputs.parallel())?;
-            self.prepacks.fetch_add(1, Ordering::Relaxed);
-            // Pages a mapping's pieces shared at their edges go too.
-            for &w in &requirement.sources {
-                self.source.release(w);
-            }
-            (object, true, early)
-        } else {
-            let reads = self.reads_of(r)?;
-            let mut sources = Vec::with_capacity(reads.len());
-            for &t in reads {
-                sources.push(inputs.source(self, t)?);
-            }
-            claim.set_preparing();
             // Charged before packing when the recipe knows the size (room
             // is made first, so the packed bytes are never over the limit).
-            let shapes: Vec<Vec<usize>> = sources.iter().map(|t| t.shape().to_vec()).collect();
             let early = match self.packed_size(r, &shapes) {
                 Some(bytes) => Some(self.admit_evicting(r, bytes)?),
                 None => None,
             };
-            let object = self.prepare_counted(r, &sources, inputs.parallel())?;
+            let par = inputs.parallel();
+            let object = match pieces {
+                Some(pieces) => {
+                    let job = PieceSource {
+                        source: &*self.source,
+                        preparation: &self.preparation,
+                        checksums: self.checksums,
+                        cache: self.cache.as_ref(),
+                    };
+                    let object = job.pack(requirement, &descriptors, pieces, par)?;
+                    self.prepacks.fetch_add(1, Ordering::Relaxed);
+                    object
+                }
+                None => self.prepare_counted(r, &sources, par)?,
+            };
             // The sources' mapped pages were touched (hashed, copied,
             // packed): they leave the process's memory; an object used in
             // place faults back only what its runs read.
-            for &w in &self.plan.resolved().requirements()[r.0 as usize].sources {
+            for &w in &requirement.sources {
                 self.source.release(w);
             }
             (object, true, early)

@@ -188,15 +188,7 @@ impl NBitsPrepack {
     /// The row packing of sources of these shapes and types (`B`,
     /// `scales` [, `zero_points`]), checked against the attributes.
     fn rows(&self, sources: &[(&[usize], ElementType)]) -> Result<NBitsRows, KernelError> {
-        let (b, scales, zp) = match sources {
-            [b, s] => (*b, *s, None),
-            [b, s, z] => (*b, *s, Some(*z)),
-            _ => {
-                return Err(KernelError::Shape(
-                    "MatMulNBits: packing needs B, scales [, zero_points]".into(),
-                ));
-            }
-        };
+        let (b, scales, zp) = consumed(sources)?;
         check_nbits_shapes(&self.p, b, scales, zp)?;
         Ok(NBitsRows(q4::Q4Rows::new(
             self.p,
@@ -204,6 +196,18 @@ impl NBitsPrepack {
             self.layout.clone(),
             zp.is_some(),
         )))
+    }
+}
+
+/// The consumed inputs in order: `B`, `scales` and the optional
+/// `zero_points`.
+fn consumed<T: Copy>(items: &[T]) -> Result<(T, T, Option<T>), KernelError> {
+    match items {
+        [b, s] => Ok((*b, *s, None)),
+        [b, s, z] => Ok((*b, *s, Some(*z))),
+        _ => Err(KernelError::Shape(
+            "MatMulNBits: packing needs B, scales [, zero_points]".into(),
+        )),
     }
 }
 
@@ -222,15 +226,7 @@ impl RowPacking for NBitsRows {
     }
 
     fn pack(&mut self, pieces: &[DataRef<'_>], par: &dyn ParallelFor) -> Result<(), KernelError> {
-        let (b, scales, zp) = match pieces {
-            [b, s] => (*b, *s, None),
-            [b, s, z] => (*b, *s, Some(*z)),
-            _ => {
-                return Err(KernelError::Shape(
-                    "MatMulNBits: packing needs B, scales [, zero_points]".into(),
-                ));
-            }
-        };
+        let (b, scales, zp) = consumed(pieces)?;
         let DataRef::U8(b) = b else {
             return Err(KernelError::UnsupportedType {
                 op: OP,
