@@ -22,10 +22,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use onnx_prepared::exec::{DirectReplay, DirectReplayOptions};
 use onnx_prepared::model::{FileSource, Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
-use onnx_prepared::state::{DirectReplay, DirectReplayOptions};
 use onnx_prepared_kernels::Tensor;
 
 fn decode_inputs() -> Vec<(String, Tensor)> {

@@ -9,7 +9,7 @@
 //!   first iteration, so "read" time is copying, checksumming and decoding.
 //!
 //! * `session_tasks/tiny-llm/pool-<n>cpu-<m>io`: the same tasks submitted to
-//!   a persistent `WorkerPool` (`TaskGraph::session_graph`): reads on the
+//!   a persistent `WorkerPool` (`PreparedExecutionPlan::session_graph`): reads on the
 //!   I/O workers, prepacks on the CPU workers, as soon as their reads are
 //!   done. Same fresh-state setup, outside the measured time.
 //!
@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use onnx_prepared::arena::MemoryBudget;
+use onnx_prepared::exec::PreparedExecutionState;
 use onnx_prepared::model::{FileSource, Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::{PreparedExecutionPlan, TaskKind};
-use onnx_prepared::scheduler::{Remapped, TaskGraph, WorkerPool, WorkerPoolOptions};
-use onnx_prepared::state::PreparedExecutionState;
+use onnx_prepared::scheduler::{Remapped, WorkerPool, WorkerPoolOptions};
 
 fn fresh(model: &Model, plan: &Arc<PreparedExecutionPlan>) -> PreparedExecutionState {
     let source = Arc::new(FileSource::open(model).expect("source"));
@@ -92,7 +92,7 @@ fn session_tasks(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
-    let (graph, ids) = TaskGraph::session_graph(&plan).expect("session graph");
+    let (graph, ids) = plan.session_graph().expect("session graph");
     let graph = Arc::new(graph);
     for (name, cpu, io) in [("pool-1cpu-1io", 1, 1), ("pool-2cpu-2io", 2, 2)] {
         let workers = WorkerPool::new(WorkerPoolOptions {

@@ -62,7 +62,7 @@ macro_rules! internal {
     )*};
 }
 
-internal!(arena, scheduler, state, store, sync);
+internal!(arena, exec, prepare, scheduler, store, sync);
 
 pub mod cache;
 pub mod decoder;
@@ -76,7 +76,7 @@ pub mod session;
 
 pub use arena::{ArenaError, BudgetLimits, BudgetReport, Domain, DomainReport, UNLIMITED};
 pub use cache::{PreparedModelPolicy, PreparedModelStore};
-pub use error::{Error, ErrorKind};
+pub use error::{Error, ErrorKind, RunError};
 pub use model::{ChecksumPolicy, Model, ResolveOptions, ResolvedModel};
 pub use onnx_prepared_kernels::{CpuFeatures, ElementType, Tensor};
 pub use plan::PreparedExecutionPlan;

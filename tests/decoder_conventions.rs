@@ -5,7 +5,7 @@
 use onnx_prepared::decoder::{
     InputRole, Lengths, input_role, input_shape, kv_cache_pairs, lengths_from_dims,
 };
-use onnx_prepared::state::{Dim, GraphInput};
+use onnx_prepared::exec::{Dim, GraphInput};
 use onnx_prepared_kernels::ElementType;
 
 fn names(v: &[&str]) -> Vec<String> {

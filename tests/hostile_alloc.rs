@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use onnx_prepared::arena::{ArenaError, BudgetLimits, Domain};
+use onnx_prepared::exec::{DirectReplay, DirectReplayOptions};
 use onnx_prepared::model::proto::tensor_shape_proto::{Dimension, dimension};
 use onnx_prepared::model::proto::{
     AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
@@ -17,7 +18,6 @@ use onnx_prepared::model::proto::{
 use onnx_prepared::model::{FileSource, Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
-use onnx_prepared::state::{DirectReplay, DirectReplayOptions};
 use onnx_prepared::sync::{AtomicUsize, Ordering};
 use onnx_prepared::{Error, ErrorKind};
 use onnx_prepared_kernels::Tensor;
@@ -226,7 +226,7 @@ fn broadcasting_two_large_inputs_is_a_budget_error() {
         ("b", Tensor::from_f32(vec![1, n], vec![2.0; n]).unwrap()),
     ];
     let s = session(&path, BudgetLimits::unlimited());
-    let err = run_session(&s, &inputs).unwrap_err();
+    let err = Error::from(run_session(&s, &inputs).unwrap_err());
     assert_eq!(err.kind(), ErrorKind::Budget, "{err}");
     assert!(
         matches!(
@@ -239,7 +239,7 @@ fn broadcasting_two_large_inputs_is_a_budget_error() {
         ),
         "{err:?}"
     );
-    let err = run_direct(&path, &inputs).unwrap_err();
+    let err = Error::from(run_direct(&path, &inputs).unwrap_err());
     assert_eq!(err.kind(), ErrorKind::Budget, "{err}");
 
     // Small inputs still run through the same session and lowering code.
@@ -276,7 +276,7 @@ fn a_session_budget_refuses_activation_buffers_before_they_exist() {
         ("a", Tensor::from_f32(vec![n, 1], vec![1.0; n]).unwrap()),
         ("b", Tensor::from_f32(vec![1, n], vec![2.0; n]).unwrap()),
     ];
-    let err = run_session(&s, &inputs).unwrap_err();
+    let err = Error::from(run_session(&s, &inputs).unwrap_err());
     assert_nothing_large_was_allocated();
     assert_execution_over_budget(&err);
     assert_eq!(s.memory().domain(Domain::Execution).live, 0);
@@ -297,8 +297,10 @@ fn a_huge_value_folded_at_resolution_is_refused() {
         vec![value("x", 1, Some(&[Ok(1)]))],
         vec![value("y", 1, None)],
     );
-    let err = ResolvedModel::resolve(Model::open(&path).unwrap(), &ResolveOptions::default())
-        .unwrap_err();
+    let err = Error::from(
+        ResolvedModel::resolve(Model::open(&path).unwrap(), &ResolveOptions::default())
+            .unwrap_err(),
+    );
     assert!(
         matches!(err, Error::Arena(ArenaError::AboveCeiling { .. })),
         "{err:?}"
@@ -327,7 +329,8 @@ fn the_fold_limit_is_the_caller_s() {
         fold_limit: 1 << 20,
         ..ResolveOptions::default()
     };
-    let err = ResolvedModel::resolve(Model::open(&path).unwrap(), &limited).unwrap_err();
+    let err =
+        Error::from(ResolvedModel::resolve(Model::open(&path).unwrap(), &limited).unwrap_err());
     match &err {
         Error::Arena(ArenaError::AboveCeiling {
             requested, limit, ..
@@ -368,7 +371,7 @@ fn a_length_computed_from_input_values_is_charged_first() {
         ("limit", scalar((1u32 << 27) as f32)),
         ("delta", scalar(1.0)),
     ];
-    let err = run_session(&s, &huge).unwrap_err();
+    let err = Error::from(run_session(&s, &huge).unwrap_err());
     assert_nothing_large_was_allocated();
     assert_execution_over_budget(&err);
     let short = [
@@ -403,9 +406,9 @@ fn a_huge_value_folded_at_lowering_is_refused() {
     let n = 1 << 21;
     let inputs = [("x", Tensor::from_f32(vec![n], vec![0.0; n]).unwrap())];
     let s = session(&path, BudgetLimits::unlimited());
-    let err = run_session(&s, &inputs).unwrap_err();
+    let err = Error::from(run_session(&s, &inputs).unwrap_err());
     assert_eq!(err.kind(), ErrorKind::Budget, "{err}");
-    let err = run_direct(&path, &inputs).unwrap_err();
+    let err = Error::from(run_direct(&path, &inputs).unwrap_err());
     assert_eq!(err.kind(), ErrorKind::Budget, "{err}");
     let small = [("x", Tensor::from_f32(vec![3], vec![0.0; 3]).unwrap())];
     assert_eq!(run_session(&s, &small).unwrap()[0].shape(), &[3, 3]);

@@ -107,12 +107,12 @@ fn open(model: &ModelProto) -> Result<Model, Error> {
     let dir = common::tempdir();
     let path = dir.path().join("m.onnx");
     std::fs::write(&path, model.encode_to_vec()).unwrap();
-    Model::open(&path)
+    Ok(Model::open(&path)?)
 }
 
 fn resolve(op: &str, attrs: Vec<AttributeProto>) -> Result<ResolvedModel, Error> {
     let model = open(&model(op, attrs, vec![opset("", 21)]))?;
-    ResolvedModel::resolve(model, &ResolveOptions::default())
+    Ok(ResolvedModel::resolve(model, &ResolveOptions::default())?)
 }
 
 /// The attribute type error resolution reports, with its node.
@@ -213,7 +213,7 @@ fn a_domain_imported_twice_is_refused_at_open() {
             opset("com.microsoft", 1),
         ],
     ] {
-        let err = open(&softmax(opsets.clone())).unwrap_err();
+        let err = Error::from(open(&softmax(opsets.clone())).unwrap_err());
         let first = &opsets[0];
         match err {
             Error::Model(ModelError::DuplicateOpsetImport {

@@ -14,15 +14,15 @@ use common::{Init, tempdir, write_data, write_model};
 use onnx_prepared::Error;
 use onnx_prepared::arena::MemoryBudget;
 use onnx_prepared::error::RunError;
+use onnx_prepared::exec::{
+    DirectReplay, DirectReplayOptions, InvocationState, PreparedExecutionState,
+};
 use onnx_prepared::model::{
     ChecksumPolicy, ExternalDataError as X, FileSource, Model, PayloadError, PayloadSource,
     ResolveOptions, ResolvedModel, WeightSource,
 };
 use onnx_prepared::plan::{PreparedExecutionPlan, TaskKind};
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
-use onnx_prepared::state::{
-    DirectReplay, DirectReplayOptions, InvocationState, PreparedExecutionState,
-};
 use onnx_prepared_fixtures::{GEMM_CHAIN, WriteMode, gemm_fixtures, write_fixture};
 use onnx_prepared_kernels::Tensor;
 
@@ -100,7 +100,7 @@ fn session_run(session: &RuntimeSession) -> Result<Tensor, Error> {
 fn scheduled_session_refuses_a_tampered_weight() {
     let dir = tempdir();
     let path = gemm_chain(dir.path(), true);
-    let err = session_run(&session(&path, ChecksumPolicy::default())).unwrap_err();
+    let err = Error::from(session_run(&session(&path, ChecksumPolicy::default())).unwrap_err());
     assert!(reports_mismatch_of_tampered(&err), "{err:?}");
     // Eager preparation fails, its diagnostics naming the read and why.
     let failed = session(&path, ChecksumPolicy::Strict)
@@ -139,11 +139,13 @@ fn sequential_state_refuses_a_tampered_weight() {
     };
     let a = input();
     let inputs = [("A", &a)];
-    let err = state(ChecksumPolicy::Strict)
-        .run(&mut InvocationState::default(), &inputs)
-        .unwrap_err();
+    let err = Error::from(
+        state(ChecksumPolicy::Strict)
+            .run(&mut InvocationState::default(), &inputs)
+            .unwrap_err(),
+    );
     assert!(is_mismatch_of_tampered(&err), "{err:?}");
-    let err = state(ChecksumPolicy::Strict).prepare().unwrap_err();
+    let err = Error::from(state(ChecksumPolicy::Strict).prepare().unwrap_err());
     assert!(is_mismatch_of_tampered(&err), "{err:?}");
     state(ChecksumPolicy::Off)
         .run(&mut InvocationState::default(), &inputs)
@@ -171,7 +173,7 @@ fn session_task_reading_a_tampered_weight_fails_it() {
         }
         let result = tasks.execute(onnx_prepared::plan::TaskId(t as u32));
         if table.reads[t] == Some(tampered) {
-            let err = result.unwrap_err();
+            let err = Error::from(result.unwrap_err());
             assert!(is_mismatch_of_tampered(&err), "{err:?}");
             failed += 1;
         } else {
@@ -187,8 +189,9 @@ fn direct_replay_refuses_a_tampered_weight() {
     let path = gemm_chain(dir.path(), true);
     let model = Model::open(&path).unwrap();
     let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
-    let err =
-        DirectReplay::new(&model, source.clone(), DirectReplayOptions::default()).unwrap_err();
+    let err = Error::from(
+        DirectReplay::new(&model, source.clone(), DirectReplayOptions::default()).unwrap_err(),
+    );
     assert!(is_mismatch_of_tampered(&err), "{err:?}");
     let off = DirectReplayOptions {
         checksums: ChecksumPolicy::Off,
@@ -223,7 +226,7 @@ fn a_digest_that_is_not_ascii_hex_is_refused_at_open() {
                 &[("location", "w.bin"), ("checksum", value)],
             )],
         );
-        let err = Model::open(path).unwrap_err();
+        let err = Error::from(Model::open(path).unwrap_err());
         assert!(
             matches!(&err, Error::ExternalData(X::InvalidChecksum { tensor, .. }) if tensor == "w"),
             "{value:?}: {err:?}"

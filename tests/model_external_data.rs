@@ -21,7 +21,7 @@ fn open_err(inits: &[Init], data: &[(&str, usize)]) -> Error {
         write_data(dir.path(), name, *len);
     }
     let path = write_model(dir.path(), inits);
-    let err = Model::open(&path).expect_err("model must be rejected");
+    let err = Error::from(Model::open(&path).expect_err("model must be rejected"));
     assert!(
         err.to_string().contains("`w`"),
         "message names the tensor: {err}"
@@ -93,7 +93,7 @@ fn symlink_out_of_the_model_folder_is_rejected() {
     std::os::unix::fs::symlink(outside.path(), dir.path().join("sub")).unwrap();
     for location in ["w.bin", "sub/secret.bin"] {
         let path = write_model(dir.path(), &ext(&[("location", location)]));
-        let err = Model::open(&path).expect_err("escape through a symlink");
+        let err = Error::from(Model::open(&path).expect_err("escape through a symlink"));
         assert!(
             matches!(&err, Error::ExternalData(X::SymlinkEscape { tensor, .. }) if tensor == "w"),
             "{location}: {err:?}"
@@ -189,7 +189,7 @@ fn not_a_regular_file() {
     let dir = tempdir();
     std::fs::create_dir(dir.path().join("w.bin")).unwrap();
     let path = write_model(dir.path(), &ext(&[("location", "w.bin")]));
-    let err = Model::open(&path).unwrap_err();
+    let err = Error::from(Model::open(&path).unwrap_err());
     assert!(
         matches!(err, Error::ExternalData(X::NotRegularFile { .. })),
         "{err:?}"
@@ -436,9 +436,9 @@ fn garbage_is_a_decode_error_and_a_missing_model_an_io_error() {
     let dir = tempdir();
     let path = dir.path().join("model.onnx");
     std::fs::write(&path, [0xff; 64]).unwrap();
-    let err = Model::open(&path).unwrap_err();
+    let err = Error::from(Model::open(&path).unwrap_err());
     assert!(matches!(err, Error::Model(M::Decode { .. })), "{err:?}");
-    let err = Model::open(dir.path().join("absent.onnx")).unwrap_err();
+    let err = Error::from(Model::open(dir.path().join("absent.onnx")).unwrap_err());
     assert!(matches!(err, Error::Model(M::Io { .. })), "{err:?}");
 }
 

@@ -93,7 +93,7 @@ fn data_file_swapped_for_a_symlink_out_of_the_folder_is_never_read() {
         );
     }
     // A fresh open sees the link and refuses it.
-    let err = Model::open(dir.path().join("model.onnx")).unwrap_err();
+    let err = Error::from(Model::open(dir.path().join("model.onnx")).unwrap_err());
     assert!(
         matches!(err, Error::ExternalData(X::SymlinkEscape { .. })),
         "{err:?}"
@@ -133,7 +133,7 @@ fn data_file_swapped_for_a_fifo_is_never_read_and_never_blocks() {
     let data = dir.path().join("w.bin");
     let err = within(
         20,
-        move || Model::open(path).unwrap_err(),
+        move || Error::from(Model::open(path).unwrap_err()),
         || release_fifo_reader(&data),
     );
     assert!(
@@ -150,7 +150,7 @@ fn a_device_behind_a_symlink_is_refused_at_open() {
         dir.path(),
         &[Init::external("w", DIMS, &[("location", "w.bin")])],
     );
-    let err = Model::open(path).unwrap_err();
+    let err = Error::from(Model::open(path).unwrap_err());
     assert!(
         matches!(&err, Error::ExternalData(X::SymlinkEscape { tensor, .. }) if tensor == "w"),
         "{err:?}"

@@ -4,6 +4,7 @@
 
 mod common;
 
+use onnx_prepared::exec::{DirectReplay, DirectReplayOptions};
 use onnx_prepared::model::proto::tensor_proto::DataLocation;
 use onnx_prepared::model::proto::{
     GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
@@ -12,7 +13,6 @@ use onnx_prepared::model::proto::{
 use onnx_prepared::model::{FileSource, Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
-use onnx_prepared::state::{DirectReplay, DirectReplayOptions};
 use onnx_prepared_kernels::Tensor;
 use std::sync::Arc;
 

@@ -177,7 +177,7 @@ fn file_truncated_after_open_is_a_short_read_not_a_crash() {
     );
 
     // Reopening the model sees the short file at open.
-    let err = Model::open(dir.path().join("tiny-llm.onnx")).unwrap_err();
+    let err = Error::from(Model::open(dir.path().join("tiny-llm.onnx")).unwrap_err());
     assert!(matches!(err, Error::ExternalData(_)), "{err:?}");
 }
 

@@ -284,9 +284,8 @@ fn activation_last_use_points_at_the_last_reading_step() {
 /// and never gates an invocation task.
 #[test]
 fn tiny_llm_session_tasks_are_gated_by_first_use() {
-    use onnx_prepared::scheduler::TaskGraph;
     let plan = plan("tiny-llm");
-    let graph = TaskGraph::from_prepared_plan(&plan).unwrap();
+    let graph = plan.task_graph_with_distances().unwrap();
     let tasks = plan.tasks();
     let mut layer_distance: HashMap<&str, u32> = HashMap::new();
     for t in 0..tasks.len() {

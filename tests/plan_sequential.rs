@@ -6,15 +6,16 @@ mod common;
 
 use std::sync::Arc;
 
+use onnx_prepared::Error;
 use onnx_prepared::arena::{Domain, MemoryBudget};
+use onnx_prepared::exec::{
+    DirectReplay, DirectReplayOptions, InvocationState, PreparedExecutionState,
+};
 use onnx_prepared::model::{
     FaultInjectingSource, FileSource, Model, PayloadSource, ReadFault, ResolveOptions,
     ResolvedModel,
 };
 use onnx_prepared::plan::PreparedExecutionPlan;
-use onnx_prepared::state::{
-    DirectReplay, DirectReplayOptions, InvocationState, PreparedExecutionState,
-};
 use onnx_prepared_kernels::{CpuFeatures, Tensor};
 
 fn fixture(name: &str) -> std::path::PathBuf {
@@ -164,9 +165,10 @@ fn a_failed_read_fails_the_run_and_exactly_that_requirement() {
             .with_fault(b2, ReadFault::Fail);
     let s = state(&path, Arc::new(faulty));
     let a = ramp(vec![2, 256]);
-    let err = s
-        .run(&mut InvocationState::default(), &[("A", &a)])
-        .unwrap_err();
+    let err = Error::from(
+        s.run(&mut InvocationState::default(), &[("A", &a)])
+            .unwrap_err(),
+    );
     assert!(err.to_string().contains("injected"), "{err}");
     // The first layer's weight was published; the failed one is marked failed.
     assert!(s.store().resident_count() >= 1);
@@ -227,9 +229,10 @@ fn activation_buffers_count_against_the_execution_limit() {
         Arc::new(FileSource::open(&model).unwrap()),
         tight,
     );
-    let err = s
-        .run(&mut InvocationState::default(), &[("A", &a)])
-        .unwrap_err();
+    let err = Error::from(
+        s.run(&mut InvocationState::default(), &[("A", &a)])
+            .unwrap_err(),
+    );
     assert!(
         matches!(
             err,

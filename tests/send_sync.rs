@@ -2,11 +2,11 @@
 //! session and its handles cross threads; a context moves into a run and
 //! back; scheduler handles are shared freely.
 
+use onnx_prepared::exec::{PreparedExecutionState, SessionTasks};
 use onnx_prepared::scheduler::{CancelToken, ResumeHandle, Submission, TaskGraph, WorkerPool};
 use onnx_prepared::session::{
     ExecutionError, ExecutionHandle, RuntimeContext, RuntimeSession, Trace,
 };
-use onnx_prepared::state::{PreparedExecutionState, SessionTasks};
 
 fn send<T: Send>() {}
 fn sync<T: Sync>() {}

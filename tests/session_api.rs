@@ -9,13 +9,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use onnx_prepared::arena::{BudgetLimits, Domain};
+use onnx_prepared::exec::{DirectReplay, DirectReplayOptions};
 use onnx_prepared::model::{
     FaultInjectingSource, FileSource, Model, PayloadSource, ReadFault, ResolveOptions,
     ResolvedModel, WeightId,
 };
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions, Status};
-use onnx_prepared::state::{DirectReplay, DirectReplayOptions};
 use onnx_prepared_kernels::Tensor;
 
 fn fixture(name: &str) -> PathBuf {

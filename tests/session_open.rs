@@ -7,10 +7,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use onnx_prepared::ErrorKind;
 use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::{PlanDump, PreparedExecutionPlan};
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
+use onnx_prepared::{Error, ErrorKind};
 use onnx_prepared_kernels::{CpuFeatures, Tensor};
 
 fn fixtures() -> PathBuf {
@@ -103,7 +103,7 @@ fn open_fails_like_model_open() {
     let dir = common::tempdir();
     let missing = dir.path().join("missing.onnx");
     let opened = RuntimeSession::open(&missing, SessionOptions::default()).unwrap_err();
-    let direct = Model::open(&missing).unwrap_err();
+    let direct = Error::from(Model::open(&missing).unwrap_err());
     assert_eq!(opened.kind(), direct.kind());
     assert_eq!(opened.kind(), ErrorKind::Model);
     assert_eq!(opened.to_string(), direct.to_string());
@@ -111,5 +111,8 @@ fn open_fails_like_model_open() {
     let garbage = dir.path().join("garbage.onnx");
     std::fs::write(&garbage, b"not a model").unwrap();
     let opened = RuntimeSession::open(&garbage, SessionOptions::default()).unwrap_err();
-    assert_eq!(opened.kind(), Model::open(&garbage).unwrap_err().kind());
+    assert_eq!(
+        opened.kind(),
+        Error::from(Model::open(&garbage).unwrap_err()).kind()
+    );
 }

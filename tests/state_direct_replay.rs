@@ -7,8 +7,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 
 use onnx_prepared::error::{ResolveError, RunError};
+use onnx_prepared::exec::{DirectReplay, DirectReplayOptions};
 use onnx_prepared::model::{FileSource, Model, PayloadSource};
-use onnx_prepared::state::{DirectReplay, DirectReplayOptions};
 use onnx_prepared::{Error, ErrorKind};
 use onnx_prepared_kernels::{CpuFeatures, Tensor};
 
@@ -115,24 +115,24 @@ fn hot_runs_allocate_nothing_per_node() {
 fn input_errors_name_the_input() {
     let mut r = replay("gemm-transb1", 1);
     let good = ramp(vec![2, 256]);
-    let err = r.run(&[]).unwrap_err();
+    let err = Error::from(r.run(&[]).unwrap_err());
     assert!(
         matches!(&err, Error::Run(RunError::MissingInput { input }) if input == "A"),
         "{err}"
     );
-    let err = r.run(&[("A", &good), ("B", &good)]).unwrap_err();
+    let err = Error::from(r.run(&[("A", &good), ("B", &good)]).unwrap_err());
     assert!(
         matches!(&err, Error::Run(RunError::UnknownInput { input }) if input == "B"),
         "{err}"
     );
     let ints = Tensor::from_i64(vec![2, 256], vec![0; 512]).unwrap();
-    let err = r.run(&[("A", &ints)]).unwrap_err();
+    let err = Error::from(r.run(&[("A", &ints)]).unwrap_err());
     assert!(
         matches!(&err, Error::Run(RunError::InputType { input, .. }) if input == "A"),
         "{err}"
     );
     let wrong = ramp(vec![2, 255]);
-    let err = r.run(&[("A", &wrong)]).unwrap_err();
+    let err = Error::from(r.run(&[("A", &wrong)]).unwrap_err());
     assert!(
         matches!(&err, Error::Run(RunError::InputShape { input, .. }) if input == "A"),
         "{err}"
@@ -245,8 +245,9 @@ fn unsupported_operators_are_listed_together() {
     std::fs::write(&path, model.encode_to_vec()).unwrap();
     let model = Model::open(&path).unwrap();
     let source = FileSource::open(&model).unwrap();
-    let err =
-        DirectReplay::new(&model, Arc::new(source), DirectReplayOptions::default()).unwrap_err();
+    let err = Error::from(
+        DirectReplay::new(&model, Arc::new(source), DirectReplayOptions::default()).unwrap_err(),
+    );
     let Error::Resolve(ResolveError::UnsupportedOperators(ops)) = &err else {
         panic!("expected UnsupportedOperators, got {err}");
     };

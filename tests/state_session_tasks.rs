@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use onnx_prepared::arena::{Domain, MemoryBudget};
+use onnx_prepared::exec::{
+    DirectReplay, DirectReplayOptions, InvocationState, PreparedExecutionState, SessionTasks,
+};
 use onnx_prepared::model::{
     FaultInjectingSource, FileSource, Model, PayloadSource, ReadFault, ResolveOptions,
     ResolvedModel,
 };
 use onnx_prepared::plan::{PreparedExecutionPlan, RequirementId, TaskId, TaskKind};
-use onnx_prepared::state::{
-    DirectReplay, DirectReplayOptions, InvocationState, PreparedExecutionState, SessionTasks,
-};
 use onnx_prepared::store::Residency;
 use onnx_prepared::sync::{AtomicU32, Ordering, thread};
 use onnx_prepared_kernels::{CpuFeatures, Tensor};
@@ -366,12 +366,12 @@ fn tasks_after_an_on_demand_run_read_nothing() {
 /// read once.
 #[test]
 fn pooled_session_tasks_prepare_everything() {
-    use onnx_prepared::scheduler::{Remapped, TaskGraph, WorkerPool, WorkerPoolOptions};
+    use onnx_prepared::scheduler::{Remapped, WorkerPool, WorkerPoolOptions};
     let path = tiny_llm();
     let model = Model::open(&path).unwrap();
     let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
     let s = Arc::new(state(&path, source.clone()));
-    let (graph, ids) = TaskGraph::session_graph(s.plan()).unwrap();
+    let (graph, ids) = s.plan().session_graph().unwrap();
     assert_eq!(graph.len(), s.plan().session_tasks().count());
     let workers = WorkerPool::new(WorkerPoolOptions {
         cpu_workers: 2,

@@ -12,6 +12,7 @@
 
 #[macro_use]
 mod dispatch;
+mod dtype;
 mod error;
 pub mod op;
 pub mod ops;
@@ -22,11 +23,12 @@ mod scratch;
 pub mod tensor;
 mod vector;
 
+pub use dtype::ElementType;
 pub use error::KernelError;
 pub use op::{
     Attributes, CpuFeatures, InputInfo, KernelOptions, NodeSpec, Operator, OutputInfo, Prepack,
     RowPacking,
 };
-pub use packed::{PackedPart, PackedWeight, SharedBytes};
+pub use packed::{PackedPart, PackedWeight};
 pub use par::{ParallelFor, Sequential, for_each_chunk_mut};
-pub use tensor::{DataMut, DataRef, ElementType, Tensor, TensorData, ZeroedBlock, element_count};
+pub use tensor::{DataMut, DataRef, SharedBytes, Tensor, TensorData, ZeroedBlock, element_count};

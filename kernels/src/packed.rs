@@ -6,16 +6,7 @@ use std::fmt::Debug;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use crate::{ElementType, KernelError, TensorData, ZeroedBlock};
-
-/// Read-only bytes a [`PackedPart`] or a shared [`Tensor`](crate::Tensor)
-/// may borrow, kept alive by it (a mapping of a prepared-cache payload or of
-/// a model's external data file, say).
-pub trait SharedBytes: Send + Sync + Debug {
-    /// The bytes: the same slice (address and length) on every call, which
-    /// views checked once at construction rely on.
-    fn bytes(&self) -> &[u8];
-}
+use crate::{ElementType, KernelError, SharedBytes, TensorData, ZeroedBlock};
 
 /// One part of a packed weight.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@ use onnx_prepared_kernels::{DataRef, Tensor};
 
 use super::{InputRole, Lengths, Rng, input_role, input_tensor, vocab_size};
 use crate::Error;
-use crate::error::RunError;
+use crate::exec::RunError;
 use crate::session::{RuntimeContext, RuntimeSession};
 
 /// The result of [`generate`].

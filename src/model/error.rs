@@ -3,6 +3,11 @@
 
 use std::path::PathBuf;
 
+use onnx_prepared_kernels::{ElementType, KernelError};
+
+use super::fold::KernelFailure;
+use crate::arena::ArenaError;
+
 /// The model file cannot be read or does not describe a usable model.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -366,4 +371,165 @@ pub enum PayloadError {
         /// The tensor.
         tensor: String,
     },
+}
+
+/// Opening or resolving a model failed: the error of the model layer, one
+/// variant per cause.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The model file could not be read or does not describe a usable model.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// An initializer's `external_data` entry is malformed or points somewhere
+    /// it must not.
+    #[error(transparent)]
+    ExternalData(#[from] ExternalDataError),
+    /// Reading a weight's payload failed.
+    #[error(transparent)]
+    Payload(#[from] PayloadError),
+    /// The graph cannot be resolved to kernels.
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    /// Values folded at resolution would exceed the allocation ceiling.
+    #[error(transparent)]
+    Arena(#[from] ArenaError),
+}
+
+/// The graph cannot be resolved: a node has no kernel, a value is undefined,
+/// shapes do not agree.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResolveError {
+    /// The kernel registry rejected the node, or shape inference failed.
+    #[error("node `{node}`: {source}")]
+    Kernel {
+        /// The node.
+        node: String,
+        /// What the kernel reported.
+        source: KernelError,
+    },
+    /// A node reads a value nothing defines before it (or the graph is not
+    /// topologically sorted).
+    #[error(
+        "node `{node}` reads `{value}`, which no graph input, initializer or earlier node defines"
+    )]
+    UndefinedValue {
+        /// The node (or `graph output`).
+        node: String,
+        /// The value.
+        value: String,
+    },
+    /// A value is defined twice.
+    #[error("node `{node}` defines `{value}`, which is already defined")]
+    Redefined {
+        /// The node.
+        node: String,
+        /// The value.
+        value: String,
+    },
+    /// A node's domain has no opset import.
+    #[error("node `{node}` uses domain `{domain}`, which the model does not import")]
+    MissingOpset {
+        /// The node.
+        node: String,
+        /// The domain.
+        domain: String,
+    },
+    /// A node has more operands than the hot path supports.
+    #[error("node `{node}` has more than {limit} inputs or outputs")]
+    TooManyOperands {
+        /// The node.
+        node: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// A graph input is not a tensor.
+    #[error("graph input `{input}` is not a tensor")]
+    InputNotTensor {
+        /// The input.
+        input: String,
+    },
+    /// A graph input has an element type the runtime cannot compute with.
+    #[error("graph input `{input}` has element type {dtype}, which onnx-prepared does not support")]
+    InputType {
+        /// The input.
+        input: String,
+        /// Its ONNX type name.
+        dtype: String,
+    },
+    /// A node's output shape depends on input data that is not small
+    /// enough to key a lowering by (or on a value computed at run time).
+    #[error(
+        "node `{node}`: its output shape depends on input data, which is not supported (input {input} of {op} is computed from {source_desc})"
+    )]
+    DataDependentShape {
+        /// The node.
+        node: String,
+        /// Its operator type.
+        op: &'static str,
+        /// The input position whose value decides the shape.
+        input: usize,
+        /// Where that value comes from.
+        source_desc: String,
+    },
+    /// The model uses operators without a kernel: every one is listed, with
+    /// how many nodes use it.
+    #[error("{}", unsupported_message(.0))]
+    UnsupportedOperators(Vec<UnsupportedOperator>),
+    /// Evaluating a node whose inputs are all constants failed.
+    #[error(transparent)]
+    Folding(#[from] KernelFailure),
+    /// A weight's element type has no compute representation (4-bit types
+    /// are only read by kernels that consume them packed).
+    #[error("weight `{weight}` has element type {dtype}, which no kernel reads directly")]
+    WeightType {
+        /// The weight.
+        weight: String,
+        /// Its type.
+        dtype: ElementType,
+    },
+}
+
+/// One operator without a kernel, as [`ResolveError::UnsupportedOperators`]
+/// lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsupportedOperator {
+    /// Domain (`ai.onnx` for the default domain).
+    pub domain: String,
+    /// Operator type.
+    pub op_type: String,
+    /// The opset version the model imports for the domain.
+    pub opset: i64,
+    /// Nodes that use it.
+    pub nodes: usize,
+    /// The first such node.
+    pub first_node: String,
+}
+
+fn unsupported_message(ops: &[UnsupportedOperator]) -> String {
+    let nodes: usize = ops.iter().map(|o| o.nodes).sum();
+    let list: Vec<String> = ops
+        .iter()
+        .map(|o| {
+            format!(
+                "{}::{} (opset {}): {} node{}, first `{}`",
+                o.domain,
+                o.op_type,
+                o.opset,
+                o.nodes,
+                if o.nodes == 1 { "" } else { "s" },
+                o.first_node
+            )
+        })
+        .collect();
+    format!(
+        "{} operator{} used by {} node{} {} not supported: {}",
+        ops.len(),
+        if ops.len() == 1 { "" } else { "s" },
+        nodes,
+        if nodes == 1 { "" } else { "s" },
+        if ops.len() == 1 { "is" } else { "are" },
+        list.join("; ")
+    )
 }

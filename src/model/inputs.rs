@@ -5,9 +5,9 @@ use onnx_prepared_kernels::ElementType;
 use onnx_prepared_proto::tensor_shape_proto::dimension::Value as DimValue;
 use onnx_prepared_proto::type_proto::Value as TypeValue;
 
+use super::LoadError;
 use super::element_type_from_onnx;
-use crate::Error;
-use crate::error::ResolveError;
+use crate::model::ResolveError;
 
 /// One declared dimension of a graph input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +51,9 @@ fn tensor_type(v: &onnx_prepared_proto::ValueInfoProto) -> Option<(i32, Option<V
 }
 
 /// A graph input's declared name, type and dims.
-pub(crate) fn graph_input(v: &onnx_prepared_proto::ValueInfoProto) -> Result<GraphInput, Error> {
+pub(crate) fn graph_input(
+    v: &onnx_prepared_proto::ValueInfoProto,
+) -> Result<GraphInput, LoadError> {
     let name = v.name.clone().unwrap_or_default();
     let (elem, dims) = tensor_type(v).ok_or_else(|| ResolveError::InputNotTensor {
         input: name.clone(),

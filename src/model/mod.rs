@@ -10,11 +10,13 @@ mod attrs;
 mod dtype;
 mod error;
 mod external;
+mod fold;
 mod inputs;
 pub mod inspect;
 mod payload;
 mod qdq;
 mod resolve;
+mod roles;
 mod weight;
 mod wire;
 
@@ -29,8 +31,12 @@ use onnx_prepared_proto::{GraphProto, Message, ModelProto, TensorProto};
 
 pub use attrs::NodeAttributes;
 pub use dtype::{ElementType, element_type_from_onnx, element_type_to_onnx, onnx_type_name};
-pub use error::{ExternalDataError, ModelError, PayloadError};
+pub use error::{
+    ExternalDataError, LoadError, ModelError, PayloadError, ResolveError, UnsupportedOperator,
+};
 pub(crate) use external::open_no_follow;
+pub use fold::KernelFailure;
+pub(crate) use fold::{execute_caught, fold_node, folded_bytes, tensor_bytes};
 pub(crate) use inputs::graph_input;
 pub use inputs::{Dim, GraphInput};
 pub use payload::{
@@ -43,6 +49,7 @@ pub use resolve::{
     InlineId, Operand, PayloadManifest, PreparedKey, Requirement, RequirementIndex, ResolveOptions,
     ResolvedModel, ResolvedNode, SOURCE_LAYOUT, ValueId, scope_of,
 };
+pub use roles::{InputRole, input_role, kv_cache_pairs};
 pub use weight::{
     Checksum, ExternalFile, ExternalFileId, WeightDescriptor, WeightId, WeightSource,
 };
@@ -50,7 +57,6 @@ pub use weight::{
 /// The ONNX protobuf types.
 pub use onnx_prepared_proto as proto;
 
-use crate::Error;
 use crate::limits::MAX_MODEL_FILE_BYTES;
 use external::{ExternalFiles, Roots};
 
@@ -92,7 +98,7 @@ impl Model {
     /// assert!(model.external_bytes() > 0); // described, not read
     /// # Ok(()) }
     /// ```
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, LoadError> {
         let path = path.as_ref().to_path_buf();
         let buffer = read_model_file(&path)?;
         let identity = xxhash_rust::xxh3::xxh3_128(&buffer);
@@ -332,7 +338,7 @@ fn describe(
     tensor: TensorProto,
     roots: &Roots,
     files: &mut ExternalFiles,
-) -> Result<WeightDescriptor, Error> {
+) -> Result<WeightDescriptor, LoadError> {
     let name = match tensor.name.as_deref() {
         Some(n) if !n.is_empty() => n.to_owned(),
         _ => return Err(ModelError::UnnamedInitializer { index }.into()),

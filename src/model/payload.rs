@@ -21,8 +21,8 @@ use std::time::Duration;
 use memmap2::Mmap;
 use onnx_prepared_kernels::SharedBytes;
 
+use super::LoadError;
 use super::{Model, PayloadError, WeightDescriptor, WeightId, WeightSource};
-use crate::Error;
 use crate::sync::{AtomicU64, Latch, Ordering};
 
 /// Reads weight payloads.
@@ -109,7 +109,7 @@ pub enum ChecksumPolicy {
 /// weight's bytes — the session's read tasks, on-demand reads,
 /// [`DirectReplay`] — reads through here.
 ///
-/// [`DirectReplay`]: crate::state::DirectReplay
+/// [`DirectReplay`]: crate::exec::DirectReplay
 pub(crate) fn read_verified(
     source: &dyn PayloadSource,
     weight: &WeightDescriptor,
@@ -352,7 +352,7 @@ impl FileSource {
     ///
     /// # Errors
     /// None today; kept fallible for sources that acquire resources.
-    pub fn open(model: &Model) -> Result<Self, Error> {
+    pub fn open(model: &Model) -> Result<Self, LoadError> {
         let files = model
             .external_files()
             .iter()
@@ -509,7 +509,7 @@ pub struct MmapSource {
 impl MmapSource {
     /// Maps every external data file of `model` through the handle `model`
     /// opened at validation.
-    pub fn open(model: &Model) -> Result<Self, Error> {
+    pub fn open(model: &Model) -> Result<Self, LoadError> {
         let mut maps = Vec::with_capacity(model.external_files().len());
         for f in model.external_files() {
             let io = |source| PayloadError::Io {

@@ -36,6 +36,10 @@ pub enum PlanError {
     /// The tables are inconsistent (a bug in the builder).
     #[error("invalid plan: {0}")]
     Invalid(String),
+    /// The prepared cache cannot serve the plan (incomplete under
+    /// `RequireComplete`, or unreadable).
+    #[error(transparent)]
+    Cache(#[from] CacheError),
 }
 
 /// Packed entries available from a prepared cache.
@@ -213,7 +217,7 @@ fn group_steps(resolved: &ResolvedModel) -> Vec<(String, std::ops::Range<u32>)> 
 
 impl PreparedExecutionPlan {
     /// Builds the plan with no prepared cache.
-    pub fn build(resolved: ResolvedModel) -> Result<Self, crate::Error> {
+    pub fn build(resolved: ResolvedModel) -> Result<Self, PlanError> {
         Self::build_with(resolved, &())
     }
 
@@ -227,7 +231,7 @@ impl PreparedExecutionPlan {
     pub fn build_cached(
         resolved: ResolvedModel,
         cache: Arc<PreparedModelStore>,
-    ) -> Result<Self, crate::Error> {
+    ) -> Result<Self, PlanError> {
         let mut plan = Self::build_with(resolved, &*cache)?;
         plan.cache = Some(cache);
         Ok(plan)
@@ -238,7 +242,7 @@ impl PreparedExecutionPlan {
     pub fn build_with(
         resolved: ResolvedModel,
         cache: &dyn PackedEntries,
-    ) -> Result<Self, crate::Error> {
+    ) -> Result<Self, PlanError> {
         let resolved = Arc::new(resolved);
         let weights = resolved.model().weights();
         let manifest = resolved.manifest();

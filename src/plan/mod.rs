@@ -10,8 +10,8 @@
 //! consecutive nodes of one name scope (see [`crate::model::scope_of`]).
 
 mod build;
-mod csr;
 mod dump;
+mod graph;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -19,16 +19,13 @@ use std::sync::Arc;
 use bitvec::vec::BitVec;
 
 pub use build::{PackedEntries, PlanError};
-pub use csr::Csr;
 pub use dump::PlanDump;
+
+pub use crate::scheduler::{Csr, Priority, ResourceClass, TaskId};
 
 use crate::cache::PreparedModelStore;
 pub use crate::model::PreparedKey;
 use crate::model::{ResolvedModel, WeightId};
-
-/// Index of a task in [`TaskTable`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TaskId(pub u32);
 
 /// Index of a requirement in [`RequirementTable`]; also its bit in step bitsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -72,39 +69,6 @@ impl TaskKind {
             TaskKind::Execute => "execute",
         }
     }
-}
-
-/// Which workers run a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ResourceClass {
-    /// Blocking reads and writes.
-    Io,
-    /// CPU computation.
-    Cpu,
-    /// Cheap enough to run wherever its dependency finished.
-    Inline,
-}
-
-impl ResourceClass {
-    /// The stable name used by dumps.
-    pub fn name(self) -> String {
-        match self {
-            ResourceClass::Io => "io".into(),
-            ResourceClass::Cpu => "cpu".into(),
-            ResourceClass::Inline => "inline".into(),
-        }
-    }
-}
-
-/// Scheduling priority.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Priority {
-    /// Needed by a running inference.
-    Critical,
-    /// Speculative preparation ahead of need.
-    Prefetch,
-    /// Nothing waits for it (cache writes).
-    Background,
 }
 
 /// How a requirement is materialized. Every recipe publishes the same key.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::arena::{Domain, MemoryBudget, ReleaseWatcher, Reservation, UNLIMITED};
 use crate::limits::SCHEDULER_CRITICAL_RESERVE_PERCENT;
-use crate::plan::{Priority, TaskId};
+use crate::scheduler::{Priority, TaskId};
 use crate::sync::{AtomicU32, AtomicUsize, Lock, Ordering, fence};
 
 use super::queue::Lane;

@@ -1,5 +1,5 @@
 //! The runtime scheduler: runs DAGs of tasks, known only by
-//! [`TaskId`](crate::plan::TaskId), on one persistent [`WorkerPool`] of
+//! [`TaskId`], on one persistent [`WorkerPool`] of
 //! pinned CPU workers and I/O workers, shared by every submission (and
 //! every session that passes the same pool). It never knows ONNX; a
 //! [`TaskRunner`] does the work of each task.
@@ -260,6 +260,7 @@
 //! 4. Join every worker thread.
 
 mod admission;
+mod csr;
 mod graph;
 mod lanes;
 mod local;
@@ -267,10 +268,12 @@ mod outcome;
 mod pool;
 mod queue;
 mod submission;
+mod task;
 mod task_state;
 mod window;
 
 pub use admission::{Admission, AdmissionPermit, Refusal};
+pub use csr::Csr;
 pub use graph::{GraphError, TaskGraph, UNGATED};
 pub use outcome::{SubmissionOutcome, TaskFailure};
 pub use lanes::{Lease, WorkerPoolOptions};
@@ -283,4 +286,5 @@ pub use submission::{
 pub use task_state::{
     Cancel, TaskClaim, DependencyDone, FireClaim, MAX_DEPENDENCIES, TaskSnapshot, TaskState,
 };
+pub use task::{Priority, ResourceClass, TaskId};
 pub use window::LookAheadOptions;

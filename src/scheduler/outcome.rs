@@ -6,7 +6,7 @@
 use std::any::Any;
 use std::fmt;
 
-use crate::plan::TaskId;
+use crate::scheduler::TaskId;
 
 /// Why a task failed: returned by [`super::TaskRunner::run`], made from a
 /// caught panic, or from an admission that can never succeed.

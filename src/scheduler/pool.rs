@@ -16,7 +16,7 @@ use super::queue::{Lane, PRIORITIES};
 use super::submission::{
     CLAIMED_ENTRY, PoolHost, Submission, SubmissionInner, SubmitError, SubmitOptions, TaskRunner,
 };
-use crate::plan::TaskId;
+use crate::scheduler::TaskId;
 
 /// State shared by a pool's workers, its submissions and its leases.
 #[derive(Debug)]

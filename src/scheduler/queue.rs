@@ -5,7 +5,7 @@
 //! stand-in under `cfg(loom)`); the models check *our* protocols around the
 //! queue (post-ready, claim, sleep/wake).
 
-use crate::plan::{Priority, ResourceClass, TaskId};
+use super::task::{Priority, ResourceClass, TaskId};
 use crate::sync::BoundedQueue;
 
 /// Which workers serve a queue: the scheduler's view of a

@@ -25,7 +25,7 @@
 //! [`TaskGraph::with_distances`]: super::TaskGraph::with_distances
 
 use crate::arena::{Domain, MemoryBudget, UNLIMITED};
-use crate::plan::TaskId;
+use crate::scheduler::TaskId;
 use crate::sync::{AtomicU32, AtomicUsize, Lock, Ordering};
 
 /// Not released yet.

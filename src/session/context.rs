@@ -5,8 +5,8 @@ use onnx_prepared_kernels::Tensor;
 use super::RuntimeSession;
 use crate::Error;
 use crate::arena::{Domain, Reservation};
-use crate::error::RunError;
-use crate::state::{InvocationState, PreparedExecutionState};
+use crate::exec::RunError;
+use crate::exec::{InvocationState, PreparedExecutionState};
 
 /// Inputs, outputs and per-inference state of one run; moved into
 /// [`RuntimeSession::run_async`] and handed back by
@@ -94,7 +94,7 @@ impl RuntimeContext {
     /// `past_key_0` (same suffix), `present.0.key` →
     /// `past_key_values.0.key` (same layer and kind; torch, optimum and the
     /// ONNX Runtime GenAI builder); returns how many pairs it bound. See
-    /// [`crate::decoder::kv_cache_pairs`].
+    /// [`crate::model::kv_cache_pairs`].
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -130,7 +130,7 @@ impl RuntimeContext {
     /// # Ok(()) }
     /// ```
     pub fn bind_kv_cache(&mut self) -> usize {
-        let pairs = crate::decoder::kv_cache_pairs(&self.declared, &self.declared_outputs);
+        let pairs = crate::model::kv_cache_pairs(&self.declared, &self.declared_outputs);
         for (o, i) in &pairs {
             self.cache.retain(|(_, bound)| bound != i);
             self.cache.push((o.clone(), i.clone()));

@@ -8,7 +8,7 @@ use super::preparation::Preparation;
 use super::run::RunContinuation;
 use super::status::{Naming, prepare_error, status_of};
 use super::{ExecutionError, FREE_RUNS, RuntimeContext, SessionInner, Status};
-use crate::error::RunError;
+use crate::exec::RunError;
 use crate::scheduler::Submission;
 use crate::sync::{AtomicBool, Ordering};
 

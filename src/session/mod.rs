@@ -7,7 +7,7 @@
 //!
 //! **Preparation** (session tasks: every read and prepack of the plan):
 //! 1. The session keeps at most one live preparation submission
-//!    (`TaskGraph::session_graph`, run by
+//!    (`PreparedExecutionPlan::session_graph`, run by
 //!    `SessionTasks`). A streaming
 //!    one (started by the first `run_async`) holds its tasks behind the
 //!    look-ahead window; an eager one ([`RuntimeSession::prepare_async`])
@@ -90,7 +90,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use crate::state::UnpersistedEviction;
+pub use crate::prepare::UnpersistedEviction;
 pub use context::RuntimeContext;
 pub use handle::ExecutionHandle;
 pub use options::SessionOptions;
@@ -104,11 +104,11 @@ use run::RunContinuation;
 use crate::Error;
 use crate::arena::{BudgetLimits, BudgetReport, Domain, MemoryBudget};
 use crate::cache::{CacheStats, PreparedModelPolicy, PreparedModelStore};
-use crate::error::RunError;
+use crate::exec::PreparedExecutionState;
+use crate::exec::RunError;
 use crate::model::{FileSource, MmapSource, Model, PayloadSource, ResolvedModel};
 use crate::plan::{Csr, PreparedExecutionPlan, Priority, ResourceClass, TaskId};
 use crate::scheduler::{Admission, Submission, TaskGraph, WorkerPool};
-use crate::state::PreparedExecutionState;
 use crate::sync::{AtomicU64, Lock, Ordering};
 
 struct SessionInner {
@@ -255,7 +255,7 @@ impl RuntimeSession {
         options: SessionOptions,
     ) -> Result<Self, Error> {
         let plan = Arc::new(plan);
-        let (graph, ids) = TaskGraph::session_graph(&plan).map_err(plan_error)?;
+        let (graph, ids) = plan.session_graph().map_err(plan_error)?;
         // The plan's publisher of each requirement, as a session-graph id
         // (`ids` lists the session tasks in plan order).
         let publisher: Vec<TaskId> = plan

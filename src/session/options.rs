@@ -9,8 +9,8 @@ use crate::Error;
 use crate::arena::BudgetLimits;
 use crate::cache::PreparedModelPolicy;
 use crate::model::{ChecksumPolicy, ResolveOptions};
+use crate::prepare::UnpersistedEviction;
 use crate::scheduler::{LookAheadOptions, WorkerPool, WorkerPoolOptions};
-use crate::state::UnpersistedEviction;
 
 /// How a session runs: its workers, memory limits and look-ahead.
 ///

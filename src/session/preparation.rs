@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{SessionInner, Trace, TraceLane};
+use crate::exec::SessionTasks;
 use crate::plan::{RequirementId, TaskId};
 use crate::scheduler::{Submission, SubmitOptions, TaskContext, TaskFailure, TaskRunner};
-use crate::state::SessionTasks;
 use crate::sync::{AtomicBool, Lock, Ordering};
 
 /// The live preparation submission and what its tasks hold.

@@ -29,7 +29,7 @@ use super::{RuntimeContext, RuntimeSession, SessionOptions, Trace, TraceEvent, T
 use crate::Error;
 use crate::arena::Domain;
 use crate::cache::{PreparedModelPolicy, PreparedModelStore};
-use crate::error::RunError;
+use crate::exec::RunError;
 use crate::model::{Model, PayloadSource, ResolveOptions, ResolvedModel};
 use crate::plan::{PreparedExecutionPlan, TaskKind, TaskScope};
 

@@ -16,7 +16,7 @@
 use super::preparation::Holder;
 use super::status::{Naming, prepare_error, status_of};
 use super::{ExecutionError, SessionInner, Status};
-use crate::error::RunError;
+use crate::exec::RunError;
 use crate::plan::RequirementId;
 use crate::store::Residency;
 

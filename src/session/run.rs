@@ -9,10 +9,10 @@ use super::trace::StepMemory;
 use super::{RuntimeContext, SessionInner, TraceLane};
 use crate::Error;
 use crate::arena::Domain;
-use crate::error::RunError;
+use crate::exec::RunError;
+use crate::exec::RunProgress;
 use crate::plan::{RequirementId, TaskId};
 use crate::scheduler::{Submission, TaskContext, TaskFailure, TaskRunner};
-use crate::state::RunProgress;
 use crate::store::{GenerationOutcome, Registration, Residency};
 use crate::sync::{Latch, Lock, Ordering};
 
@@ -91,7 +91,7 @@ impl RunContinuation {
     /// the run promoted) that no worker took yet.
     fn block_on(
         &self,
-        state: &crate::state::PreparedExecutionState,
+        state: &crate::exec::PreparedExecutionState,
         (index, target): (usize, u64),
         preparation: &Submission,
         tctx: &TaskContext<'_>,

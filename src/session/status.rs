@@ -3,7 +3,7 @@
 
 use super::{RuntimeContext, SessionInner};
 use crate::Error;
-use crate::error::RunError;
+use crate::exec::RunError;
 use crate::plan::TaskId;
 use crate::scheduler::SubmissionOutcome;
 
@@ -120,5 +120,13 @@ impl ResidencyReport {
     /// Whether every prepared object is resident.
     pub fn all_resident(&self) -> bool {
         self.resident == self.total
+    }
+}
+
+/// Keeps the first error of a failed submission (its diagnostics and
+/// context are dropped: match on [`ExecutionError`] to keep them).
+impl From<ExecutionError> for Error {
+    fn from(e: ExecutionError) -> Self {
+        e.error
     }
 }

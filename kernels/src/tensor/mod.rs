@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 
-use crate::{KernelError, SharedBytes};
+use std::fmt::Debug;
+
+use crate::KernelError;
 
 mod aligned;
 mod block;
@@ -12,10 +14,20 @@ mod data;
 #[cfg(test)]
 mod tests;
 
+use crate::ElementType;
 use aligned::LineAligned;
 pub use block::{LARGE as LARGE_BLOCK, ZeroedBlock};
 use data::shared_view;
-pub use data::{DataMut, DataRef, ElementType, TensorData};
+pub use data::{DataMut, DataRef, TensorData};
+
+/// Read-only bytes a shared [`Tensor`] or a [`PackedPart`](crate::PackedPart)
+/// may borrow, kept alive by it (a mapping of a prepared-cache payload or of
+/// a model's external data file, say).
+pub trait SharedBytes: Send + Sync + Debug {
+    /// The bytes: the same slice (address and length) on every call, which
+    /// views checked once at construction rely on.
+    fn bytes(&self) -> &[u8];
+}
 
 /// Where a tensor's elements live.
 #[derive(Clone)]

@@ -9,13 +9,13 @@ use std::sync::Arc;
 
 use onnx_prepared_kernels::{
     CpuFeatures, ElementType, InputInfo, KernelError, KernelOptions, NodeSpec, Operator,
-    OutputInfo, Prepack, Sequential, Tensor, registry,
+    OutputInfo, Prepack, Tensor, registry,
 };
 use sha2::{Digest, Sha256};
 
 use super::{Dim, GraphInput, Model, NodeAttributes, WeightId, WeightSource};
-use crate::Error;
-use crate::error::{ResolveError, UnsupportedOperator};
+use crate::model::LoadError;
+use crate::model::{ResolveError, UnsupportedOperator};
 
 mod probe;
 
@@ -210,7 +210,7 @@ enum Known {
 
 impl ResolvedModel {
     /// Resolves `model` (consumed: the resolved model owns it).
-    pub fn resolve(model: Model, options: &ResolveOptions) -> Result<Self, Error> {
+    pub fn resolve(model: Model, options: &ResolveOptions) -> Result<Self, LoadError> {
         let graph = model.graph();
         let mut ids: HashMap<String, ValueId> = HashMap::new();
         let mut value_names: Vec<String> = Vec::new();
@@ -426,9 +426,7 @@ impl ResolvedModel {
                     .collect();
                 // Folded values are budgeted (checked before allocating) and
                 // a kernel panic is an error naming the node, as in lowering.
-                folded_bytes = outs.iter().fold(folded_bytes, |n, o| {
-                    n.saturating_add(crate::state::tensor_bytes(o.dtype, &o.shape))
-                });
+                folded_bytes = folded_bytes.saturating_add(crate::model::folded_bytes(&outs));
                 let ceiling = options
                     .fold_limit
                     .min(crate::limits::default_allocation_ceiling());
@@ -441,16 +439,8 @@ impl ResolvedModel {
                     }
                     .into());
                 }
-                let mut tensors = Vec::with_capacity(outs.len());
-                for o in &outs {
-                    tensors.push(Tensor::zeros(o.dtype, o.shape.clone()).map_err(|source| {
-                        ResolveError::Kernel {
-                            node: name.clone(),
-                            source,
-                        }
-                    })?);
-                }
-                crate::state::execute_caught(&*op, &name, &ins, None, &mut tensors, &Sequential)?;
+                let tensors = crate::model::fold_node(&*op, &name, &ins, &outs)
+                    .map_err(ResolveError::Folding)?;
                 for (out, t) in node.output.iter().zip(tensors) {
                     inline.push(Arc::new(t));
                     known.insert(

@@ -10,8 +10,8 @@ use sha2::Digest;
 use sha2::Sha256;
 
 use super::{Known, ValueId};
-use crate::Error;
-use crate::error::ResolveError;
+use crate::model::LoadError;
+use crate::model::ResolveError;
 use crate::model::{Model, WeightDescriptor, WeightId, WeightSource};
 
 /// Shapes, types and values resolution can show a kernel for one input;
@@ -158,7 +158,7 @@ pub(super) fn probe_evaluate<'k>(
     matches!(ran, Ok(Ok(()))).then_some(tensors)
 }
 
-pub(super) fn embedded_tensor(model: &Model, id: WeightId) -> Result<Tensor, Error> {
+pub(super) fn embedded_tensor(model: &Model, id: WeightId) -> Result<Tensor, LoadError> {
     let d = &model.weights()[id.index()];
     let WeightSource::Embedded { bytes } = d.source() else {
         unreachable!("embedded checked by caller")

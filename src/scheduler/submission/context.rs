@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::plan::{Priority, TaskId};
+use crate::scheduler::{Priority, TaskId};
 use crate::sync::{AtomicBool, Ordering};
 
 use super::{CancelToken, ResumeHandle, SubmissionInner, suspend};
@@ -24,9 +24,9 @@ pub trait TaskRunner: Send + Sync {
 }
 
 /// A runner of a renumbered graph: graph task `i` runs as `ids[i]` of the
-/// inner runner (e.g. the session tasks of a plan, [`TaskGraph::session_graph`]).
+/// inner runner (e.g. the session tasks of a plan, [`PreparedExecutionPlan::session_graph`]).
 ///
-/// [`TaskGraph::session_graph`]: crate::scheduler::TaskGraph::session_graph
+/// [`PreparedExecutionPlan::session_graph`]: crate::plan::PreparedExecutionPlan::session_graph
 #[derive(Debug)]
 pub struct Remapped<R> {
     /// The runner of the original ids.

@@ -4,7 +4,7 @@
 
 use std::sync::Weak;
 
-use crate::plan::TaskId;
+use crate::scheduler::TaskId;
 use crate::sync::Ordering;
 
 use super::SubmissionInner;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::plan::{Priority, TaskId};
+use crate::scheduler::{Priority, TaskId};
 use crate::sync::Ordering;
 
 use super::{CLAIMED_ENTRY, CancelToken, PoolHost, SubmissionInner, WindowState, suspend};

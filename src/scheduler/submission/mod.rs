@@ -21,7 +21,7 @@ use crossbeam_utils::CachePadded;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
 
-use crate::plan::{Priority, TaskId};
+use crate::scheduler::{Priority, TaskId};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Latch, Ordering, FreeList, fence};
 
 use super::admission::{Admission, AdmissionPermit, Refusal, Requeue};

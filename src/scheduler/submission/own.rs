@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::plan::TaskId;
+use crate::scheduler::TaskId;
 use crate::sync::Ordering;
 
 use super::SubmissionInner;

@@ -3,7 +3,7 @@
 //! roots of a (re)submission and the promote protocol (steps 1–3).
 //! Hot path: `post`, `push` and `fire_dependents`, once per task.
 
-use crate::plan::{Priority, TaskId};
+use crate::scheduler::{Priority, TaskId};
 use crate::sync::{Ordering, fence};
 
 use super::{CLAIMED_ENTRY, SubmissionInner, WindowState};

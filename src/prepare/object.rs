@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use onnx_prepared_kernels::{DataRef, ElementType, KernelError, PackedWeight, Tensor, TensorData};
 
-use crate::Error;
-use crate::error::{ResolveError, RunError};
+use super::error::PrepareError;
+use crate::model::ResolveError;
 use crate::model::{PayloadSource, Requirement, ResolvedModel, WeightId};
 
 /// The object a requirement publishes.
@@ -120,13 +120,9 @@ impl RowTable {
         node: &str,
         indices: &Tensor,
         out: &mut Tensor,
-    ) -> Result<(), Error> {
-        let kernel = |detail: String| -> Error {
-            RunError::Kernel {
-                node: node.to_owned(),
-                source: KernelError::Invalid { op: "Gather", detail },
-            }
-            .into()
+    ) -> Result<(), PrepareError> {
+        let kernel = |detail: String| -> PrepareError {
+            PrepareError::kernel(node, KernelError::Invalid { op: "Gather", detail })
         };
         let rows = self.dims[0];
         let picked = Picked::of(indices).ok_or_else(|| {
@@ -174,7 +170,7 @@ impl RowTable {
         rows: usize,
         row_bytes: usize,
         dst: &mut [u8],
-    ) -> Result<(), Error> {
+    ) -> Result<(), PrepareError> {
         // In range (checked by the caller): 0 is never read.
         let row = |k: usize| picked.row(k, rows).unwrap_or(0);
         let mut k = 0;
@@ -240,7 +236,7 @@ pub(crate) fn source_tensor(
     resolved: &ResolvedModel,
     weight: crate::model::WeightId,
     bytes: &[u8],
-) -> Result<Tensor, Error> {
+) -> Result<Tensor, PrepareError> {
     let d = &resolved.model().weights()[weight.index()];
     let bad = || ResolveError::WeightType {
         weight: d.name().to_owned(),
@@ -257,7 +253,7 @@ pub(crate) fn prepare(
     requirement: &Requirement,
     sources: &[Arc<Tensor>],
     par: &dyn onnx_prepared_kernels::ParallelFor,
-) -> Result<PreparedObject, Error> {
+) -> Result<PreparedObject, PrepareError> {
     match &requirement.prepack {
         // A source used as is is shared, not copied.
         None => Ok(PreparedObject::Source(sources[0].clone())),
@@ -266,11 +262,7 @@ pub(crate) fn prepare(
             p.prepare(&refs, par)
                 .map(|w| PreparedObject::Packed(Arc::new(w)))
                 .map_err(|source| {
-                    RunError::Kernel {
-                        node: requirement.name.clone(),
-                        source,
-                    }
-                    .into()
+                    PrepareError::kernel(requirement.name.clone(), source)
                 })
         }
     }

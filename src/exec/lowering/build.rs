@@ -6,16 +6,15 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use onnx_prepared_kernels::{
-    ElementType, InputInfo, KernelError, Sequential, Tensor, element_count,
+    ElementType, InputInfo, KernelError, Tensor, element_count,
 };
 
-use super::{
-    Action, AllocationGate, Lowered, MAX_VALUE_INPUT_ELEMENTS, NeedsValue, Operand, execute_caught,
+use super::{Action, AllocationGate, Lowered, MAX_VALUE_INPUT_ELEMENTS, NeedsValue, Operand};
+use crate::exec::RunError as Error;
+use crate::model::{
+    Operand as Source, ResolveError, ResolvedModel, fold_node, folded_bytes as folded_bytes_of,
     tensor_bytes,
 };
-use crate::Error;
-use crate::error::ResolveError;
-use crate::model::{Operand as Source, ResolvedModel};
 
 /// What lowering knows about each value.
 #[derive(Clone)]
@@ -187,24 +186,14 @@ fn lower(
                     _ => None,
                 })
                 .collect();
-            folded_bytes = outs.iter().fold(folded_bytes, |n, o| {
-                n.saturating_add(tensor_bytes(o.dtype, &o.shape))
-            });
+            folded_bytes = folded_bytes.saturating_add(folded_bytes_of(&outs));
             if let Err(e) = gate(&format!("folding node `{}`", node.name), folded_bytes) {
                 return Ok(Err(e));
             }
-            let mut tensors = Vec::with_capacity(outs.len());
-            for o in &outs {
-                match Tensor::zeros(o.dtype, o.shape.clone()) {
-                    Ok(t) => tensors.push(t),
-                    Err(source) => return fail(&node.name, source),
-                }
-            }
-            if let Err(e) =
-                execute_caught(&*node.op, &node.name, &ins, None, &mut tensors, &Sequential)
-            {
-                return Ok(Err(e));
-            }
+            let tensors = match fold_node(&*node.op, &node.name, &ins, &outs) {
+                Ok(t) => t,
+                Err(e) => return Ok(Err(e.into())),
+            };
             for (id, t) in node.outputs.iter().zip(tensors) {
                 known[id.0 as usize] = Known::Const(Arc::new(t));
             }

@@ -28,15 +28,16 @@ use std::sync::Arc;
 
 use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 
-use super::PreparedObject;
+use super::object::PreparedObject;
 use super::residency::{Protection, ResidencyCounters, UnpersistedEviction};
 use super::object::{RowTable, prepare, source_tensor};
 use super::pieces::{PiecePlan, PieceSource, piece_plans};
 use super::shared::{self, SharedKey, SharedObject};
-use crate::Error;
+use super::error::PrepareError;
+use crate::model::ResolveError;
 use crate::cache::{Decoded, PersistSink, PreparedModelPolicy, PreparedModelStore};
 use crate::arena::{Domain, MemoryBudget, PreparationArena, PreparedArena, Reservation};
-use crate::error::RunError;
+
 use crate::limits::{ROW_TABLE_CHECK_PIECE_BYTES, ROW_TABLE_MIN_BYTES};
 use crate::model::{
     ChecksumPolicy, Operand, PayloadSource, RequirementIndex, WeightDescriptor, WeightId,
@@ -68,9 +69,9 @@ impl ResidentObject {
 /// A read task's decoded source and the preparation-domain bytes it holds;
 /// dropping it returns them to the budget.
 #[derive(Debug)]
-pub(super) struct Source {
+pub(crate) struct Source {
     /// The decoded tensor (shared with a published `Source` object).
-    pub(super) tensor: Arc<Tensor>,
+    pub(crate) tensor: Arc<Tensor>,
     /// The preparation-domain charge of a decoded tensor; none for one used
     /// in place from the source's shared bytes.
     _charge: Option<Reservation>,
@@ -78,10 +79,10 @@ pub(super) struct Source {
 
 /// Where a production's inputs come from: the one thing on-demand
 /// production and session tasks differ in.
-pub(super) trait Inputs {
+pub(crate) trait Inputs {
     /// The decoded source of read task `t`: held, delivered, or read now
     /// through [`Producer::read`].
-    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error>;
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, PrepareError>;
 
     /// Threads a large prepack may be split across: a session task's
     /// lease of the pool's CPU workers (protocol "lease": the pool runs one
@@ -101,13 +102,13 @@ pub(super) trait Inputs {
 /// Decoded sources of read tasks still needed by a pending prepack, for one
 /// on-demand call (`run`, `prepare`, `prepare_each`).
 #[derive(Default)]
-pub(super) struct Held {
+pub(crate) struct Held {
     held: HashMap<TaskId, Source>,
 }
 
 impl Inputs for Held {
     /// Held, or read now and held.
-    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error> {
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, PrepareError> {
         if let Some(held) = self.held.get(&t) {
             return Ok(held.tensor.clone());
         }
@@ -136,7 +137,7 @@ impl Inputs for Held {
 
 /// How a producer of a requirement proceeds: the claim policy shared by the
 /// on-demand path (`ensure`) and the per-task path (`tasks.rs`).
-pub(super) enum Role<'a> {
+pub(crate) enum Role<'a> {
     /// Produce the object and publish it through the claim (dropping the
     /// claim instead fails the generation and wakes its waiters).
     Produce(LoadClaim<'a, ResidentObject>),
@@ -148,7 +149,7 @@ pub(super) enum Role<'a> {
 
 /// Whether [`Producer::claim`] may retry a failed generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Retry {
+pub(crate) enum Retry {
     /// Retry a failed generation once (then [`Retry::Never`]).
     Once,
     /// A failed generation is an error.
@@ -158,7 +159,7 @@ pub(super) enum Retry {
 /// Produces the prepared objects of one plan: its store, arenas, payload
 /// source and checksum policy.
 #[derive(Debug)]
-pub(super) struct Producer {
+pub(crate) struct Producer {
     plan: Arc<PreparedExecutionPlan>,
     store: PreparedObjectStore<ResidentObject>,
     budget: MemoryBudget,
@@ -199,7 +200,7 @@ pub(super) struct Producer {
 impl Producer {
     /// The producer of `plan`'s objects, reading payloads through `source`
     /// (verified under `checksums`), accounting memory against `budget`.
-    pub(super) fn new(
+    pub(crate) fn new(
         plan: Arc<PreparedExecutionPlan>,
         source: Arc<dyn PayloadSource>,
         budget: MemoryBudget,
@@ -236,60 +237,60 @@ impl Producer {
 
     /// How requirement `r` is packed from pieces of its sources, if it is;
     /// then its sources' read tasks read nothing.
-    pub(super) fn pieces(&self, r: RequirementId) -> Option<&PiecePlan> {
+    pub(crate) fn pieces(&self, r: RequirementId) -> Option<&PiecePlan> {
         self.pieces[r.0 as usize].as_ref()
     }
 
     /// Sets whether large tables only row gathers read are served row by
     /// row from their source (off by default).
-    pub(super) fn set_tables_from_source(&mut self, on: bool) {
+    pub(crate) fn set_tables_from_source(&mut self, on: bool) {
         self.tables_from_source = on;
     }
 
     /// Sets whether reads verify declared weight digests.
-    pub(super) fn set_checksums(&mut self, checksums: ChecksumPolicy) {
+    pub(crate) fn set_checksums(&mut self, checksums: ChecksumPolicy) {
         self.checksums = checksums;
     }
 
     /// Sets what eviction does with objects the cache has no entry for.
-    pub(super) fn set_unpersisted(&mut self, unpersisted: UnpersistedEviction) {
+    pub(crate) fn set_unpersisted(&mut self, unpersisted: UnpersistedEviction) {
         self.unpersisted = unpersisted;
     }
 
     /// What eviction does with objects the cache has no entry for.
-    pub(super) fn unpersisted(&self) -> UnpersistedEviction {
+    pub(crate) fn unpersisted(&self) -> UnpersistedEviction {
         self.unpersisted
     }
 
     /// Requirements waiting runs protect from eviction.
-    pub(super) fn protection(&self) -> &Arc<Protection> {
+    pub(crate) fn protection(&self) -> &Arc<Protection> {
         &self.protection
     }
 
     /// Evictions and restores so far.
-    pub(super) fn residency_counters(&self) -> &ResidencyCounters {
+    pub(crate) fn residency_counters(&self) -> &ResidencyCounters {
         &self.counters
     }
 
     /// The plan's prepared cache.
-    pub(super) fn cache(&self) -> Option<&Arc<PreparedModelStore>> {
+    pub(crate) fn cache(&self) -> Option<&Arc<PreparedModelStore>> {
         self.cache.as_ref()
     }
 
     /// The prepared arena objects are admitted to.
-    pub(super) fn prepared_arena(&self) -> &PreparedArena {
+    pub(crate) fn prepared_arena(&self) -> &PreparedArena {
         &self.prepared
     }
 
     /// Bytes live in the prepared domain (resident objects, objects
     /// admitted and not yet published, evicted ones not yet destroyed).
-    pub(super) fn prepared_live(&self) -> usize {
+    pub(crate) fn prepared_live(&self) -> usize {
         self.budget.live(Domain::Prepared)
     }
 
     /// Source bytes read more than once (after evictions): per weight, the
     /// bytes delivered beyond its size.
-    pub(super) fn source_bytes_reread(&self) -> u64 {
+    pub(crate) fn source_bytes_reread(&self) -> u64 {
         let counters = self.source.counters();
         self.plan
             .resolved()
@@ -301,12 +302,12 @@ impl Producer {
     }
 
     /// Sends persist jobs to `sink` (a session's background writer).
-    pub(super) fn set_persist_sink(&mut self, sink: Arc<dyn PersistSink>) {
+    pub(crate) fn set_persist_sink(&mut self, sink: Arc<dyn PersistSink>) {
         self.sink = Some(sink);
     }
 
     /// Shares objects with other states of the process (see `shared.rs`).
-    pub(super) fn share_objects(&mut self) {
+    pub(crate) fn share_objects(&mut self) {
         let resolved = self.plan.resolved();
         self.shared = Some(
             resolved
@@ -319,41 +320,41 @@ impl Producer {
 
     /// Whether another session of the process holds `r`'s object now (so
     /// producing `r` needs no source).
-    pub(super) fn shared_elsewhere(&self, r: RequirementId) -> bool {
+    pub(crate) fn shared_elsewhere(&self, r: RequirementId) -> bool {
         self.shared
             .as_ref()
             .is_some_and(|keys| shared::find(&keys[r.0 as usize]).is_some())
     }
 
     /// Objects packed from their sources so far.
-    pub(super) fn prepacks(&self) -> u64 {
+    pub(crate) fn prepacks(&self) -> u64 {
         self.prepacks.load(Ordering::Relaxed)
     }
 
     /// Source bytes read through the payload source so far.
-    pub(super) fn source_bytes_read(&self) -> u64 {
+    pub(crate) fn source_bytes_read(&self) -> u64 {
         self.source.counters().total()
     }
 
     /// The plan.
-    pub(super) fn plan(&self) -> &Arc<PreparedExecutionPlan> {
+    pub(crate) fn plan(&self) -> &Arc<PreparedExecutionPlan> {
         &self.plan
     }
 
     /// The prepared-object store.
-    pub(super) fn store(&self) -> &PreparedObjectStore<ResidentObject> {
+    pub(crate) fn store(&self) -> &PreparedObjectStore<ResidentObject> {
         &self.store
     }
 
     /// The memory budget.
-    pub(super) fn budget(&self) -> &MemoryBudget {
+    pub(crate) fn budget(&self) -> &MemoryBudget {
         &self.budget
     }
 
     /// Claims the production of `r` (store protocol 1). A failed generation
     /// is retried while `retry` is [`Retry::Once`] (which the retry spends);
     /// a failure that is not retried is an error.
-    pub(super) fn claim(&self, r: RequirementId, retry: &mut Retry) -> Result<Role<'_>, Error> {
+    pub(crate) fn claim(&self, r: RequirementId, retry: &mut Retry) -> Result<Role<'_>, PrepareError> {
         let index = r.0 as usize;
         let found = match self.store.try_claim_load(index) {
             LoadAttempt::Failed(generation) if *retry == Retry::Once => {
@@ -370,8 +371,8 @@ impl Producer {
         }
     }
 
-    pub(super) fn not_resident(&self, r: RequirementId) -> Error {
-        RunError::NotResident {
+    pub(crate) fn not_resident(&self, r: RequirementId) -> PrepareError {
+        PrepareError::NotResident {
             node: "session".into(),
             requirement: self.plan.resolved().requirements()[r.0 as usize]
                 .name
@@ -383,14 +384,14 @@ impl Producer {
     /// The read tasks whose sources `r`'s object is built from, in source
     /// order: the publisher itself for a source used as is, the prepack's
     /// dependencies otherwise.
-    pub(super) fn reads_of(&self, r: RequirementId) -> Result<&[TaskId], Error> {
+    pub(crate) fn reads_of(&self, r: RequirementId) -> Result<&[TaskId], PrepareError> {
         let tasks = self.plan.tasks();
         let publisher = &self.plan.requirements().publisher[r.0 as usize];
         match tasks.kind[publisher.0 as usize] {
             TaskKind::ReadSource => Ok(std::slice::from_ref(publisher)),
             TaskKind::Prepack => Ok(tasks.deps.row(publisher.0 as usize)),
             TaskKind::ReadPacked => Ok(&[]),
-            other => Err(RunError::Unsupported {
+            other => Err(PrepareError::Unsupported {
                 what: format!("producing an object with a {} task", other.name()),
             }
             .into()),
@@ -400,14 +401,14 @@ impl Producer {
     /// Reads (verified under the state's checksum policy) and decodes read
     /// task `t`'s weight through the preparation arena; the result holds the
     /// decoded bytes in the preparation domain.
-    pub(super) fn read(&self, t: TaskId) -> Result<Source, Error> {
+    pub(crate) fn read(&self, t: TaskId) -> Result<Source, PrepareError> {
         let w = self.plan.tasks().reads[t.0 as usize].expect("read tasks name their weight");
         self.read_weight(w)
     }
 
     /// [`read`](Self::read) of weight `w`. When the prepared cache writes
     /// and knows no digest of `w`, the read computes and records one.
-    fn read_weight(&self, w: WeightId) -> Result<Source, Error> {
+    fn read_weight(&self, w: WeightId) -> Result<Source, PrepareError> {
         let weight = &self.plan.resolved().model().weights()[w.index()];
         if let Some(tensor) = self.read_in_place(weight)? {
             return Ok(Source {
@@ -425,8 +426,8 @@ impl Producer {
             // (aligned, of the weight's length), no decoded copy.
             let dims: Vec<usize> = weight.dims().iter().map(|&x| x as usize).collect();
             let (bytes, charge) = buffer.into_shared();
-            let tensor = Tensor::shared(dims, dtype, bytes, 0).ok_or_else(|| -> Error {
-                crate::error::ResolveError::WeightType {
+            let tensor = Tensor::shared(dims, dtype, bytes, 0).ok_or_else(|| -> PrepareError {
+                ResolveError::WeightType {
                     weight: weight.name().to_owned(),
                     dtype,
                 }
@@ -463,7 +464,7 @@ impl Producer {
     /// decode. `None` when the source offers no shared bytes or the tensor
     /// cannot be used in place (its type, say a 4-bit or bool one, or its
     /// alignment); the caller then reads and decodes.
-    fn read_in_place(&self, weight: &WeightDescriptor) -> Result<Option<Tensor>, Error> {
+    fn read_in_place(&self, weight: &WeightDescriptor) -> Result<Option<Tensor>, PrepareError> {
         let Some((bytes, offset)) = self.source.shared(weight.id()) else {
             return Ok(None);
         };
@@ -495,12 +496,12 @@ impl Producer {
     /// with the cause already readable.
     ///
     /// [`reads_of`]: Self::reads_of
-    pub(super) fn produce(
+    pub(crate) fn produce(
         &self,
         claim: LoadClaim<'_, ResidentObject>,
         r: RequirementId,
         inputs: &mut impl Inputs,
-    ) -> Result<(), Error> {
+    ) -> Result<(), PrepareError> {
         match self.build(&claim, r, inputs) {
             Ok((object, bytes, packed_here)) => {
                 let job = packed_here
@@ -555,7 +556,7 @@ impl Producer {
         claim: &LoadClaim<'_, ResidentObject>,
         r: RequirementId,
         inputs: &mut impl Inputs,
-    ) -> Result<(Arc<SharedObject>, usize, bool), Error> {
+    ) -> Result<(Arc<SharedObject>, usize, bool), PrepareError> {
         let key = self.shared.as_ref().map(|keys| &keys[r.0 as usize]);
         if let Some(found) = key.and_then(shared::find) {
             let bytes = found.object.byte_len();
@@ -715,14 +716,14 @@ impl Producer {
     /// Whether producing `r` now restores an evicted object from an entry
     /// the cache gained since the plan was built (so its sources need no
     /// read).
-    pub(super) fn restorable(&self, r: RequirementId) -> bool {
+    pub(crate) fn restorable(&self, r: RequirementId) -> bool {
         self.store.bytes(r.0 as usize) > 0 && self.has_entry(r)
     }
 
     /// Whether the cache has a valid entry for `r` now. Entries are never
     /// removed while a process uses them (pruning takes only what no
     /// current manifest names), so a found entry is remembered.
-    pub(super) fn has_entry(&self, r: RequirementId) -> bool {
+    pub(crate) fn has_entry(&self, r: RequirementId) -> bool {
         let Some(cache) = &self.cache else {
             return false;
         };
@@ -764,7 +765,7 @@ impl Producer {
         r: RequirementId,
         sources: &[Arc<Tensor>],
         par: &dyn ParallelFor,
-    ) -> Result<PreparedObject, Error> {
+    ) -> Result<PreparedObject, PrepareError> {
         let requirement = &self.plan.resolved().requirements()[r.0 as usize];
         let object = prepare(requirement, sources, par)?;
         if requirement.prepack.is_some() {
@@ -778,11 +779,11 @@ impl Producer {
     /// payload is reported and the object is built from its sources
     /// instead (`true`: persist it again), except under
     /// `RequireComplete`, where it is an error.
-    fn read_packed(&self, r: RequirementId) -> Result<(PreparedObject, bool), Error> {
+    fn read_packed(&self, r: RequirementId) -> Result<(PreparedObject, bool), PrepareError> {
         let requirement = &self.plan.resolved().requirements()[r.0 as usize];
         let model = self.plan.resolved().model();
-        let cache = self.cache.as_ref().ok_or_else(|| -> Error {
-            RunError::Unsupported {
+        let cache = self.cache.as_ref().ok_or_else(|| -> PrepareError {
+            PrepareError::Unsupported {
                 what: "a read-packed task in a plan built without a prepared cache".into(),
             }
             .into()
@@ -818,7 +819,7 @@ impl Producer {
     /// Makes requirement `r` resident on the calling thread (on-demand
     /// production): already resident, produced by someone else (wait for
     /// its event; its failure is an error), or produced here from `inputs`.
-    pub(super) fn ensure(&self, r: RequirementId, inputs: &mut impl Inputs) -> Result<(), Error> {
+    pub(crate) fn ensure(&self, r: RequirementId, inputs: &mut impl Inputs) -> Result<(), PrepareError> {
         let mut retry = Retry::Once;
         loop {
             match self.claim(r, &mut retry)? {
@@ -837,7 +838,7 @@ impl Producer {
     /// the cause, then fails `r`'s next generation (claimed, with one retry
     /// of a failed one, and dropped) so its waiters wake. Nothing happens
     /// to a generation another producer holds or that is resident.
-    pub(super) fn fail(&self, r: RequirementId, cause: &str) {
+    pub(crate) fn fail(&self, r: RequirementId, cause: &str) {
         self.record_failure(r, cause);
         if let Ok(Role::Produce(claim)) = self.claim(r, &mut Retry::Once) {
             drop(claim);
@@ -846,12 +847,12 @@ impl Producer {
 
     /// Records why requirement `r`'s latest generation failed (before the
     /// claim is dropped, so a woken waiter finds it).
-    pub(super) fn record_failure(&self, r: RequirementId, cause: &str) {
+    pub(crate) fn record_failure(&self, r: RequirementId, cause: &str) {
         self.failures[r.0 as usize].with(|f| *f = Some(cause.to_owned()));
     }
 
     /// Why requirement `r`'s latest failed generation failed, if recorded.
-    pub(super) fn failure_cause(&self, r: RequirementId) -> Option<String> {
+    pub(crate) fn failure_cause(&self, r: RequirementId) -> Option<String> {
         self.failures[r.0 as usize].with(|f| f.clone())
     }
 }

@@ -84,12 +84,13 @@ use std::sync::Arc;
 
 use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 
-use super::gate::{BudgetGate, Running};
-use super::preparation::{Inputs, Producer, Retry, Role, Source};
-use super::prepared::PreparedExecutionState;
-use crate::Error;
+use crate::prepare::gate::{BudgetGate, Running};
+use crate::prepare::PrepareError;
+use crate::prepare::preparation::{Inputs, Producer, Retry, Role, Source};
+use super::state::PreparedExecutionState;
+use super::RunError;
 use crate::arena::{Domain, UNLIMITED};
-use crate::error::RunError;
+
 use crate::limits::SCHEDULER_CRITICAL_RESERVE_PERCENT;
 use crate::plan::{Priority, RequirementId, TaskId, TaskKind, TaskScope};
 use crate::scheduler::{TaskContext, TaskFailure, TaskRunner};
@@ -385,7 +386,7 @@ impl PreparedExecutionState {
     /// order (a topological order), through
     /// [`SessionTasks::execute`]; stops at the
     /// first error. The sequential baseline of a pooled preparation.
-    pub fn prepare_sequential(&self) -> Result<(), Error> {
+    pub fn prepare_sequential(&self) -> Result<(), RunError> {
         let tasks = self.session_tasks();
         for t in self.plan().session_tasks() {
             tasks.execute(t)?;
@@ -449,12 +450,12 @@ impl<'a> SessionTasks<'a> {
     ///
     /// # Panics
     /// If `task` is not a task of the plan.
-    pub fn execute(&self, task: TaskId) -> Result<(), Error> {
+    pub fn execute(&self, task: TaskId) -> Result<(), RunError> {
         self.execute_on(task, &Sequential)
     }
 
     /// [`execute`](Self::execute), a large prepack split across `par`.
-    fn execute_on(&self, task: TaskId, par: &dyn ParallelFor) -> Result<(), Error> {
+    fn execute_on(&self, task: TaskId, par: &dyn ParallelFor) -> Result<(), RunError> {
         let tasks = self.state.plan().tasks();
         let t = task.0 as usize;
         let result = match (tasks.scope[t], tasks.kind[t]) {
@@ -482,7 +483,7 @@ impl<'a> SessionTasks<'a> {
     }
 
     /// Protocol 1.
-    fn read(&self, task: TaskId) -> Result<(), Error> {
+    fn read(&self, task: TaskId) -> Result<(), RunError> {
         let state = &*self.state;
         let producer = &state.producer;
         let tasks = state.plan().tasks();
@@ -532,11 +533,11 @@ impl<'a> SessionTasks<'a> {
                         producer.fail(q, &cause);
                     }
                 }
-                return Err(e);
+                return Err(e.into());
             }
             // The read succeeded and building `r` failed: the consumers
             // fall back to reading themselves (protocol 2(c)).
-            (Err(e), Some(_)) => return Err(e),
+            (Err(e), Some(_)) => return Err(e.into()),
             // Not reached: a read that returned `Ok` holds its source.
             (Ok(()), None) => return Ok(()),
         };
@@ -559,7 +560,7 @@ impl<'a> SessionTasks<'a> {
     }
 
     /// Protocol 2.
-    fn prepack(&self, task: TaskId, par: &dyn ParallelFor) -> Result<(), Error> {
+    fn prepack(&self, task: TaskId, par: &dyn ParallelFor) -> Result<(), RunError> {
         let state = &*self.state;
         let tasks = state.plan().tasks();
         let p = task.0 as usize;
@@ -574,7 +575,7 @@ impl<'a> SessionTasks<'a> {
             Role::Produce(claim) => claim,
             Role::InFlight(_) | Role::Resident => return Ok(()),
         };
-        state.producer.produce(
+        Ok(state.producer.produce(
             claim,
             q,
             &mut Delivered {
@@ -582,19 +583,19 @@ impl<'a> SessionTasks<'a> {
                 fresh: Vec::new(),
                 par,
             },
-        )
+        )?)
     }
 }
 
 impl SessionTasks<'_> {
     /// Protocol 4: claim the requirement (resident or in flight: done),
     /// then read, check and publish its packed payload.
-    fn read_packed(&self, task: TaskId) -> Result<(), Error> {
+    fn read_packed(&self, task: TaskId) -> Result<(), RunError> {
         let state = &*self.state;
         let q = state.plan().tasks().publishes[task.0 as usize]
             .expect("read-packed tasks publish a requirement");
         match state.producer.claim(q, &mut Retry::Once)? {
-            Role::Produce(claim) => state.producer.produce(claim, q, &mut NoSources),
+            Role::Produce(claim) => Ok(state.producer.produce(claim, q, &mut NoSources)?),
             Role::InFlight(_) | Role::Resident => Ok(()),
         }
     }
@@ -605,7 +606,7 @@ impl SessionTasks<'_> {
 struct NoSources;
 
 impl Inputs for NoSources {
-    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error> {
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, PrepareError> {
         Ok(p.read(t)?.tensor.clone())
     }
 }
@@ -615,7 +616,7 @@ impl Inputs for NoSources {
 struct ReadHere(Option<Arc<Source>>);
 
 impl Inputs for ReadHere {
-    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error> {
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, PrepareError> {
         let held = Arc::new(p.read(t)?);
         let tensor = held.tensor.clone();
         self.0 = Some(held);
@@ -633,7 +634,7 @@ struct Delivered<'a> {
 }
 
 impl Inputs for Delivered<'_> {
-    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, Error> {
+    fn source(&mut self, p: &Producer, t: TaskId) -> Result<Arc<Tensor>, PrepareError> {
         if let Some((_, held)) = self.shares.iter().find(|(from, _)| *from == t) {
             return Ok(held.tensor.clone());
         }

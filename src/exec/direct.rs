@@ -15,10 +15,10 @@ use std::sync::Arc;
 
 use onnx_prepared_kernels::{CpuFeatures, ParallelFor, Sequential, Tensor};
 
-use super::PreparedObject;
+use crate::prepare::PreparedObject;
 use super::lowering::{Lowered, ceiling_gate, lower_all, order_inputs};
-use super::preparation::{Held, Producer};
-use crate::Error;
+use crate::prepare::preparation::{Held, Producer};
+use super::RunError;
 use crate::arena::MemoryBudget;
 use crate::plan::{PreparedExecutionPlan, RequirementId};
 use crate::model::{
@@ -68,7 +68,7 @@ impl DirectReplay {
         model: &Model,
         source: Arc<dyn PayloadSource>,
         options: DirectReplayOptions,
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, RunError> {
         let resolved = ResolvedModel::resolve(
             model.clone(),
             &ResolveOptions {
@@ -86,7 +86,7 @@ impl DirectReplay {
         source: Arc<dyn PayloadSource>,
         threads: usize,
         checksums: ChecksumPolicy,
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, RunError> {
         let plan = Arc::new(PreparedExecutionPlan::build(resolved)?);
         let producer = Producer::new(plan.clone(), source, MemoryBudget::unlimited(), checksums);
         let mut held = Held::default();
@@ -153,7 +153,7 @@ impl DirectReplay {
 
     /// Runs the graph on `inputs` (by name) and returns every graph output,
     /// by name, in graph order.
-    pub fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<(String, Tensor)>, Error> {
+    pub fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<(String, Tensor)>, RunError> {
         let ordered = order_inputs(self.resolved.inputs(), inputs)?;
         if !self
             .lowered

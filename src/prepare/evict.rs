@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use super::preparation::Producer;
 use super::residency::UnpersistedEviction;
-use crate::Error;
+use super::error::PrepareError;
 use crate::arena::PreparedAllocation;
 use crate::model::{Operand, RequirementIndex};
 use crate::plan::RequirementId;
@@ -66,11 +66,11 @@ const PROTECTION_WAIT: Duration = Duration::from_millis(1);
 
 impl Producer {
     /// Protocol "admit" for `r`'s object of `bytes` bytes.
-    pub(super) fn admit_evicting(
+    pub(crate) fn admit_evicting(
         &self,
         r: RequirementId,
         bytes: usize,
-    ) -> Result<PreparedAllocation, Error> {
+    ) -> Result<PreparedAllocation, PrepareError> {
         // Set at the first refusal; waits yield first, then sleep longer.
         let mut since: Option<Instant> = None;
         let mut pause = Duration::from_micros(20);

@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use onnx_prepared_kernels::{DataRef, ElementType, ParallelFor, RowPacking, Tensor};
 
-use super::PreparedObject;
-use crate::Error;
+use super::object::PreparedObject;
+use super::error::PrepareError;
 use crate::arena::PreparationArena;
 use crate::cache::PreparedModelStore;
-use crate::error::{ResolveError, RunError};
+use crate::model::ResolveError;
 use crate::limits::{PACK_IN_PIECES_MIN_BYTES, PACK_PIECE_BYTES};
 use crate::model::{ChecksumPolicy, PayloadSource, PieceReader, Requirement, WeightDescriptor};
 use crate::plan::PreparedExecutionPlan;
@@ -23,14 +23,14 @@ use crate::plan::PreparedExecutionPlan;
 /// How one requirement is read in pieces: rows per piece and the bytes
 /// one row takes in each source.
 #[derive(Debug, Clone)]
-pub(super) struct PiecePlan {
+pub(crate) struct PiecePlan {
     rows_per_piece: usize,
     row_bytes: Box<[usize]>,
 }
 
 impl PiecePlan {
     /// Preparation bytes one packing holds: a piece of every source.
-    pub(super) fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.row_bytes
             .iter()
             .map(|&b| (b * self.rows_per_piece) as u64)
@@ -45,7 +45,7 @@ impl PiecePlan {
 /// fault in a whole source beside its packed copy), each source
 /// is a whole number of rows of a type viewed as stored, and no other
 /// requirement reads it (a shared source is read once, whole).
-pub(super) fn piece_plans(
+pub(crate) fn piece_plans(
     plan: &PreparedExecutionPlan,
     source: &dyn PayloadSource,
 ) -> Box<[Option<PiecePlan>]> {
@@ -101,7 +101,7 @@ pub(super) fn piece_plans(
 fn start(
     requirement: &Requirement,
     sources: &[&WeightDescriptor],
-) -> Result<Box<dyn RowPacking>, Error> {
+) -> Result<Box<dyn RowPacking>, PrepareError> {
     let dims: Vec<Vec<usize>> = sources
         .iter()
         .map(|w| w.dims().iter().map(|&d| d as usize).collect())
@@ -111,16 +111,12 @@ fn start(
         .zip(sources)
         .map(|(d, w)| (&d[..], w.element_type()))
         .collect();
-    let kernel = |source| -> Error {
-        RunError::Kernel {
-            node: requirement.name.clone(),
-            source,
-        }
-        .into()
+    let kernel = |source| -> PrepareError {
+        PrepareError::kernel(requirement.name.clone(), source)
     };
     match requirement.prepack.as_ref().and_then(|p| p.in_rows(&shapes)) {
         Some(rows) => rows.map_err(kernel),
-        None => Err(RunError::Unsupported {
+        None => Err(PrepareError::Unsupported {
             what: format!("packing `{}` from pieces of rows", requirement.name),
         }
         .into()),
@@ -128,11 +124,11 @@ fn start(
 }
 
 /// Where a packing from pieces reads and what it checks.
-pub(super) struct PieceSource<'a> {
-    pub(super) source: &'a dyn PayloadSource,
-    pub(super) preparation: &'a PreparationArena,
-    pub(super) checksums: ChecksumPolicy,
-    pub(super) cache: Option<&'a Arc<PreparedModelStore>>,
+pub(crate) struct PieceSource<'a> {
+    pub(crate) source: &'a dyn PayloadSource,
+    pub(crate) preparation: &'a PreparationArena,
+    pub(crate) checksums: ChecksumPolicy,
+    pub(crate) cache: Option<&'a Arc<PreparedModelStore>>,
 }
 
 impl PieceSource<'_> {
@@ -141,13 +137,13 @@ impl PieceSource<'_> {
     /// and read over; each source's digest checked (under the checksum
     /// policy) or recorded for the cache once its last piece was read,
     /// before the object is returned.
-    pub(super) fn pack(
+    pub(crate) fn pack(
         &self,
         requirement: &Requirement,
         sources: &[&WeightDescriptor],
         plan: &PiecePlan,
         par: &dyn ParallelFor,
-    ) -> Result<PreparedObject, Error> {
+    ) -> Result<PreparedObject, PrepareError> {
         let mut rows = start(requirement, sources)?;
         let mut buffers = plan
             .row_bytes
@@ -182,10 +178,7 @@ impl PieceSource<'_> {
                     dtype: w.element_type(),
                 })?);
             }
-            rows.pack(&pieces, par).map_err(|source| RunError::Kernel {
-                node: requirement.name.clone(),
-                source,
-            })?;
+            rows.pack(&pieces, par).map_err(|source| PrepareError::kernel(requirement.name.clone(), source))?;
             first += n;
         }
         for ((reader, w), want) in readers.into_iter().zip(sources).zip(wanted) {
@@ -193,10 +186,7 @@ impl PieceSource<'_> {
                 cache.record_digest(w, digest);
             }
         }
-        let packed = rows.finish().map_err(|source| RunError::Kernel {
-            node: requirement.name.clone(),
-            source,
-        })?;
+        let packed = rows.finish().map_err(|source| PrepareError::kernel(requirement.name.clone(), source))?;
         Ok(PreparedObject::Packed(Arc::new(packed)))
     }
 }

@@ -24,14 +24,14 @@ use std::sync::Arc;
 
 use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 
-use super::PreparedObject;
-use super::gate::BudgetGate;
+use crate::prepare::{PrepareError, PreparedObject};
+use crate::prepare::gate::BudgetGate;
 use super::lowering::{Lowered, Objects, ceiling_gate, check_input, lower_all, order_inputs};
-use super::residency::{StepProtection, UnpersistedEviction};
-use super::preparation::{Held, Producer, ResidentObject};
-use crate::Error;
+use crate::prepare::residency::{StepProtection, UnpersistedEviction};
+use crate::prepare::preparation::{Held, Producer, ResidentObject};
+use super::RunError;
 use crate::arena::{Domain, MemoryBudget, Reservation};
-use crate::error::RunError;
+
 use crate::model::{ChecksumPolicy, PayloadSource};
 use crate::plan::{PreparedExecutionPlan, RequirementId};
 use crate::store::{Pin, PreparedObjectStore, ReadGuard};
@@ -207,7 +207,7 @@ impl PreparedExecutionState {
 
     /// Makes every requirement resident (eager preparation), requirement by
     /// requirement, producing each one's chain on demand.
-    pub fn prepare(&self) -> Result<(), Error> {
+    pub fn prepare(&self) -> Result<(), RunError> {
         let mut held = Held::default();
         for r in 0..self.plan().requirements().len() {
             self.producer.ensure(RequirementId(r as u32), &mut held)?;
@@ -218,7 +218,7 @@ impl PreparedExecutionState {
     /// Makes requirements resident one at a time, in plan order, calling
     /// `after` with each requirement once it is resident (while sources
     /// shared with later requirements are still held).
-    pub fn prepare_each(&self, mut after: impl FnMut(RequirementId)) -> Result<(), Error> {
+    pub fn prepare_each(&self, mut after: impl FnMut(RequirementId)) -> Result<(), RunError> {
         let mut held = Held::default();
         for r in 0..self.plan().requirements().len() {
             let r = RequirementId(r as u32);
@@ -235,7 +235,7 @@ impl PreparedExecutionState {
         invocation: &mut InvocationState,
         count: usize,
         input: impl Fn(usize) -> &'t Tensor + Copy,
-    ) -> Result<(), Error> {
+    ) -> Result<(), RunError> {
         if invocation
             .lowered
             .as_ref()
@@ -251,7 +251,7 @@ impl PreparedExecutionState {
         // temporary) resizes one reservation, held while it allocates.
         let ceiling = ceiling_gate(crate::limits::default_allocation_ceiling());
         let held: Lock<Option<Reservation>> = Lock::new(None);
-        let gate = |what: &str, bytes: usize| -> Result<(), Error> {
+        let gate = |what: &str, bytes: usize| -> Result<(), RunError> {
             ceiling(what, bytes)?;
             held.with(|h| match h {
                 Some(r) => r.resize(bytes),
@@ -294,7 +294,7 @@ impl PreparedExecutionState {
         invocation: &mut InvocationState,
         inputs: &[(String, Tensor)],
         order: &[u32],
-    ) -> Result<(), Error> {
+    ) -> Result<(), RunError> {
         // A run that ended while waiting (failed, cancelled) protects
         // nothing any more.
         invocation.waiting = None;
@@ -328,7 +328,7 @@ impl PreparedExecutionState {
         inputs: &mut [(String, Tensor)],
         order: &[u32],
         par: &dyn ParallelFor,
-    ) -> Result<bool, Error> {
+    ) -> Result<bool, RunError> {
         invocation.waiting = None;
         let declared = self.plan().resolved().inputs();
         debug_assert_eq!(order.len(), declared.len());
@@ -365,7 +365,7 @@ impl PreparedExecutionState {
         invocation: &mut InvocationState,
         par: &dyn ParallelFor,
         on_step: Option<&dyn Fn(usize, std::time::Instant, std::time::Instant)>,
-    ) -> Result<RunProgress, Error> {
+    ) -> Result<RunProgress, RunError> {
         let resolved = self.plan().resolved();
         let lowered = invocation
             .lowered
@@ -420,7 +420,7 @@ impl PreparedExecutionState {
         &self,
         invocation: &mut InvocationState,
         par: &dyn ParallelFor,
-    ) -> Result<bool, Error> {
+    ) -> Result<bool, RunError> {
         let resolved = self.plan().resolved();
         let lowered = invocation
             .lowered
@@ -433,7 +433,9 @@ impl PreparedExecutionState {
                 invocation.next_step = self.plan().steps().len();
                 Ok(true)
             }
-            Err(Error::Run(RunError::NotResident { .. })) => Ok(false),
+            Err(RunError::NotResident { .. } | RunError::Prepare(PrepareError::NotResident { .. })) => {
+                Ok(false)
+            }
             Err(e) => Err(e),
         }
     }
@@ -488,7 +490,7 @@ impl PreparedExecutionState {
         &self,
         invocation: &mut InvocationState,
         inputs: &[(&str, &Tensor)],
-    ) -> Result<Vec<(String, Tensor)>, Error> {
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
         let resolved = self.plan().resolved();
         let ordered = order_inputs(resolved.inputs(), inputs)?;
         self.ensure_lowered(invocation, ordered.len(), |i| ordered[i])?;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use crate::arena::PreparedAllocation;
 use crate::model::{Model, PreparedKey, Requirement, WeightSource};
 
-use super::PreparedObject;
+use super::object::PreparedObject;
 
 /// An object shared by the sessions that publish it, with the charge of
 /// its bytes (returned when the last holder drops it).
@@ -29,7 +29,7 @@ pub struct SharedObject {
 
 impl SharedObject {
     /// `object`, charged by `allocation`.
-    pub(super) fn new(object: PreparedObject, allocation: PreparedAllocation) -> Arc<Self> {
+    pub(crate) fn new(object: PreparedObject, allocation: PreparedAllocation) -> Arc<Self> {
         Arc::new(Self {
             object,
             _allocation: allocation,
@@ -39,7 +39,7 @@ impl SharedObject {
 
 /// The identity of an object across sessions.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct SharedKey {
+pub(crate) struct SharedKey {
     key: PreparedKey,
     /// Canonical data file paths and stamps, when a source has no digest.
     files: Option<String>,
@@ -47,7 +47,7 @@ pub(super) struct SharedKey {
 
 impl SharedKey {
     /// `r`'s key in `model`.
-    pub(super) fn new(model: &Model, r: &Requirement) -> Self {
+    pub(crate) fn new(model: &Model, r: &Requirement) -> Self {
         let mut files = Vec::new();
         for &w in &r.sources {
             let d = &model.weights()[w.index()];
@@ -86,11 +86,11 @@ mod registry {
         REGISTRY.get_or_init(|| Lock::new(HashMap::new()))
     }
 
-    pub(in crate::state) fn find(key: &SharedKey) -> Option<Arc<SharedObject>> {
+    pub(in crate::prepare) fn find(key: &SharedKey) -> Option<Arc<SharedObject>> {
         registry().with(|r| r.get(key).and_then(Weak::upgrade))
     }
 
-    pub(in crate::state) fn register(key: SharedKey, object: &Arc<SharedObject>) {
+    pub(in crate::prepare) fn register(key: SharedKey, object: &Arc<SharedObject>) {
         registry().with(|r| {
             // Entries whose objects died go when the map doubles.
             if r.len() >= 64 && r.len().is_power_of_two() {
@@ -107,19 +107,19 @@ mod registry {
 
     use super::{SharedKey, SharedObject};
 
-    pub(in crate::state) fn find(_: &SharedKey) -> Option<Arc<SharedObject>> {
+    pub(in crate::prepare) fn find(_: &SharedKey) -> Option<Arc<SharedObject>> {
         None
     }
 
-    pub(in crate::state) fn register(_: SharedKey, _: &Arc<SharedObject>) {}
+    pub(in crate::prepare) fn register(_: SharedKey, _: &Arc<SharedObject>) {}
 }
 
 /// The object another session published under `key`, if it is alive.
-pub(super) fn find(key: &SharedKey) -> Option<Arc<SharedObject>> {
+pub(crate) fn find(key: &SharedKey) -> Option<Arc<SharedObject>> {
     registry::find(key)
 }
 
 /// Registers `object` under `key`.
-pub(super) fn register(key: SharedKey, object: &Arc<SharedObject>) {
+pub(crate) fn register(key: SharedKey, object: &Arc<SharedObject>) {
     registry::register(key, object);
 }

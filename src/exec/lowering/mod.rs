@@ -9,17 +9,16 @@
 //! Replay runs a range of actions with no map lookup and no allocation.
 
 use std::collections::HashSet;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use onnx_prepared_kernels::{
-    ElementType, Operator, PackedWeight, ParallelFor, Tensor, element_count,
+    ParallelFor, Tensor,
 };
 
-use super::PreparedObject;
-use crate::Error;
-use crate::error::RunError;
-use crate::model::{Dim, GraphInput, ResolvedModel};
+use crate::prepare::PreparedObject;
+use crate::exec::RunError;
+use crate::exec::RunError as Error;
+use crate::model::{Dim, GraphInput, ResolvedModel, execute_caught};
 
 /// Where an action operand lives at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,15 +81,6 @@ pub(crate) fn ceiling_gate(ceiling: usize) -> impl Fn(&str, usize) -> Result<(),
         }
         Ok(())
     }
-}
-
-/// Bytes a tensor of `dtype` and `shape` holds in memory; `usize::MAX` when
-/// the size overflows.
-pub(crate) fn tensor_bytes(dtype: ElementType, shape: &[usize]) -> usize {
-    element_count(shape)
-        .and_then(|n| dtype.compute().byte_len(n as u64))
-        .and_then(|b| usize::try_from(b).ok())
-        .unwrap_or(usize::MAX)
 }
 
 /// The graph lowered for one input-shape set.
@@ -491,16 +481,14 @@ impl Lowered {
                 (Some(r), _) => Err(RunError::NotResident {
                     node: node.name.clone(),
                     requirement: resolved.requirements()[r as usize].name.clone(),
-                }
-                .into()),
+                }),
                 (None, Some(table)) => match (ins.get(1).copied().flatten(), scratch.first_mut()) {
-                    (Some(indices), Some(out)) => table.gather_into(&node.name, indices, out),
+                    (Some(indices), Some(out)) => Ok(table.gather_into(&node.name, indices, out)?),
                     _ => Err(RunError::Unsupported {
                         what: format!("node `{}` gathers rows without indices or output", node.name),
-                    }
-                    .into()),
+                    }),
                 },
-                (None, None) => execute_caught(&*node.op, &node.name, &ins, packed, scratch, par),
+                (None, None) => Ok(execute_caught(&*node.op, &node.name, &ins, packed, scratch, par)?),
             };
             *kept_ins = recycle(ins);
             for (op, t) in operands[o0..o1].iter().zip(scratch.drain(..)) {
@@ -512,44 +500,6 @@ impl Lowered {
             result?;
         }
         Ok(())
-    }
-}
-
-/// Executes one operator, turning a panic into an error naming the node.
-/// A node whose outputs are all empty has nothing to compute and is not
-/// executed (its inputs may be valid empty tensors with huge other dims).
-pub(crate) fn execute_caught(
-    op: &dyn Operator,
-    node: &str,
-    inputs: &[Option<&Tensor>],
-    packed: Option<&PackedWeight>,
-    outputs: &mut [Tensor],
-    par: &dyn ParallelFor,
-) -> Result<(), Error> {
-    if !outputs.is_empty() && outputs.iter().all(Tensor::is_empty) {
-        return Ok(());
-    }
-    match std::panic::catch_unwind(AssertUnwindSafe(|| {
-        op.execute(inputs, packed, outputs, par)
-    })) {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(source)) => Err(RunError::Kernel {
-            node: node.to_owned(),
-            source,
-        }
-        .into()),
-        Err(panic) => {
-            let detail = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(RunError::KernelPanic {
-                node: node.to_owned(),
-                detail,
-            }
-            .into())
-        }
     }
 }
 

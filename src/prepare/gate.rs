@@ -11,28 +11,28 @@ use crate::sync::Lock;
 
 /// Protocol 3's state, one per session state, shared by every runner of
 /// its session tasks.
-pub(super) struct BudgetGate {
+pub(crate) struct BudgetGate {
     /// Estimated prepared bytes of each requirement (its publisher's
     /// estimated output).
-    pub(super) permanent: Box<[u64]>,
+    pub(crate) permanent: Box<[u64]>,
     /// Session tasks running now, and reads suspended until bytes free up.
-    pub(super) inner: Lock<GateInner>,
+    pub(crate) inner: Lock<GateInner>,
 }
 
 #[derive(Default)]
-pub(super) struct GateInner {
-    pub(super) running: usize,
+pub(crate) struct GateInner {
+    pub(crate) running: usize,
     /// Source shares waiting in the inboxes of every runner.
-    pub(super) held: usize,
+    pub(crate) held: usize,
     /// `2s` of each running read: bytes it may still allocate.
-    pub(super) admitted: u64,
-    pub(super) suspended: Vec<ResumeHandle>,
+    pub(crate) admitted: u64,
+    pub(crate) suspended: Vec<ResumeHandle>,
 }
 
 /// A session task counted as running by the gate; dropped when it ended
 /// (returned or panicked), after its bytes were released (or kept, for a
 /// source held by prepacks): the suspended reads check again.
-pub(super) struct Running<'g>(pub(super) &'g BudgetGate, pub(super) u64);
+pub(crate) struct Running<'g>(pub(crate) &'g BudgetGate, pub(crate) u64);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
@@ -60,7 +60,7 @@ impl fmt::Debug for BudgetGate {
 impl BudgetGate {
     /// The gate of a state over `plan` and `budget`, when the budget
     /// limits preparation.
-    pub(super) fn new(plan: &PreparedExecutionPlan, budget: &MemoryBudget) -> Option<Self> {
+    pub(crate) fn new(plan: &PreparedExecutionPlan, budget: &MemoryBudget) -> Option<Self> {
         if budget.global_limit() == UNLIMITED && budget.limit(Domain::Preparation) == UNLIMITED {
             return None;
         }
@@ -83,7 +83,7 @@ impl BudgetGate {
 
     /// `shares` more (or, negative, fewer) source shares wait in inboxes;
     /// fewer resumes the suspended reads.
-    pub(super) fn held(&self, shares: isize) {
+    pub(crate) fn held(&self, shares: isize) {
         let resumed = self.inner.with(|g| {
             g.held = g.held.saturating_add_signed(shares);
             if shares < 0 {
