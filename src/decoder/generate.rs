@@ -7,11 +7,12 @@ use onnx_prepared_kernels::{DataRef, Tensor};
 use super::{InputRole, Lengths, Rng, input_role, input_tensor, vocab_size};
 use crate::Error;
 use crate::exec::RunError;
+use crate::model::ResolvedModel;
 use crate::session::{RuntimeContext, RuntimeSession};
 
 /// The result of [`generate`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct Generation {
+pub struct Generated {
     /// The new tokens, in order.
     pub tokens: Vec<i64>,
     /// From the call to the first new token (the prompt's run, with the
@@ -21,7 +22,7 @@ pub struct Generation {
     pub decode_time: Duration,
 }
 
-impl Generation {
+impl Generated {
     /// New tokens per second over the decode steps after the first token
     /// (0 when there were none).
     pub fn tokens_per_s(&self) -> f64 {
@@ -49,7 +50,7 @@ pub fn generate(
     session: &RuntimeSession,
     prompt: &[i64],
     max_new_tokens: usize,
-) -> Result<Generation, Error> {
+) -> Result<Generated, Error> {
     generate_with(session, prompt, max_new_tokens, KvCache::Growing)
 }
 
@@ -94,7 +95,7 @@ pub fn generate_with(
     prompt: &[i64],
     max_new_tokens: usize,
     cache: KvCache,
-) -> Result<Generation, Error> {
+) -> Result<Generated, Error> {
     if prompt.is_empty() {
         return Err(unsupported("generating from an empty prompt".into()));
     }
@@ -108,22 +109,7 @@ pub fn generate_with(
     }
     let resolved = session.plan().resolved().clone();
     let inputs = resolved.inputs();
-    if !inputs
-        .iter()
-        .any(|i| input_role(&i.name) == InputRole::TokenIds)
-    {
-        return Err(unsupported(
-            "generating with a model that has no token-ids input (`input_ids`)".into(),
-        ));
-    }
-    let outputs: Vec<&str> = resolved.outputs().iter().map(|(n, _)| n.as_str()).collect();
-    let logits = outputs
-        .iter()
-        .find(|n| n.contains("logits"))
-        .or(outputs.first())
-        .map(|n| (*n).to_owned())
-        .ok_or_else(|| unsupported("generating with a model that has no outputs".into()))?;
-    let vocab = vocab_size(&resolved).unwrap_or(usize::MAX);
+    let (logits, vocab) = decoder_outputs(&resolved)?;
 
     let mut ctx = RuntimeContext::new(session);
     ctx.bind_kv_cache();
@@ -175,30 +161,7 @@ pub fn generate_with(
             ctx.set_input(&input.name, t)?;
         }
         ctx = session.run(ctx).map_err(|e| e.error)?;
-        let out = ctx
-            .output(&logits)
-            .ok_or_else(|| unsupported(format!("output `{logits}` missing after a run")))?;
-        let DataRef::F32(values) = out.data() else {
-            return Err(unsupported(format!(
-                "generating from `{logits}` of type {}, not f32",
-                out.dtype()
-            )));
-        };
-        let width = out.shape().last().copied().unwrap_or(0);
-        if width == 0 || values.len() < width {
-            return Err(unsupported(format!(
-                "generating from `{logits}` of shape {:?}",
-                out.shape()
-            )));
-        }
-        let row = &values[values.len() - width..];
-        let next = row
-            .iter()
-            .enumerate()
-            .fold((0usize, f32::NEG_INFINITY), |best, (i, &v)| {
-                if v > best.1 { (i, v) } else { best }
-            })
-            .0 as i64;
+        let next = greedy_next(&ctx, &logits)?;
         if tokens.is_empty() {
             time_to_first_token = start.elapsed();
         }
@@ -208,9 +171,63 @@ pub fn generate_with(
         ids.push(next);
     }
     let decode_time = start.elapsed().saturating_sub(time_to_first_token);
-    Ok(Generation {
+    Ok(Generated {
         tokens,
         time_to_first_token,
         decode_time,
     })
+}
+
+/// The logits output of a decoder model (the output whose name contains
+/// `logits`, else the first) and its vocabulary size; an error when the
+/// model has no token-ids input or no output.
+fn decoder_outputs(resolved: &ResolvedModel) -> Result<(String, usize), Error> {
+    let inputs = resolved.inputs();
+    if !inputs
+        .iter()
+        .any(|i| input_role(&i.name) == InputRole::TokenIds)
+    {
+        return Err(unsupported(
+            "generating with a model that has no token-ids input (`input_ids`)".into(),
+        ));
+    }
+    let outputs: Vec<&str> = resolved.outputs().iter().map(|(n, _)| n.as_str()).collect();
+    let logits = outputs
+        .iter()
+        .find(|n| n.contains("logits"))
+        .or(outputs.first())
+        .map(|n| (*n).to_owned())
+        .ok_or_else(|| unsupported("generating with a model that has no outputs".into()))?;
+    let vocab = vocab_size(resolved).unwrap_or(usize::MAX);
+    Ok((logits, vocab))
+}
+
+/// The greedy choice of the next token: the largest logit of the last row
+/// of `logits` after a run.
+fn greedy_next(ctx: &RuntimeContext, logits: &str) -> Result<i64, Error> {
+    let out = ctx
+        .output(logits)
+        .ok_or_else(|| unsupported(format!("output `{logits}` missing after a run")))?;
+    let DataRef::F32(values) = out.data() else {
+        return Err(unsupported(format!(
+            "generating from `{logits}` of type {}, not f32",
+            out.dtype()
+        )));
+    };
+    let width = out.shape().last().copied().unwrap_or(0);
+    if width == 0 || values.len() < width {
+        return Err(unsupported(format!(
+            "generating from `{logits}` of shape {:?}",
+            out.shape()
+        )));
+    }
+    let row = &values[values.len() - width..];
+    let next = row
+        .iter()
+        .enumerate()
+        .fold((0usize, f32::NEG_INFINITY), |best, (i, &v)| {
+            if v > best.1 { (i, v) } else { best }
+        })
+        .0 as i64;
+    Ok(next)
 }

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use onnx_prepared_kernels::{DataMut, Tensor};
 
-pub use generate::{Generation, KvCache, genai_kv_cache, generate, generate_with};
+pub use generate::{Generated, KvCache, genai_kv_cache, generate, generate_with};
 
 use crate::exec::RunError;
 use crate::model::{Dim, GraphInput};

@@ -2,6 +2,7 @@
 //! steps from a resolved model, validated before anything runs.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use bitvec::vec::BitVec;
@@ -244,218 +245,20 @@ impl PreparedExecutionPlan {
         cache: &dyn PackedEntries,
     ) -> Result<Self, PlanError> {
         let resolved = Arc::new(resolved);
-        let weights = resolved.model().weights();
-        let manifest = resolved.manifest();
         let reqs = resolved.requirements();
-
-        // Recipes, cheapest first.
-        let mut recipes = Vec::with_capacity(reqs.len());
-        let mut missing = Vec::new();
-        for r in reqs {
-            for &w in &r.sources {
-                let d = &weights[w.index()];
-                if d.is_external() && !manifest.contains(w) {
-                    return Err(PlanError::ReadOutsideManifest {
-                        requirement: r.name.clone(),
-                        weight: d.name().to_owned(),
-                    }
-                    .into());
-                }
-            }
-            let mut list = Vec::new();
-            if !r.sources.is_empty() {
-                match cache.packed_bytes(&resolved, r) {
-                    Ok(bytes) => list.push(Recipe::ReadPackedPayload { bytes }),
-                    Err(why) if cache.require_complete() => {
-                        missing.push(format!("`{}` ({}): {why}", r.name, r.key));
-                    }
-                    Err(_) => {}
-                }
-            }
-            if !r.sources.is_empty() {
-                list.push(Recipe::ReadSourceAndPrepack);
-                if r.prepack.is_some() {
-                    list.push(Recipe::PortableFallback);
-                }
-            }
-            if list.is_empty() {
-                return Err(PlanError::NoRecipe {
-                    requirement: r.name.clone(),
-                }
-                .into());
-            }
-            recipes.push(list);
-        }
-        if cache.require_complete() && !missing.is_empty() {
-            return Err(CacheError::Incomplete { missing }.into());
-        }
-
-        // Steps and the order requirements are first needed in. Graph
-        // outputs that are prepared objects (external weights returned as
-        // is) are needed by the last step, which runs only once they are
-        // resident: a graph without nodes gets one empty step for them.
-        let mut groups = group_steps(&resolved);
-        let output_reqs: Vec<usize> = resolved
-            .outputs()
-            .iter()
-            .filter_map(|(_, op)| match op {
-                crate::model::Operand::Prepared(r) => Some(r.0 as usize),
-                _ => None,
-            })
-            .collect();
-        if groups.is_empty() && !output_reqs.is_empty() {
-            let end = resolved.nodes().len() as u32;
-            groups.push((String::new(), end..end));
-        }
-        let mut first_use = vec![u32::MAX; reqs.len()];
-        let mut last_use = vec![0u32; reqs.len()];
-        let mut step_needs = Vec::with_capacity(groups.len());
-        for (s, (_, range)) in groups.iter().enumerate() {
-            let mut needs = BitVec::repeat(false, reqs.len());
-            for node in &resolved.nodes()[range.start as usize..range.end as usize] {
-                for r in node.requirements() {
-                    needs.set(r.0 as usize, true);
-                    first_use[r.0 as usize] = first_use[r.0 as usize].min(s as u32);
-                    last_use[r.0 as usize] = s as u32;
-                }
-            }
-            step_needs.push(needs);
-        }
-        if let Some(needs) = step_needs.last_mut() {
-            let s = (groups.len() - 1) as u32;
-            for &r in &output_reqs {
-                needs.set(r, true);
-                first_use[r] = first_use[r].min(s);
-                last_use[r] = s;
-            }
-        }
+        let recipes = recipes(&resolved, cache)?;
+        let needs = StepNeeds::of(&resolved);
         let mut order: Vec<usize> = (0..reqs.len()).collect();
-        order.sort_by_key(|&r| (first_use[r], r));
-
-        // Session tasks, in order of first use.
+        order.sort_by_key(|&r| (needs.first_use[r], r));
         let mut b = Builder::default();
-        let mut read_task: HashMap<WeightId, TaskId> = HashMap::new();
-        let mut publisher: Vec<Option<TaskId>> = vec![None; reqs.len()];
-        for r in order {
-            let req = &reqs[r];
-            let id = RequirementId(r as u32);
-            let priority = if first_use[r] == 0 {
-                Priority::Critical
-            } else {
-                Priority::Prefetch
-            };
-            match &recipes[r][0] {
-                Recipe::PortableFallback => {
-                    return Err(PlanError::Invalid(format!(
-                        "{}: the portable fallback is never first",
-                        req.name
-                    ))
-                    .into());
-                }
-                Recipe::ReadPackedPayload { bytes } => {
-                    publisher[r] = Some(b.push(TaskSpec {
-                        name: format!("S.{}.read_packed", req.name),
-                        scope: TaskScope::Session,
-                        kind: TaskKind::ReadPacked,
-                        resource: ResourceClass::Io,
-                        priority,
-                        deps: vec![],
-                        requirements: vec![],
-                        publishes: Some(id),
-                        reads: None,
-                        bytes: (*bytes, *bytes, 0),
-                        actions: None,
-                    }));
-                }
-                Recipe::ReadSourceAndPrepack => {
-                    let mut reads = Vec::with_capacity(req.sources.len());
-                    for &w in &req.sources {
-                        let bytes = weights[w.index()].byte_len();
-                        let plain = req.prepack.is_none();
-                        let t = match read_task.get(&w) {
-                            Some(&t) => {
-                                if plain {
-                                    b.publishes[t.0 as usize] = Some(id);
-                                }
-                                t
-                            }
-                            None => {
-                                let t = b.push(TaskSpec {
-                                    name: format!("S.{}.read_source", weights[w.index()].name()),
-                                    scope: TaskScope::Session,
-                                    kind: TaskKind::ReadSource,
-                                    resource: ResourceClass::Io,
-                                    priority,
-                                    deps: vec![],
-                                    requirements: vec![],
-                                    publishes: plain.then_some(id),
-                                    reads: Some(w),
-                                    bytes: (bytes, bytes, 0),
-                                    actions: None,
-                                });
-                                read_task.insert(w, t);
-                                t
-                            }
-                        };
-                        reads.push(t);
-                    }
-                    publisher[r] = Some(match &req.prepack {
-                        None => reads[0],
-                        Some(_) => b.push(TaskSpec {
-                            name: format!("S.{}.prepack", req.name),
-                            scope: TaskScope::Session,
-                            kind: TaskKind::Prepack,
-                            resource: ResourceClass::Cpu,
-                            priority,
-                            deps: reads,
-                            requirements: vec![],
-                            publishes: Some(id),
-                            reads: None,
-                            bytes: (req.source_bytes, req.source_bytes, req.source_bytes),
-                            actions: None,
-                        }),
-                    });
-                }
-            }
-        }
-
-        // Invocation tasks: one per step, chained.
-        let mut steps = Vec::with_capacity(groups.len());
-        let mut previous: Option<TaskId> = None;
-        for ((scope, range), needs) in groups.into_iter().zip(step_needs) {
-            let needed: Vec<RequirementId> =
-                needs.iter_ones().map(|r| RequirementId(r as u32)).collect();
-            let mut deps: Vec<TaskId> = previous.into_iter().collect();
-            for r in &needed {
-                let p = publisher[r.0 as usize].ok_or_else(|| {
-                    PlanError::Invalid(format!("requirement {} has no publisher", r.0))
-                })?;
-                if !deps.contains(&p) {
-                    deps.push(p);
-                }
-            }
-            let task = b.push(TaskSpec {
-                name: format!("I.{scope}"),
-                scope: TaskScope::Invocation,
-                kind: TaskKind::Execute,
-                resource: ResourceClass::Cpu,
-                priority: Priority::Critical,
-                deps,
-                requirements: needed,
-                publishes: None,
-                reads: None,
-                bytes: (0, 0, 0),
-                actions: Some(range.clone()),
-            });
-            previous = Some(task);
-            steps.push(Step {
-                task,
-                scope,
-                nodes: range,
-                needs,
-            });
-        }
-
+        let publisher = session_tasks(&mut b, &resolved, &recipes, &order, &needs.first_use)?;
+        let StepNeeds {
+            groups,
+            step_needs,
+            first_use,
+            last_use,
+        } = needs;
+        let steps = invocation_tasks(&mut b, groups, step_needs, &publisher)?;
         let tasks = b.finish()?;
         let mut requirements = RequirementTable {
             publisher: vec![TaskId(u32::MAX); reqs.len()],
@@ -469,21 +272,7 @@ impl PreparedExecutionPlan {
                 .collect(),
             last_use_step: last_use,
         };
-        let mut value_last_use = vec![u32::MAX; resolved.value_count()];
-        for (s, step) in steps.iter().enumerate() {
-            for node in &resolved.nodes()[step.nodes.start as usize..step.nodes.end as usize] {
-                for op in node.inputs.iter().flatten() {
-                    if let crate::model::Operand::Value(v) = op {
-                        value_last_use[v.0 as usize] = s as u32;
-                    }
-                }
-            }
-        }
-        for (_, op) in resolved.outputs() {
-            if let crate::model::Operand::Value(v) = op {
-                value_last_use[v.0 as usize] = u32::MAX;
-            }
-        }
+        let value_last_use = value_last_use(&resolved, &steps);
         for (t, publishes) in tasks.publishes.iter().enumerate() {
             if let Some(r) = publishes
                 && let Some(slot) = requirements.publisher.get_mut(r.0 as usize)
@@ -531,4 +320,281 @@ impl PreparedExecutionPlan {
         }
         Ok(())
     }
+}
+
+/// Every requirement's recipes, cheapest first; under `RequireComplete`,
+/// an error naming every requirement the cache cannot serve.
+fn recipes(
+    resolved: &Arc<ResolvedModel>,
+    cache: &dyn PackedEntries,
+) -> Result<Vec<Vec<Recipe>>, PlanError> {
+    let weights = resolved.model().weights();
+    let manifest = resolved.manifest();
+    let reqs = resolved.requirements();
+    let mut recipes = Vec::with_capacity(reqs.len());
+    let mut missing = Vec::new();
+    for r in reqs {
+        for &w in &r.sources {
+            let d = &weights[w.index()];
+            if d.is_external() && !manifest.contains(w) {
+                return Err(PlanError::ReadOutsideManifest {
+                    requirement: r.name.clone(),
+                    weight: d.name().to_owned(),
+                }
+                .into());
+            }
+        }
+        let mut list = Vec::new();
+        if !r.sources.is_empty() {
+            match cache.packed_bytes(resolved, r) {
+                Ok(bytes) => list.push(Recipe::ReadPackedPayload { bytes }),
+                Err(why) if cache.require_complete() => {
+                    missing.push(format!("`{}` ({}): {why}", r.name, r.key));
+                }
+                Err(_) => {}
+            }
+        }
+        if !r.sources.is_empty() {
+            list.push(Recipe::ReadSourceAndPrepack);
+            if r.prepack.is_some() {
+                list.push(Recipe::PortableFallback);
+            }
+        }
+        if list.is_empty() {
+            return Err(PlanError::NoRecipe {
+                requirement: r.name.clone(),
+            }
+            .into());
+        }
+        recipes.push(list);
+    }
+    if cache.require_complete() && !missing.is_empty() {
+        return Err(CacheError::Incomplete { missing }.into());
+    }
+    Ok(recipes)
+}
+
+/// Steps (consecutive nodes of one name scope) and what each needs: the
+/// bitset of requirements, and each requirement's first and last step.
+struct StepNeeds {
+    groups: Vec<(String, Range<u32>)>,
+    step_needs: Vec<BitVec>,
+    first_use: Vec<u32>,
+    last_use: Vec<u32>,
+}
+
+impl StepNeeds {
+    fn of(resolved: &ResolvedModel) -> Self {
+        let reqs = resolved.requirements();
+        // Steps and the order requirements are first needed in. Graph
+        // outputs that are prepared objects (external weights returned as
+        // is) are needed by the last step, which runs only once they are
+        // resident: a graph without nodes gets one empty step for them.
+        let mut groups = group_steps(resolved);
+        let output_reqs: Vec<usize> = resolved
+            .outputs()
+            .iter()
+            .filter_map(|(_, op)| match op {
+                crate::model::Operand::Prepared(r) => Some(r.0 as usize),
+                _ => None,
+            })
+            .collect();
+        if groups.is_empty() && !output_reqs.is_empty() {
+            let end = resolved.nodes().len() as u32;
+            groups.push((String::new(), end..end));
+        }
+        let mut first_use = vec![u32::MAX; reqs.len()];
+        let mut last_use = vec![0u32; reqs.len()];
+        let mut step_needs = Vec::with_capacity(groups.len());
+        for (s, (_, range)) in groups.iter().enumerate() {
+            let mut needs = BitVec::repeat(false, reqs.len());
+            for node in &resolved.nodes()[range.start as usize..range.end as usize] {
+                for r in node.requirements() {
+                    needs.set(r.0 as usize, true);
+                    first_use[r.0 as usize] = first_use[r.0 as usize].min(s as u32);
+                    last_use[r.0 as usize] = s as u32;
+                }
+            }
+            step_needs.push(needs);
+        }
+        if let Some(needs) = step_needs.last_mut() {
+            let s = (groups.len() - 1) as u32;
+            for &r in &output_reqs {
+                needs.set(r, true);
+                first_use[r] = first_use[r].min(s);
+                last_use[r] = s;
+            }
+        }
+        Self {
+            groups,
+            step_needs,
+            first_use,
+            last_use,
+        }
+    }
+}
+
+/// The session tasks (reads, prepacks, packed reads), in the order
+/// requirements are first needed in; returns each requirement's publisher.
+fn session_tasks(
+    b: &mut Builder,
+    resolved: &ResolvedModel,
+    recipes: &[Vec<Recipe>],
+    order: &[usize],
+    first_use: &[u32],
+) -> Result<Vec<Option<TaskId>>, PlanError> {
+    let weights = resolved.model().weights();
+    let reqs = resolved.requirements();
+    let mut read_task: HashMap<WeightId, TaskId> = HashMap::new();
+    let mut publisher: Vec<Option<TaskId>> = vec![None; reqs.len()];
+    for &r in order {
+        let req = &reqs[r];
+        let id = RequirementId(r as u32);
+        let priority = if first_use[r] == 0 {
+            Priority::Critical
+        } else {
+            Priority::Prefetch
+        };
+        match &recipes[r][0] {
+            Recipe::PortableFallback => {
+                return Err(PlanError::Invalid(format!(
+                    "{}: the portable fallback is never first",
+                    req.name
+                ))
+                .into());
+            }
+            Recipe::ReadPackedPayload { bytes } => {
+                publisher[r] = Some(b.push(TaskSpec {
+                    name: format!("S.{}.read_packed", req.name),
+                    scope: TaskScope::Session,
+                    kind: TaskKind::ReadPacked,
+                    resource: ResourceClass::Io,
+                    priority,
+                    deps: vec![],
+                    requirements: vec![],
+                    publishes: Some(id),
+                    reads: None,
+                    bytes: (*bytes, *bytes, 0),
+                    actions: None,
+                }));
+            }
+            Recipe::ReadSourceAndPrepack => {
+                let mut reads = Vec::with_capacity(req.sources.len());
+                for &w in &req.sources {
+                    let bytes = weights[w.index()].byte_len();
+                    let plain = req.prepack.is_none();
+                    let t = match read_task.get(&w) {
+                        Some(&t) => {
+                            if plain {
+                                b.publishes[t.0 as usize] = Some(id);
+                            }
+                            t
+                        }
+                        None => {
+                            let t = b.push(TaskSpec {
+                                name: format!("S.{}.read_source", weights[w.index()].name()),
+                                scope: TaskScope::Session,
+                                kind: TaskKind::ReadSource,
+                                resource: ResourceClass::Io,
+                                priority,
+                                deps: vec![],
+                                requirements: vec![],
+                                publishes: plain.then_some(id),
+                                reads: Some(w),
+                                bytes: (bytes, bytes, 0),
+                                actions: None,
+                            });
+                            read_task.insert(w, t);
+                            t
+                        }
+                    };
+                    reads.push(t);
+                }
+                publisher[r] = Some(match &req.prepack {
+                    None => reads[0],
+                    Some(_) => b.push(TaskSpec {
+                        name: format!("S.{}.prepack", req.name),
+                        scope: TaskScope::Session,
+                        kind: TaskKind::Prepack,
+                        resource: ResourceClass::Cpu,
+                        priority,
+                        deps: reads,
+                        requirements: vec![],
+                        publishes: Some(id),
+                        reads: None,
+                        bytes: (req.source_bytes, req.source_bytes, req.source_bytes),
+                        actions: None,
+                    }),
+                });
+            }
+        }
+    }
+    Ok(publisher)
+}
+
+/// The invocation tasks: one per step, chained, each depending on the
+/// publishers of what it needs.
+fn invocation_tasks(
+    b: &mut Builder,
+    groups: Vec<(String, Range<u32>)>,
+    step_needs: Vec<BitVec>,
+    publisher: &[Option<TaskId>],
+) -> Result<Vec<Step>, PlanError> {
+    let mut steps = Vec::with_capacity(groups.len());
+    let mut previous: Option<TaskId> = None;
+    for ((scope, range), needs) in groups.into_iter().zip(step_needs) {
+        let needed: Vec<RequirementId> =
+            needs.iter_ones().map(|r| RequirementId(r as u32)).collect();
+        let mut deps: Vec<TaskId> = previous.into_iter().collect();
+        for r in &needed {
+            let p = publisher[r.0 as usize].ok_or_else(|| {
+                PlanError::Invalid(format!("requirement {} has no publisher", r.0))
+            })?;
+            if !deps.contains(&p) {
+                deps.push(p);
+            }
+        }
+        let task = b.push(TaskSpec {
+            name: format!("I.{scope}"),
+            scope: TaskScope::Invocation,
+            kind: TaskKind::Execute,
+            resource: ResourceClass::Cpu,
+            priority: Priority::Critical,
+            deps,
+            requirements: needed,
+            publishes: None,
+            reads: None,
+            bytes: (0, 0, 0),
+            actions: Some(range.clone()),
+        });
+        previous = Some(task);
+        steps.push(Step {
+            task,
+            scope,
+            nodes: range,
+            needs,
+        });
+    }
+    Ok(steps)
+}
+
+/// The last step that reads each value (`u32::MAX` for graph outputs and
+/// values no step reads).
+fn value_last_use(resolved: &ResolvedModel, steps: &[Step]) -> Vec<u32> {
+    let mut value_last_use = vec![u32::MAX; resolved.value_count()];
+    for (s, step) in steps.iter().enumerate() {
+        for node in &resolved.nodes()[step.nodes.start as usize..step.nodes.end as usize] {
+            for op in node.inputs.iter().flatten() {
+                if let crate::model::Operand::Value(v) = op {
+                    value_last_use[v.0 as usize] = s as u32;
+                }
+            }
+        }
+    }
+    for (_, op) in resolved.outputs() {
+        if let crate::model::Operand::Value(v) = op {
+            value_last_use[v.0 as usize] = u32::MAX;
+        }
+    }
+    value_last_use
 }

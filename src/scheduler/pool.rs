@@ -10,7 +10,7 @@ use crate::limits::{MAX_WORKER_THREADS, SCHEDULER_JOB_SPIN_POLLS, SCHEDULER_SPIN
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Lock, Ordering, fence, thread};
 
 use super::graph::TaskGraph;
-use super::lanes::{Lanes, Lease, WorkerPoolOptions};
+use super::lanes::{Lanes, Lease, Parking, WorkerPoolOptions};
 use super::local::LocalWork;
 use super::queue::{Lane, PRIORITIES};
 use super::submission::{
@@ -163,25 +163,7 @@ fn worker(pool: &PoolShared, lane: Lane) {
     let mut searching = false;
     loop {
         if let Some(entry) = local.tasks.pop() {
-            let submission = &cache.submissions[current];
-            // Work sharing: a searching peer gets the unclaimed entries.
-            if local.tasks.len() > 1 && lanes.searching(lane) {
-                local.tasks.retain(|&e| {
-                    if e & CLAIMED_ENTRY == 0 {
-                        submission.post(lanes, TaskId(e));
-                        false
-                    } else {
-                        true
-                    }
-                });
-            }
-            submission.execute(
-                lanes,
-                lane,
-                TaskId(entry & !CLAIMED_ENTRY),
-                entry & CLAIMED_ENTRY != 0,
-                &mut local,
-            );
+            run_local(lanes, lane, &cache.submissions[current], entry, &mut local);
             continue;
         }
         if current != usize::MAX {
@@ -246,24 +228,59 @@ fn worker(pool: &PoolShared, lane: Lane) {
             thread::yield_now();
             continue;
         }
-        // Sleep/wake step 1.
-        parking.sleepers.fetch_add(1, Ordering::SeqCst);
-        let wake = parking.wake.load(Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        let idle = pool.version.load(Ordering::SeqCst) == cache.version
-            && cache.idle(lane)
-            && (lane != Lane::Cpu || lanes.board.new_job(&mut seen_job).is_none())
-            && !pool.shutdown.load(Ordering::SeqCst);
-        if idle {
-            parking.wake.wait(wake);
-        }
-        parking.sleepers.fetch_sub(1, Ordering::SeqCst);
+        park(pool, parking, &cache, lane, &mut seen_job);
         polls = 0;
         spin_limit = SCHEDULER_SPIN_POLLS;
     }
     if searching {
         parking.searching.decrement();
     }
+}
+
+/// Runs `entry`, popped from the worker's local work of `submission`;
+/// first shares the unclaimed rest with a searching peer.
+#[inline]
+fn run_local(
+    lanes: &Lanes,
+    lane: Lane,
+    submission: &Arc<SubmissionInner>,
+    entry: u32,
+    local: &mut LocalWork,
+) {
+    if local.tasks.len() > 1 && lanes.searching(lane) {
+        local.tasks.retain(|&e| {
+            if e & CLAIMED_ENTRY == 0 {
+                submission.post(lanes, TaskId(e));
+                false
+            } else {
+                true
+            }
+        });
+    }
+    submission.execute(
+        lanes,
+        lane,
+        TaskId(entry & !CLAIMED_ENTRY),
+        entry & CLAIMED_ENTRY != 0,
+        local,
+    );
+}
+
+/// Sleep/wake step 1: announce the sleeper, check once more that nothing
+/// can start, and sleep until a poster wakes the lane.
+fn park(pool: &PoolShared, parking: &Parking, cache: &Cache, lane: Lane, seen_job: &mut u64) {
+    let lanes = &*pool.lanes;
+    parking.sleepers.fetch_add(1, Ordering::SeqCst);
+    let wake = parking.wake.load(Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+    let idle = pool.version.load(Ordering::SeqCst) == cache.version
+        && cache.idle(lane)
+        && (lane != Lane::Cpu || lanes.board.new_job(seen_job).is_none())
+        && !pool.shutdown.load(Ordering::SeqCst);
+    if idle {
+        parking.wake.wait(wake);
+    }
+    parking.sleepers.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// Persistent workers that run submitted `TaskGraph`s: CPU workers serve

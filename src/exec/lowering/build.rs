@@ -5,9 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use onnx_prepared_kernels::{
-    ElementType, InputInfo, KernelError, Tensor, element_count,
-};
+use onnx_prepared_kernels::{ElementType, InputInfo, KernelError, Tensor, element_count};
 
 use super::{Action, AllocationGate, Lowered, MAX_VALUE_INPUT_ELEMENTS, NeedsValue, Operand};
 use crate::exec::RunError as Error;
@@ -38,7 +36,47 @@ fn lower(
     value_inputs: &HashSet<usize>,
     gate: AllocationGate<'_>,
 ) -> Result<Result<Lowered, Error>, NeedsValue> {
-    let fail = |node: &str, source: KernelError| -> Result<Result<Lowered, Error>, NeedsValue> {
+    let shapes = match infer_and_fold(resolved, inputs, value_inputs, gate)? {
+        Ok(shapes) => shapes,
+        Err(e) => return Ok(Err(e)),
+    };
+    let uses = Uses::of(resolved, &shapes.dynamic_nodes);
+    let mut layout = Layout::new(resolved, inputs, value_inputs, &shapes.known);
+    let mut next_dynamic = shapes.dynamic_nodes.iter().peekable();
+    for (n, node) in resolved.nodes().iter().enumerate() {
+        layout
+            .lowered
+            .node_action
+            .push(layout.lowered.actions.len() as u32);
+        if next_dynamic.peek() == Some(&&n) {
+            next_dynamic.next();
+            layout.action(n, node, &uses);
+        }
+    }
+    let lowered = &mut layout.lowered;
+    lowered.node_action.push(lowered.actions.len() as u32);
+    Ok(layout.finish(gate, shapes.folded_bytes, shapes.most_scratch))
+}
+
+/// What pass 1 of lowering knows: every value's shape or constant value,
+/// the nodes left to run, and the bytes folded and one kernel's largest
+/// temporary.
+struct Shapes {
+    known: Vec<Known>,
+    dynamic_nodes: Vec<usize>,
+    folded_bytes: usize,
+    most_scratch: usize,
+}
+
+/// Pass 1: infer every shape, fold what depends only on shapes and
+/// constants.
+fn infer_and_fold(
+    resolved: &ResolvedModel,
+    inputs: &[&Tensor],
+    value_inputs: &HashSet<usize>,
+    gate: AllocationGate<'_>,
+) -> Result<Result<Shapes, Error>, NeedsValue> {
+    let fail = |node: &str, source: KernelError| -> Result<Result<Shapes, Error>, NeedsValue> {
         Ok(Err(ResolveError::Kernel {
             node: node.to_owned(),
             source,
@@ -60,61 +98,16 @@ fn lower(
             Known::Dynamic(t.dtype(), t.shape().to_vec())
         };
     }
-    let source_of = |r: u32| resolved.requirements()[r as usize].sources[0];
-
-    // Pass 1: infer, fold.
     let mut dynamic_nodes = Vec::new();
     let mut folded_bytes = 0usize;
     // The largest temporary one kernel allocates while it runs (nodes run
     // one at a time; see `Operator::scratch_bytes`).
     let mut most_scratch = 0usize;
     for (n, node) in resolved.nodes().iter().enumerate() {
-        let infos: Vec<Option<InputInfo<'_>>> = node
-            .inputs
-            .iter()
-            .map(|op| {
-                op.and_then(|op| match op {
-                    Source::Value(id) => match &known[id.0 as usize] {
-                        Known::Const(t) => Some(InputInfo::known(t)),
-                        Known::Dynamic(d, s) => Some(InputInfo::dynamic(*d, s)),
-                        Known::Unknown => None,
-                    },
-                    Source::Inline(i) => Some(InputInfo::known(resolved.inline(i))),
-                    Source::Prepared(r) => {
-                        let w = source_of(r.0);
-                        Some(InputInfo::unloaded(
-                            weights[w.index()].element_type().compute(),
-                            &weight_dims[w.index()],
-                        ))
-                    }
-                    Source::Consumed(w) => Some(InputInfo::unloaded(
-                        weights[w.index()].element_type().compute(),
-                        &weight_dims[w.index()],
-                    )),
-                })
-            })
-            .collect();
-        // Shape-only operators (Shape, Size) fold for this shape set even
-        // when their inputs are run-time values.
-        if infos.len() == node.inputs.len()
-            && infos
-                .iter()
-                .zip(&node.inputs)
-                .all(|(i, op)| i.is_some() == op.is_some())
-            && let Some(folded) = node.op.fold_shapes(&infos)
-        {
+        let infos = input_infos(resolved, node, &known, &weight_dims);
+        if let Some(folded) = fold_shapes(node, &infos) {
             let tensors = match folded {
-                Ok(t) if t.len() == node.outputs.len() => t,
-                Ok(t) => {
-                    return fail(
-                        &node.name,
-                        KernelError::Shape(format!(
-                            "{} outputs folded for {}",
-                            t.len(),
-                            node.outputs.len()
-                        )),
-                    );
-                }
+                Ok(t) => t,
                 Err(source) => return fail(&node.name, source),
             };
             for (id, t) in node.outputs.iter().zip(tensors) {
@@ -129,31 +122,7 @@ fn lower(
                 o
             }
             Err(KernelError::NeedsConstant { input, .. }) => {
-                // The value comes from graph inputs through nodes lowering
-                // could evaluate: lower again with those inputs known (small
-                // ones only), keyed by their values.
-                if let Some(Some(Source::Value(id))) = node.inputs.get(input) {
-                    match value_sources(resolved, *id, inputs, value_inputs) {
-                        Ok(sources) if !sources.is_empty() => return Err(NeedsValue(sources)),
-                        Ok(_) => {}
-                        Err(desc) => {
-                            return Ok(Err(ResolveError::DataDependentShape {
-                                node: node.name.clone(),
-                                op: node.op.name(),
-                                input,
-                                source_desc: desc,
-                            }
-                            .into()));
-                        }
-                    }
-                }
-                return fail(
-                    &node.name,
-                    KernelError::NeedsConstant {
-                        op: node.op.name(),
-                        input,
-                    },
-                );
+                return needs_constant(resolved, node, input, inputs, value_inputs);
             }
             Err(source) => return fail(&node.name, source),
         };
@@ -205,109 +174,271 @@ fn lower(
         dynamic_nodes.push(n);
     }
 
-    // Pass 2: last use of every value read by an action.
-    let graph_outputs: HashSet<u32> = resolved
-        .outputs()
+    Ok(Ok(Shapes {
+        known,
+        dynamic_nodes,
+        folded_bytes,
+        most_scratch,
+    }))
+}
+
+/// Shape-only operators (Shape, Size) fold for this shape set even when
+/// their inputs are run-time values: `None` when `node` does not.
+fn fold_shapes(
+    node: &crate::model::ResolvedNode,
+    infos: &[Option<InputInfo<'_>>],
+) -> Option<Result<Vec<Tensor>, KernelError>> {
+    if infos.len() != node.inputs.len()
+        || !infos
+            .iter()
+            .zip(&node.inputs)
+            .all(|(i, op)| i.is_some() == op.is_some())
+    {
+        return None;
+    }
+    Some(node.op.fold_shapes(infos)?.and_then(|t| {
+        if t.len() == node.outputs.len() {
+            Ok(t)
+        } else {
+            Err(KernelError::Shape(format!(
+                "{} outputs folded for {}",
+                t.len(),
+                node.outputs.len()
+            )))
+        }
+    }))
+}
+
+/// What shape inference sees of each input of `node`: a known constant, a
+/// run-time value's type and shape, or an unloaded weight's.
+fn input_infos<'a>(
+    resolved: &'a ResolvedModel,
+    node: &crate::model::ResolvedNode,
+    known: &'a [Known],
+    weight_dims: &'a [Vec<usize>],
+) -> Vec<Option<InputInfo<'a>>> {
+    let weights = resolved.model().weights();
+    let unloaded = |w: crate::model::WeightId| {
+        InputInfo::unloaded(
+            weights[w.index()].element_type().compute(),
+            &weight_dims[w.index()],
+        )
+    };
+    node.inputs
         .iter()
-        .filter_map(|(_, op)| match op {
-            Source::Value(id) => Some(id.0),
-            _ => None,
+        .map(|op| {
+            op.and_then(|op| match op {
+                Source::Value(id) => match &known[id.0 as usize] {
+                    Known::Const(t) => Some(InputInfo::known(t)),
+                    Known::Dynamic(d, s) => Some(InputInfo::dynamic(*d, s)),
+                    Known::Unknown => None,
+                },
+                Source::Inline(i) => Some(InputInfo::known(resolved.inline(i))),
+                Source::Prepared(r) => {
+                    Some(unloaded(resolved.requirements()[r.0 as usize].sources[0]))
+                }
+                Source::Consumed(w) => Some(unloaded(w)),
+            })
         })
-        .collect();
-    let mut last_use: HashMap<u32, usize> = HashMap::new();
-    for (step, &n) in dynamic_nodes.iter().enumerate() {
-        for op in resolved.nodes()[n].inputs.iter().flatten() {
-            if let Source::Value(id) = op {
-                last_use.insert(id.0, step);
+        .collect()
+}
+
+/// A node's shape needs the value of its input `input`: when that value
+/// comes from graph inputs through nodes lowering could evaluate, lower
+/// again with those inputs known (small ones only), keyed by their
+/// values; otherwise a typed error.
+fn needs_constant<T>(
+    resolved: &ResolvedModel,
+    node: &crate::model::ResolvedNode,
+    input: usize,
+    inputs: &[&Tensor],
+    value_inputs: &HashSet<usize>,
+) -> Result<Result<T, Error>, NeedsValue> {
+    if let Some(Some(Source::Value(id))) = node.inputs.get(input) {
+        match value_sources(resolved, *id, inputs, value_inputs) {
+            Ok(sources) if !sources.is_empty() => return Err(NeedsValue(sources)),
+            Ok(_) => {}
+            Err(desc) => {
+                return Ok(Err(ResolveError::DataDependentShape {
+                    node: node.name.clone(),
+                    op: node.op.name(),
+                    input,
+                    source_desc: desc,
+                }
+                .into()));
             }
         }
     }
+    Ok(Err(ResolveError::Kernel {
+        node: node.name.clone(),
+        source: KernelError::NeedsConstant {
+            op: node.op.name(),
+            input,
+        },
+    }
+    .into()))
+}
 
-    // Pass 3: buffers (graph inputs first, never shared) and actions. Each
-    // buffer is only sized here (`buffer_specs`, placeholders in `buffers`);
-    // all are allocated once their total passed the gate.
-    let mut lowered = Lowered {
-        key_shapes: inputs.iter().map(|t| t.shape().to_vec()).collect(),
-        key_values: (0..inputs.len())
-            .map(|i| value_inputs.contains(&i).then(|| inputs[i].to_owned_elements()))
-            .collect(),
-        constants: Vec::new(),
-        buffers: Vec::new(),
-        out_shapes: Vec::new(),
-        operands: Vec::new(),
-        actions: Vec::new(),
-        node_action: Vec::with_capacity(resolved.nodes().len() + 1),
-        input_buffers: Vec::new(),
-        output_operands: Vec::new(),
-        output_buffers: Vec::new(),
-        scratch_bytes: 0,
-        scratch: Vec::new(),
-        ins: Vec::new(),
-    };
-    // `(dtype, element count, shape)` of each buffer; the shape is `None`
-    // for a graph input's buffer (a copy of the input).
-    let mut buffer_specs: Vec<(ElementType, usize, Option<Vec<usize>>)> = Vec::new();
-    let (mut most_inputs, mut most_outputs) = (0, 0);
-    let mut operand_of: HashMap<u32, Operand> = HashMap::new();
-    let mut const_index: HashMap<*const Tensor, u32> = HashMap::new();
-    let mut constant = |t: &Arc<Tensor>, lowered: &mut Lowered| -> Operand {
-        let idx = *const_index.entry(Arc::as_ptr(t)).or_insert_with(|| {
-            lowered.constants.push(t.clone());
-            (lowered.constants.len() - 1) as u32
+/// Pass 2: the graph outputs, and the last action that reads each value.
+struct Uses {
+    graph_outputs: HashSet<u32>,
+    last_use: HashMap<u32, usize>,
+}
+
+impl Uses {
+    fn of(resolved: &ResolvedModel, dynamic_nodes: &[usize]) -> Self {
+        let graph_outputs: HashSet<u32> = resolved
+            .outputs()
+            .iter()
+            .filter_map(|(_, op)| match op {
+                Source::Value(id) => Some(id.0),
+                _ => None,
+            })
+            .collect();
+        let mut last_use: HashMap<u32, usize> = HashMap::new();
+        for (step, &n) in dynamic_nodes.iter().enumerate() {
+            for op in resolved.nodes()[n].inputs.iter().flatten() {
+                if let Source::Value(id) = op {
+                    last_use.insert(id.0, step);
+                }
+            }
+        }
+        Self {
+            graph_outputs,
+            last_use,
+        }
+    }
+}
+
+/// Pass 3: buffers (graph inputs first, never shared) and actions. Each
+/// buffer is only sized while actions are laid out (`buffer_specs`,
+/// placeholders in `lowered.buffers`); all are allocated in
+/// [`Layout::finish`] once their total passed the gate.
+struct Layout<'a> {
+    resolved: &'a ResolvedModel,
+    inputs: &'a [&'a Tensor],
+    known: &'a [Known],
+    lowered: Lowered,
+    /// `(dtype, element count, shape)` of each buffer; the shape is `None`
+    /// for a graph input's buffer (a copy of the input).
+    buffer_specs: Vec<(ElementType, usize, Option<Vec<usize>>)>,
+    most_inputs: usize,
+    most_outputs: usize,
+    operand_of: HashMap<u32, Operand>,
+    const_index: HashMap<*const Tensor, u32>,
+    free: HashMap<(ElementType, usize), Vec<u32>>,
+}
+
+impl<'a> Layout<'a> {
+    /// The layout with the graph inputs' buffers (or constants, for the
+    /// inputs whose values key the lowering).
+    fn new(
+        resolved: &'a ResolvedModel,
+        inputs: &'a [&'a Tensor],
+        value_inputs: &HashSet<usize>,
+        known: &'a [Known],
+    ) -> Self {
+        let mut layout = Self {
+            resolved,
+            inputs,
+            known,
+            lowered: Lowered {
+                key_shapes: inputs.iter().map(|t| t.shape().to_vec()).collect(),
+                key_values: (0..inputs.len())
+                    .map(|i| {
+                        value_inputs
+                            .contains(&i)
+                            .then(|| inputs[i].to_owned_elements())
+                    })
+                    .collect(),
+                constants: Vec::new(),
+                buffers: Vec::new(),
+                out_shapes: Vec::new(),
+                operands: Vec::new(),
+                actions: Vec::new(),
+                node_action: Vec::with_capacity(resolved.nodes().len() + 1),
+                input_buffers: Vec::new(),
+                output_operands: Vec::new(),
+                output_buffers: Vec::new(),
+                scratch_bytes: 0,
+                scratch: Vec::new(),
+                ins: Vec::new(),
+            },
+            buffer_specs: Vec::new(),
+            most_inputs: 0,
+            most_outputs: 0,
+            operand_of: HashMap::new(),
+            const_index: HashMap::new(),
+            free: HashMap::new(),
+        };
+        for (i, t) in inputs.iter().enumerate() {
+            layout.lowered.buffers.push(Tensor::default());
+            layout.buffer_specs.push((t.dtype(), t.len(), None));
+            let b = (layout.lowered.buffers.len() - 1) as u32;
+            layout.lowered.input_buffers.push(b);
+            let op = match &known[i] {
+                Known::Const(c) => layout.constant(c),
+                _ => Operand::Buffer(b),
+            };
+            layout.operand_of.insert(i as u32, op);
+        }
+        layout
+    }
+
+    /// The operand of constant `t`, each constant listed once.
+    fn constant(&mut self, t: &Arc<Tensor>) -> Operand {
+        let constants = &mut self.lowered.constants;
+        let idx = *self.const_index.entry(Arc::as_ptr(t)).or_insert_with(|| {
+            constants.push(t.clone());
+            (constants.len() - 1) as u32
         });
         Operand::Const(idx)
-    };
-    for (i, t) in inputs.iter().enumerate() {
-        lowered.buffers.push(Tensor::default());
-        buffer_specs.push((t.dtype(), t.len(), None));
-        lowered
-            .input_buffers
-            .push((lowered.buffers.len() - 1) as u32);
-        let op = match &known[i] {
-            Known::Const(c) => constant(c, &mut lowered),
-            _ => Operand::Buffer((lowered.buffers.len() - 1) as u32),
-        };
-        operand_of.insert(i as u32, op);
     }
-    let mut free: HashMap<(ElementType, usize), Vec<u32>> = HashMap::new();
-    let mut next_dynamic = dynamic_nodes.iter().peekable();
-    for (n, node) in resolved.nodes().iter().enumerate() {
-        lowered.node_action.push(lowered.actions.len() as u32);
-        if next_dynamic.peek() != Some(&&n) {
-            continue;
-        }
-        next_dynamic.next();
-        let step = lowered.actions.len();
-        let start = lowered.operands.len() as u32;
-        for op in &node.inputs {
-            let operand = match op {
-                None | Some(Source::Consumed(_)) => Operand::None,
-                Some(Source::Prepared(r)) => Operand::Object(r.0),
-                Some(Source::Inline(i)) => constant(resolved.inline(*i), &mut lowered),
-                Some(Source::Value(id)) => match operand_of.get(&id.0) {
-                    Some(op) => *op,
-                    None => match &known[id.0 as usize] {
-                        Known::Const(t) => {
-                            let op = constant(t, &mut lowered);
-                            operand_of.insert(id.0, op);
-                            op
-                        }
-                        _ => unreachable!("values are assigned before use"),
-                    },
+
+    /// The operand a node input reads.
+    fn input_operand(&mut self, op: Option<Source>) -> Operand {
+        match op {
+            None | Some(Source::Consumed(_)) => Operand::None,
+            Some(Source::Prepared(r)) => Operand::Object(r.0),
+            Some(Source::Inline(i)) => self.constant(self.resolved.inline(i)),
+            Some(Source::Value(id)) => match self.operand_of.get(&id.0) {
+                Some(op) => *op,
+                None => match &self.known[id.0 as usize] {
+                    Known::Const(t) => {
+                        let op = self.constant(t);
+                        self.operand_of.insert(id.0, op);
+                        op
+                    }
+                    _ => unreachable!("values are assigned before use"),
                 },
-            };
-            lowered.operands.push(operand);
-            lowered.out_shapes.push(Vec::new());
+            },
         }
-        let mid = lowered.operands.len() as u32;
-        let view = view_of(node, step, &ViewContext {
-            last_use: &last_use,
-            graph_outputs: &graph_outputs,
-            graph_inputs: inputs.len(),
-            operand_of: &operand_of,
-            known: &known,
-            buffer_specs: &buffer_specs,
-        });
+    }
+
+    /// The action of node `n`: its operands, a buffer per output (a view
+    /// of input 0's, a freed one of the same type and size, or a new one),
+    /// and the buffers it releases.
+    fn action(&mut self, n: usize, node: &crate::model::ResolvedNode, uses: &Uses) {
+        let step = self.lowered.actions.len();
+        let start = self.lowered.operands.len() as u32;
+        for op in &node.inputs {
+            let operand = self.input_operand(*op);
+            self.lowered.operands.push(operand);
+            self.lowered.out_shapes.push(Vec::new());
+        }
+        let mid = self.lowered.operands.len() as u32;
+        let view = view_of(
+            node,
+            step,
+            &ViewContext {
+                last_use: &uses.last_use,
+                graph_outputs: &uses.graph_outputs,
+                graph_inputs: self.inputs.len(),
+                operand_of: &self.operand_of,
+                known: self.known,
+                buffer_specs: &self.buffer_specs,
+            },
+        );
         // Inputs whose last use is this action are released after it (an
         // output never reuses an input's buffer: kernels read while writing;
         // a view's output is its input, which then stays held).
@@ -315,112 +446,126 @@ fn lower(
         for op in node.inputs.iter().flatten() {
             if let Source::Value(id) = op
                 && view.is_none()
-                && last_use.get(&id.0) == Some(&step)
-                && !graph_outputs.contains(&id.0)
-                && (id.0 as usize) >= inputs.len()
-                && let Some(Operand::Buffer(b)) = operand_of.get(&id.0)
+                && uses.last_use.get(&id.0) == Some(&step)
+                && !uses.graph_outputs.contains(&id.0)
+                && (id.0 as usize) >= self.inputs.len()
+                && let Some(Operand::Buffer(b)) = self.operand_of.get(&id.0)
             {
-                let (dtype, len, _) = &buffer_specs[*b as usize];
+                let (dtype, len, _) = &self.buffer_specs[*b as usize];
                 released.push(((*dtype, *len), *b));
             }
         }
         for id in &node.outputs {
-            let Known::Dynamic(dtype, shape) = &known[id.0 as usize] else {
+            let Known::Dynamic(dtype, shape) = &self.known[id.0 as usize] else {
                 unreachable!()
             };
             let len = element_count(shape).unwrap_or(0);
-            let b = match view.or_else(|| free.get_mut(&(*dtype, len)).and_then(Vec::pop)) {
+            let reused = view.or_else(|| self.free.get_mut(&(*dtype, len)).and_then(Vec::pop));
+            let b = match reused {
                 Some(b) => b,
                 None => {
-                    lowered.buffers.push(Tensor::default());
-                    buffer_specs.push((*dtype, len, Some(shape.clone())));
-                    (lowered.buffers.len() - 1) as u32
+                    self.lowered.buffers.push(Tensor::default());
+                    self.buffer_specs.push((*dtype, len, Some(shape.clone())));
+                    (self.lowered.buffers.len() - 1) as u32
                 }
             };
-            operand_of.insert(id.0, Operand::Buffer(b));
-            lowered.operands.push(Operand::Buffer(b));
-            lowered.out_shapes.push(shape.clone());
-            if !last_use.contains_key(&id.0) && !graph_outputs.contains(&id.0) {
+            self.operand_of.insert(id.0, Operand::Buffer(b));
+            self.lowered.operands.push(Operand::Buffer(b));
+            self.lowered.out_shapes.push(shape.clone());
+            if !uses.last_use.contains_key(&id.0) && !uses.graph_outputs.contains(&id.0) {
                 released.push(((*dtype, len), b));
             }
         }
         let mut seen = HashSet::new();
         for (k, b) in released {
             if seen.insert(b) {
-                free.entry(k).or_default().push(b);
+                self.free.entry(k).or_default().push(b);
             }
         }
-        most_inputs = most_inputs.max(node.inputs.len());
-        most_outputs = most_outputs.max(node.outputs.len());
-        lowered.actions.push(Action {
+        self.most_inputs = self.most_inputs.max(node.inputs.len());
+        self.most_outputs = self.most_outputs.max(node.outputs.len());
+        self.lowered.actions.push(Action {
             node: n as u32,
             inputs: (start, mid),
-            outputs: (mid, lowered.operands.len() as u32),
+            outputs: (mid, self.lowered.operands.len() as u32),
             packed: node.packed.map(|r| r.0),
             view: view.is_some(),
         });
     }
-    lowered.node_action.push(lowered.actions.len() as u32);
-    let buffer_bytes = buffer_specs
-        .iter()
-        .fold(folded_bytes, |n, (dtype, len, _)| {
-            n.saturating_add(tensor_bytes(*dtype, &[*len]))
-        });
-    let buffer_bytes = buffer_bytes.saturating_add(most_scratch);
-    lowered.scratch_bytes = most_scratch;
-    if let Err(e) = gate(
-        "the activation buffers and kernel temporaries",
-        buffer_bytes,
-    ) {
-        return Ok(Err(e));
-    }
-    for (b, (dtype, _, shape)) in buffer_specs.into_iter().enumerate() {
-        lowered.buffers[b] = match shape {
-            None => inputs[b].clone(),
-            Some(shape) => match Tensor::zeros(dtype, shape) {
-                Ok(t) => t,
-                Err(source) => return fail("activation buffers", source),
-            },
-        };
-    }
-    lowered.scratch.reserve_exact(most_outputs);
-    lowered.ins.reserve_exact(most_inputs);
-    for (_, op) in resolved.outputs() {
-        let operand = match op {
-            Source::Value(id) => match operand_of.get(&id.0) {
-                Some(op) => *op,
-                None => match &known[id.0 as usize] {
-                    Known::Const(t) => constant(t, &mut lowered),
-                    _ => Operand::None,
+
+    /// Gates and allocates every buffer, then lays out the graph outputs.
+    fn finish(
+        mut self,
+        gate: AllocationGate<'_>,
+        folded_bytes: usize,
+        most_scratch: usize,
+    ) -> Result<Lowered, Error> {
+        let buffer_bytes = self
+            .buffer_specs
+            .iter()
+            .fold(folded_bytes, |n, (dtype, len, _)| {
+                n.saturating_add(tensor_bytes(*dtype, &[*len]))
+            });
+        let buffer_bytes = buffer_bytes.saturating_add(most_scratch);
+        self.lowered.scratch_bytes = most_scratch;
+        gate(
+            "the activation buffers and kernel temporaries",
+            buffer_bytes,
+        )?;
+        for (b, (dtype, _, shape)) in std::mem::take(&mut self.buffer_specs)
+            .into_iter()
+            .enumerate()
+        {
+            self.lowered.buffers[b] = match shape {
+                None => self.inputs[b].clone(),
+                Some(shape) => {
+                    Tensor::zeros(dtype, shape).map_err(|source| ResolveError::Kernel {
+                        node: "activation buffers".to_owned(),
+                        source,
+                    })?
+                }
+            };
+        }
+        self.lowered.scratch.reserve_exact(self.most_outputs);
+        self.lowered.ins.reserve_exact(self.most_inputs);
+        for (_, op) in self.resolved.outputs() {
+            let operand = match op {
+                Source::Value(id) => match self.operand_of.get(&id.0) {
+                    Some(op) => *op,
+                    None => match &self.known[id.0 as usize] {
+                        Known::Const(t) => self.constant(t),
+                        _ => Operand::None,
+                    },
                 },
-            },
-            Source::Inline(i) => constant(resolved.inline(*i), &mut lowered),
-            Source::Prepared(r) => Operand::Object(r.0),
-            Source::Consumed(_) => Operand::None,
-        };
-        lowered.output_operands.push(operand);
+                Source::Inline(i) => self.constant(self.resolved.inline(*i)),
+                Source::Prepared(r) => Operand::Object(r.0),
+                Source::Consumed(_) => Operand::None,
+            };
+            self.lowered.output_operands.push(operand);
+        }
+        let mut lowered = self.lowered;
+        // A buffer that is also a graph input, or that backs two outputs, is
+        // copied out: its contents must stay.
+        lowered.output_buffers = lowered
+            .output_operands
+            .iter()
+            .map(|op| match *op {
+                Operand::Buffer(b)
+                    if !lowered.input_buffers.contains(&b)
+                        && lowered
+                            .output_operands
+                            .iter()
+                            .filter(|o| **o == *op)
+                            .count()
+                            == 1 =>
+                {
+                    Some(b)
+                }
+                _ => None,
+            })
+            .collect();
+        Ok(lowered)
     }
-    // A buffer that is also a graph input, or that backs two outputs, is
-    // copied out: its contents must stay.
-    lowered.output_buffers = lowered
-        .output_operands
-        .iter()
-        .map(|op| match *op {
-            Operand::Buffer(b)
-                if !lowered.input_buffers.contains(&b)
-                    && lowered
-                        .output_operands
-                        .iter()
-                        .filter(|o| **o == *op)
-                        .count()
-                        == 1 =>
-            {
-                Some(b)
-            }
-            _ => None,
-        })
-        .collect();
-    Ok(Ok(lowered))
 }
 
 /// What [`view_of`] reads of the lowering in progress.

@@ -9,7 +9,8 @@ use onnx_prepared_kernels::{InputInfo, Operator, OutputInfo, Sequential, Tensor}
 use sha2::Digest;
 use sha2::Sha256;
 
-use super::{Known, ValueId};
+use super::ValueId;
+use super::phases::Known;
 use crate::model::LoadError;
 use crate::model::ResolveError;
 use crate::model::{Model, WeightDescriptor, WeightId, WeightSource};
