@@ -52,11 +52,9 @@ impl Fixture {
         RuntimeSession::with_source(
             plan,
             source,
-            SessionOptions {
-                pool: Some(self.pool.clone()),
-                trace,
-                ..SessionOptions::default()
-            },
+            SessionOptions::default()
+                .with_pool(self.pool.clone())
+                .with_trace(trace),
         )
         .expect("session")
     }

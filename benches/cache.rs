@@ -7,7 +7,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use onnx_prepared::cache::{PreparedModelPolicy, PreparedModelStore};
+use onnx_prepared::cache::{PreparedCache, PreparedModelPolicy};
 use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::{RuntimeSession, SessionOptions};
@@ -35,11 +35,9 @@ fn plan_with_cache(c: &mut Criterion) {
     {
         let session = RuntimeSession::open(
             &path,
-            SessionOptions {
-                cache_dir: Some(cache.path().to_owned()),
-                cache_policy: PreparedModelPolicy::BuildIfMissing,
-                ..SessionOptions::default()
-            },
+            SessionOptions::default()
+                .with_cache_dir(cache.path().to_owned())
+                .with_cache_policy(PreparedModelPolicy::BuildIfMissing),
         )
         .expect("opens");
         session.prepare().expect("prepares");
@@ -58,7 +56,7 @@ fn plan_with_cache(c: &mut Criterion) {
     group.bench_function("complete_cache", |b| {
         b.iter(|| {
             let model = Model::open(&path).expect("opens");
-            let store = PreparedModelStore::open(
+            let store = PreparedCache::open(
                 cache.path(),
                 PreparedModelPolicy::RequireComplete,
                 &model,

@@ -72,11 +72,9 @@ fn cold_start(c: &mut Criterion) {
         let plan = PreparedExecutionPlan::build(resolved).expect("plan");
         let session = RuntimeSession::new(
             plan,
-            SessionOptions {
-                pool: Some(pool.clone()),
-                checksums,
-                ..SessionOptions::default()
-            },
+            SessionOptions::default()
+                .with_pool(pool.clone())
+                .with_checksums(checksums),
         )
         .expect("session");
         let mut ctx = RuntimeContext::new(&session);

@@ -1,5 +1,5 @@
 //! The session's hot path against `DirectReplay`, same process, same
-//! inputs, same thread budget (issue 6: ≤ 2 % on tiny-llm decode, ≤ 5 % on
+//! inputs, same thread budget (the goal: ≤ 2 % on tiny-llm decode, ≤ 5 % on
 //! many-small-nodes).
 //!
 //! * `hot_path/<model>/direct`: `DirectReplay::run` with 2 threads (the
@@ -144,11 +144,9 @@ fn hot_path(c: &mut Criterion) {
         let plan = PreparedExecutionPlan::build(resolved).expect("plan");
         let session = RuntimeSession::new(
             plan,
-            SessionOptions {
-                cpu_threads: 1,
-                io_workers: 1,
-                ..SessionOptions::default()
-            },
+            SessionOptions::default()
+                .with_cpu_workers(1)
+                .with_io_workers(1),
         )
         .expect("session");
         session.prepare().expect("prepares");

@@ -1,4 +1,4 @@
-//! Scheduler benchmarks (issue 5): the spin-then-park threshold and the
+//! Scheduler benchmarks: the spin-then-park threshold and the
 //! per-task overhead of the `WorkerPool`.
 //!
 //! * `wake/<delay>`: post-ready → run latency of a CPU worker. A CPU task

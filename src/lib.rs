@@ -75,7 +75,7 @@ pub mod plan;
 pub mod session;
 
 pub use arena::{ArenaError, BudgetLimits, BudgetReport, Domain, DomainReport, UNLIMITED};
-pub use cache::{PreparedModelPolicy, PreparedModelStore};
+pub use cache::{PreparedCache, PreparedModelPolicy};
 pub use error::{Error, ErrorKind, RunError};
 pub use model::{ChecksumPolicy, Model, ResolveOptions, ResolvedModel};
 pub use onnx_prepared_kernels::{CpuFeatures, ElementType, Tensor};

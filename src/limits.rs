@@ -64,7 +64,7 @@ pub const SCHEDULER_CRITICAL_RESERVE_PERCENT: usize = 25;
 
 /// Bytes from which a table that only row gathers read (an embedding) is
 /// served row by row from its source when
-/// [`SessionOptions::tables_from_source`](crate::session::SessionOptions::tables_from_source)
+/// [`SessionOptions::with_resident_tables`](crate::session::SessionOptions::with_resident_tables)
 /// is on and the source does not offer it in place.
 pub const ROW_TABLE_MIN_BYTES: u64 = 1 << 20;
 

@@ -41,13 +41,11 @@ struct Target {
 }
 
 fn options(cache: &Path, policy: Policy) -> SessionOptions {
-    SessionOptions {
-        cpu_threads: 1,
-        io_workers: 1,
-        cache_dir: Some(cache.to_owned()),
-        cache_policy: policy,
-        ..SessionOptions::default()
-    }
+    SessionOptions::default()
+        .with_cpu_workers(1)
+        .with_io_workers(1)
+        .with_cache_dir(cache.to_owned())
+        .with_cache_policy(policy)
 }
 
 fn try_run(session: &RuntimeSession) -> Result<Outputs, ExecutionError> {

@@ -32,12 +32,12 @@ fn a_complete_cache_serves_every_real_model() {
     assert!(all.len() >= 27, "{} models", all.len());
     let cache = tempfile::tempdir().unwrap();
     for path in &all {
-        let options = |policy| SessionOptions {
-            cpu_threads: 1,
-            io_workers: 1,
-            cache_dir: Some(cache.path().to_owned()),
-            cache_policy: policy,
-            ..SessionOptions::default()
+        let options = |policy| {
+            SessionOptions::default()
+                .with_cpu_workers(1)
+                .with_io_workers(1)
+                .with_cache_dir(cache.path().to_owned())
+                .with_cache_policy(policy)
         };
         let first = RuntimeSession::open(path, options(PreparedModelPolicy::BuildIfMissing))
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -75,12 +75,12 @@ fn a_changed_data_file_without_digests_never_serves_stale_entries() {
     }
     let model = dir.path().join("model.onnx");
     let cache = dir.path().join("cache");
-    let options = |policy| SessionOptions {
-        cpu_threads: 1,
-        io_workers: 1,
-        cache_dir: Some(cache.clone()),
-        cache_policy: policy,
-        ..SessionOptions::default()
+    let options = |policy| {
+        SessionOptions::default()
+            .with_cpu_workers(1)
+            .with_io_workers(1)
+            .with_cache_dir(cache.clone())
+            .with_cache_policy(policy)
     };
     let first = RuntimeSession::open(&model, options(PreparedModelPolicy::BuildIfMissing)).unwrap();
     let before = run(&first);

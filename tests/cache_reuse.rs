@@ -10,13 +10,11 @@ use onnx_prepared::cache::{CacheError, PreparedModelPolicy};
 use onnx_prepared::{Error, RuntimeSession, SessionOptions};
 
 fn options(cache: &Path, policy: PreparedModelPolicy) -> SessionOptions {
-    SessionOptions {
-        cpu_threads: 1,
-        io_workers: 1,
-        cache_dir: Some(cache.to_owned()),
-        cache_policy: policy,
-        ..SessionOptions::default()
-    }
+    SessionOptions::default()
+        .with_cpu_workers(1)
+        .with_io_workers(1)
+        .with_cache_dir(cache.to_owned())
+        .with_cache_policy(policy)
 }
 
 #[test]
@@ -87,12 +85,10 @@ fn a_complete_cache_replaces_every_read_and_prepack() {
 fn sessions_sharing_prepared_objects_hold_one_copy() {
     let dir = common::tempdir();
     let model = common::tiny_llm_in(dir.path());
-    let sharing = SessionOptions {
-        cpu_threads: 1,
-        io_workers: 1,
-        share_prepared: true,
-        ..SessionOptions::default()
-    };
+    let sharing = SessionOptions::default()
+        .with_cpu_workers(1)
+        .with_io_workers(1)
+        .with_share_prepared(true);
     let first = RuntimeSession::open(&model, sharing.clone()).unwrap();
     first.prepare().unwrap();
     let weights = first.memory().domain(onnx_prepared::Domain::Prepared).live;
@@ -118,11 +114,9 @@ fn sessions_sharing_prepared_objects_hold_one_copy() {
     // A session that does not share has objects of its own.
     let own = RuntimeSession::open(
         &model,
-        SessionOptions {
-            cpu_threads: 1,
-            io_workers: 1,
-            ..SessionOptions::default()
-        },
+        SessionOptions::default()
+            .with_cpu_workers(1)
+            .with_io_workers(1),
     )
     .unwrap();
     own.prepare().unwrap();

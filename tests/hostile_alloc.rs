@@ -175,10 +175,7 @@ fn session(path: &Path, budget: BudgetLimits) -> RuntimeSession {
         ResolvedModel::resolve(Model::open(path).unwrap(), &ResolveOptions::default()).unwrap();
     RuntimeSession::new(
         PreparedExecutionPlan::build(resolved).unwrap(),
-        SessionOptions {
-            budget,
-            ..SessionOptions::default()
-        },
+        SessionOptions::default().with_budget(budget),
     )
     .unwrap()
 }
@@ -226,7 +223,7 @@ fn broadcasting_two_large_inputs_is_a_budget_error() {
         ("b", Tensor::from_f32(vec![1, n], vec![2.0; n]).unwrap()),
     ];
     let s = session(&path, BudgetLimits::unlimited());
-    let err = Error::from(run_session(&s, &inputs).unwrap_err());
+    let err = run_session(&s, &inputs).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Budget, "{err}");
     assert!(
         matches!(
@@ -239,7 +236,7 @@ fn broadcasting_two_large_inputs_is_a_budget_error() {
         ),
         "{err:?}"
     );
-    let err = Error::from(run_direct(&path, &inputs).unwrap_err());
+    let err = run_direct(&path, &inputs).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Budget, "{err}");
 
     // Small inputs still run through the same session and lowering code.
@@ -276,7 +273,7 @@ fn a_session_budget_refuses_activation_buffers_before_they_exist() {
         ("a", Tensor::from_f32(vec![n, 1], vec![1.0; n]).unwrap()),
         ("b", Tensor::from_f32(vec![1, n], vec![2.0; n]).unwrap()),
     ];
-    let err = Error::from(run_session(&s, &inputs).unwrap_err());
+    let err = run_session(&s, &inputs).unwrap_err();
     assert_nothing_large_was_allocated();
     assert_execution_over_budget(&err);
     assert_eq!(s.memory().domain(Domain::Execution).live, 0);
@@ -371,7 +368,7 @@ fn a_length_computed_from_input_values_is_charged_first() {
         ("limit", scalar((1u32 << 27) as f32)),
         ("delta", scalar(1.0)),
     ];
-    let err = Error::from(run_session(&s, &huge).unwrap_err());
+    let err = run_session(&s, &huge).unwrap_err();
     assert_nothing_large_was_allocated();
     assert_execution_over_budget(&err);
     let short = [
@@ -406,9 +403,9 @@ fn a_huge_value_folded_at_lowering_is_refused() {
     let n = 1 << 21;
     let inputs = [("x", Tensor::from_f32(vec![n], vec![0.0; n]).unwrap())];
     let s = session(&path, BudgetLimits::unlimited());
-    let err = Error::from(run_session(&s, &inputs).unwrap_err());
+    let err = run_session(&s, &inputs).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Budget, "{err}");
-    let err = Error::from(run_direct(&path, &inputs).unwrap_err());
+    let err = run_direct(&path, &inputs).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Budget, "{err}");
     let small = [("x", Tensor::from_f32(vec![3], vec![0.0; 3]).unwrap())];
     assert_eq!(run_session(&s, &small).unwrap()[0].shape(), &[3, 3]);

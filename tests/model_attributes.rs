@@ -213,7 +213,7 @@ fn a_domain_imported_twice_is_refused_at_open() {
             opset("com.microsoft", 1),
         ],
     ] {
-        let err = Error::from(open(&softmax(opsets.clone())).unwrap_err());
+        let err = open(&softmax(opsets.clone())).unwrap_err();
         let first = &opsets[0];
         match err {
             Error::Model(ModelError::DuplicateOpsetImport {

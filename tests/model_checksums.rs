@@ -81,12 +81,10 @@ fn reports_mismatch_of_tampered(err: &Error) -> bool {
 }
 
 fn session(path: &Path, checksums: ChecksumPolicy) -> RuntimeSession {
-    let options = SessionOptions {
-        cpu_threads: 2,
-        io_workers: 1,
-        checksums,
-        ..SessionOptions::default()
-    };
+    let options = SessionOptions::default()
+        .with_cpu_workers(2)
+        .with_io_workers(1)
+        .with_checksums(checksums);
     RuntimeSession::new(plan(path), options).unwrap()
 }
 
@@ -100,7 +98,7 @@ fn session_run(session: &RuntimeSession) -> Result<Tensor, Error> {
 fn scheduled_session_refuses_a_tampered_weight() {
     let dir = tempdir();
     let path = gemm_chain(dir.path(), true);
-    let err = Error::from(session_run(&session(&path, ChecksumPolicy::default())).unwrap_err());
+    let err = session_run(&session(&path, ChecksumPolicy::default())).unwrap_err();
     assert!(reports_mismatch_of_tampered(&err), "{err:?}");
     // Eager preparation fails, its diagnostics naming the read and why.
     let failed = session(&path, ChecksumPolicy::Strict)

@@ -25,13 +25,11 @@ const HEAD_SCALES: &str = "lm_head.scales";
 fn open(model: &Path, map_weights: bool, checksums: ChecksumPolicy) -> RuntimeSession {
     RuntimeSession::open(
         model,
-        SessionOptions {
-            cpu_threads: 2,
-            io_workers: 1,
-            map_weights,
-            checksums,
-            ..SessionOptions::default()
-        },
+        SessionOptions::default()
+            .with_cpu_workers(2)
+            .with_io_workers(1)
+            .with_map_weights(map_weights)
+            .with_checksums(checksums),
     )
     .unwrap()
 }
@@ -70,11 +68,9 @@ fn whole(model: &Path) -> RuntimeSession {
         ResolvedModel::resolve(m, &ResolveOptions::default()).unwrap(),
     )
     .unwrap();
-    let options = SessionOptions {
-        cpu_threads: 2,
-        io_workers: 1,
-        ..SessionOptions::default()
-    };
+    let options = SessionOptions::default()
+        .with_cpu_workers(2)
+        .with_io_workers(1);
     RuntimeSession::with_source(plan, source, options).unwrap()
 }
 

@@ -35,12 +35,13 @@ fn open(
     };
     RuntimeSession::open(
         model,
-        SessionOptions {
-            cache_dir: cache.map(|(d, _)| d.to_owned()),
-            cache_policy: cache.map_or(PreparedModelPolicy::Disabled, |(_, p)| p),
-            unpersisted_eviction: unpersisted,
-            ..limited(budget, 1)
-        },
+        match cache {
+            Some((dir, policy)) => limited(budget, 1)
+                .with_cache_dir(dir)
+                .with_cache_policy(policy),
+            None => limited(budget, 1),
+        }
+        .with_unpersisted_eviction(unpersisted),
     )
     .expect("tiny-llm opens")
 }
@@ -48,12 +49,10 @@ fn open(
 /// Options of a session under `budget` with `cpu_threads` CPU workers and
 /// one I/O worker.
 fn limited(budget: BudgetLimits, cpu_threads: usize) -> SessionOptions {
-    SessionOptions {
-        cpu_threads,
-        io_workers: 1,
-        budget,
-        ..SessionOptions::default()
-    }
+    SessionOptions::default()
+        .with_cpu_workers(cpu_threads)
+        .with_io_workers(1)
+        .with_budget(budget)
 }
 
 fn tokens(session: &RuntimeSession) -> Result<Vec<i64>, onnx_prepared::Error> {
@@ -311,13 +310,11 @@ fn the_first_token_walks_the_design_s_arena_table() {
     let limit = 5 << 20;
     let session = RuntimeSession::open(
         &model,
-        SessionOptions {
-            trace: true,
-            ..limited(
-                BudgetLimits::unlimited().with_domain(Domain::Prepared, limit),
-                1,
-            )
-        },
+        limited(
+            BudgetLimits::unlimited().with_domain(Domain::Prepared, limit),
+            1,
+        )
+        .with_trace(true),
     )
     .unwrap();
     decoder::generate(&session, PROMPT, 1).unwrap();

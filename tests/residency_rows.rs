@@ -135,12 +135,10 @@ fn open(path: &Path, limit: Option<usize>) -> RuntimeSession {
     });
     RuntimeSession::open(
         path,
-        SessionOptions {
-            cpu_threads: 1,
-            io_workers: 1,
-            budget,
-            ..SessionOptions::default()
-        },
+        SessionOptions::default()
+            .with_cpu_workers(1)
+            .with_io_workers(1)
+            .with_budget(budget),
     )
     .unwrap()
 }

@@ -45,12 +45,12 @@ fn concurrent_runs_with_cancels_under_a_tight_prepared_limit() {
         io_workers: 1,
         pin_cpu_workers: false,
     }));
-    let options = |limit: Option<usize>| SessionOptions {
-        pool: Some(pool.clone()),
-        budget: limit.map_or(BudgetLimits::unlimited(), |l| {
-            BudgetLimits::unlimited().with_domain(Domain::Prepared, l)
-        }),
-        ..SessionOptions::default()
+    let options = |limit: Option<usize>| {
+        SessionOptions::default()
+            .with_pool(pool.clone())
+            .with_budget(limit.map_or(BudgetLimits::unlimited(), |l| {
+                BudgetLimits::unlimited().with_domain(Domain::Prepared, l)
+            }))
     };
     // Reference outputs for the seeds the drivers use.
     let reference = RuntimeSession::open(&model, options(None)).unwrap();

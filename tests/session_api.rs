@@ -71,11 +71,9 @@ fn context(session: &RuntimeSession, inputs: &[(String, Tensor)]) -> RuntimeCont
 }
 
 fn options(cpu: usize) -> SessionOptions {
-    SessionOptions {
-        cpu_threads: cpu,
-        io_workers: 2,
-        ..SessionOptions::default()
-    }
+    SessionOptions::default()
+        .with_cpu_workers(cpu)
+        .with_io_workers(2)
 }
 
 const MANY_DIMS: [usize; 2] = [1, 16];
@@ -192,10 +190,7 @@ fn every_mode_matches_direct_replay_on_every_fixture() {
             let outputs = both_ways(&with(options(2)), &inputs, prepare);
             assert_eq!(outputs, expected, "{name} prepare={prepare}");
             // One worker: one CPU and one I/O thread.
-            let one = SessionOptions {
-                io_workers: 1,
-                ..options(1)
-            };
+            let one = options(1).with_io_workers(1);
             let outputs = both_ways(&with(one), &inputs, prepare);
             assert_eq!(outputs, expected, "{name} one worker, prepare={prepare}");
             // A tight budget: reads wait for room instead of failing.
@@ -204,10 +199,7 @@ fn every_mode_matches_direct_replay_on_every_fixture() {
                 assert!(budget.global() < all_at_once, "the budget is tight");
                 assert!(budget.domain(Domain::Preparation) < all_at_once / 2);
             }
-            let tight = SessionOptions {
-                budget,
-                ..options(2)
-            };
+            let tight = options(2).with_budget(budget);
             let outputs = both_ways(&with(tight), &inputs, prepare);
             assert_eq!(outputs, expected, "{name} tight budget, prepare={prepare}");
         }
@@ -286,10 +278,7 @@ fn traced_gemm_chain(source: Arc<FaultInjectingSource<FileSource>>) -> RuntimeSe
     RuntimeSession::with_source(
         plan("gemm-chain"),
         source as Arc<dyn PayloadSource>,
-        SessionOptions {
-            trace: true,
-            ..options(2)
-        },
+        options(2).with_trace(true),
     )
     .unwrap()
 }
@@ -676,10 +665,7 @@ fn a_refused_output_charge_leaves_the_context_as_it_was() {
     let y_bytes = 256 * 4; // Y is [rows, 256] f32
     let session = RuntimeSession::new(
         plan("gemm-chain"),
-        SessionOptions {
-            budget: BudgetLimits::unlimited().with_domain(Domain::Io, y_bytes),
-            ..options(2)
-        },
+        options(2).with_budget(BudgetLimits::unlimited().with_domain(Domain::Io, y_bytes)),
     )
     .unwrap();
     let one_row = Tensor::from_f32(vec![1, 256], vec![0.25; 256]).unwrap();
@@ -730,14 +716,11 @@ fn wait_idle_returns_after_a_failed_streaming_run() {
         RuntimeSession::with_source(
             plan("tiny-llm"),
             source,
-            SessionOptions {
-                look_ahead: LookAheadOptions {
-                    initial_distance: 1,
-                    max_distance: 1,
-                    ..LookAheadOptions::default()
-                },
-                ..options(2)
-            },
+            options(2).with_look_ahead(LookAheadOptions {
+                initial_distance: 1,
+                max_distance: 1,
+                ..LookAheadOptions::default()
+            }),
         )
         .unwrap(),
     );

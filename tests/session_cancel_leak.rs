@@ -41,11 +41,9 @@ fn a_cancelled_suspended_run_frees_its_context_before_the_read_completes() {
     );
     let resolved = ResolvedModel::resolve(model, &ResolveOptions::default()).unwrap();
     let plan = PreparedExecutionPlan::build(resolved).unwrap();
-    let options = SessionOptions {
-        cpu_threads: 2,
-        io_workers: 1,
-        ..SessionOptions::default()
-    };
+    let options = SessionOptions::default()
+        .with_cpu_workers(2)
+        .with_io_workers(1);
     let session = RuntimeSession::with_source(plan, source.clone(), options).unwrap();
     let budget = session.internals().budget();
     let store = session.internals().store();

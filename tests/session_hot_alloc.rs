@@ -87,12 +87,10 @@ fn hot_runs_allocate_nothing_with(dir: &std::path::Path, map_weights: bool) {
     let plan = PreparedExecutionPlan::build(resolved).unwrap();
     let session = RuntimeSession::new(
         plan,
-        SessionOptions {
-            cpu_threads: 2,
-            io_workers: 1,
-            map_weights,
-            ..SessionOptions::default()
-        },
+        SessionOptions::default()
+            .with_cpu_workers(2)
+            .with_io_workers(1)
+            .with_map_weights(map_weights),
     )
     .unwrap();
     session.prepare().unwrap();

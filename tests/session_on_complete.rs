@@ -15,11 +15,9 @@ use onnx_prepared_kernels::Tensor;
 fn session(name: &str) -> RuntimeSession {
     let dir = onnx_prepared_fixtures::default_dir();
     onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
-    let options = SessionOptions {
-        cpu_threads: 1,
-        io_workers: 1,
-        ..SessionOptions::default()
-    };
+    let options = SessionOptions::default()
+        .with_cpu_workers(1)
+        .with_io_workers(1);
     RuntimeSession::open(dir.join(format!("{name}.onnx")), options).expect("opens")
 }
 

@@ -21,22 +21,20 @@ fn fixtures() -> PathBuf {
 
 /// Deterministic kernels: one thread per parallel region in both sessions.
 fn options(cpu: CpuFeatures) -> SessionOptions {
-    SessionOptions {
-        cpu_threads: 2,
-        io_workers: 1,
-        intra_op_threads: Some(1),
-        resolve: ResolveOptions {
+    SessionOptions::default()
+        .with_cpu_workers(2)
+        .with_io_workers(1)
+        .with_intra_op_threads(1)
+        .with_resolve(ResolveOptions {
             cpu,
             ..ResolveOptions::default()
-        },
-        ..SessionOptions::default()
-    }
+        })
 }
 
 /// The four calls `open` replaces.
 fn four_calls(path: &Path, options: SessionOptions) -> RuntimeSession {
     let model = Model::open(path).unwrap();
-    let resolved = ResolvedModel::resolve(model, &options.resolve).unwrap();
+    let resolved = ResolvedModel::resolve(model, &options.resolve()).unwrap();
     let plan = PreparedExecutionPlan::build(resolved).unwrap();
     RuntimeSession::new(plan, options).unwrap()
 }

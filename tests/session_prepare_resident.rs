@@ -17,11 +17,9 @@ fn new_session() -> RuntimeSession {
     let model = Model::open(dir.join("gemm-chain.onnx")).unwrap();
     let resolved = ResolvedModel::resolve(model, &ResolveOptions::default()).unwrap();
     let plan = PreparedExecutionPlan::build(resolved).unwrap();
-    let options = SessionOptions {
-        cpu_threads: 2,
-        io_workers: 1,
-        ..SessionOptions::default()
-    };
+    let options = SessionOptions::default()
+        .with_cpu_workers(2)
+        .with_io_workers(1);
     RuntimeSession::new(plan, options).unwrap()
 }
 

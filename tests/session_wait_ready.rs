@@ -23,11 +23,11 @@ use onnx_prepared_kernels::Tensor;
 /// A session of `gemm-chain` (one CPU and one I/O worker) whose
 /// `chain1.weight` read waits at the returned gate, closed.
 fn gated_session() -> (RuntimeSession, Arc<Latch>) {
-    gated_session_with(SessionOptions {
-        cpu_threads: 1,
-        io_workers: 1,
-        ..SessionOptions::default()
-    })
+    gated_session_with(
+        SessionOptions::default()
+            .with_cpu_workers(1)
+            .with_io_workers(1),
+    )
 }
 
 /// [`gated_session`] with `options`.
@@ -152,10 +152,7 @@ fn a_run_blocked_on_its_waiting_thread_ends_cancelled_when_another_cancels() {
         io_workers: 1,
         pin_cpu_workers: false,
     }));
-    let (session, gate) = gated_session_with(SessionOptions {
-        pool: Some(pool.clone()),
-        ..SessionOptions::default()
-    });
+    let (session, gate) = gated_session_with(SessionOptions::default().with_pool(pool.clone()));
     let held = Arc::new(Latch::new());
     let graph = TaskGraph::new(
         &[ResourceClass::Cpu],

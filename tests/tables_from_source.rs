@@ -17,12 +17,10 @@ const TABLE_BYTES: usize = 8192 * 512 * 2;
 fn open(model: &std::path::Path, tables_from_source: bool) -> RuntimeSession {
     RuntimeSession::open(
         model,
-        SessionOptions {
-            cpu_threads: 1,
-            io_workers: 1,
-            tables_from_source,
-            ..SessionOptions::default()
-        },
+        SessionOptions::default()
+            .with_cpu_workers(1)
+            .with_io_workers(1)
+            .with_resident_tables(!tables_from_source),
     )
     .unwrap()
 }

@@ -9,15 +9,13 @@ use onnx_prepared::model::{MmapSource, PayloadSource};
 use onnx_prepared::{ElementType, Model, RuntimeSession, SessionOptions, Tensor};
 
 fn options(map_weights: bool) -> SessionOptions {
-    SessionOptions {
-        cpu_threads: 1,
-        io_workers: 1,
-        map_weights,
+    SessionOptions::default()
+        .with_cpu_workers(1)
+        .with_io_workers(1)
+        .with_map_weights(map_weights)
         // Read weights hold the embedding too (it is compared with the
         // mapped one below).
-        tables_from_source: false,
-        ..SessionOptions::default()
-    }
+        .with_resident_tables(true)
 }
 
 /// Bits of every output, so that equality is bit-for-bit (NaN included).
@@ -173,10 +171,10 @@ fn a_cached_session_uses_its_source_tensors_in_place() {
     let dir = common::tempdir();
     let model = common::tiny_llm_in(dir.path());
     let cache = dir.path().join("cache");
-    let cached = |policy| SessionOptions {
-        cache_dir: Some(cache.clone()),
-        cache_policy: policy,
-        ..options(false)
+    let cached = |policy| {
+        options(false)
+            .with_cache_dir(cache.clone())
+            .with_cache_policy(policy)
     };
     let first = RuntimeSession::open(&model, cached(PreparedModelPolicy::BuildIfMissing)).unwrap();
     let reference = common::run_tiny_llm(&first);
@@ -249,10 +247,7 @@ fn mapped_weights_are_checked_against_their_digest() {
         "{why}"
     );
     // Under ChecksumPolicy::Off the mapped bytes are used unchecked.
-    let off = SessionOptions {
-        checksums: ChecksumPolicy::Off,
-        ..options(true)
-    };
+    let off = options(true).with_checksums(ChecksumPolicy::Off);
     let r: Result<(), Error> = RuntimeSession::open(&path, off)
         .unwrap()
         .prepare()

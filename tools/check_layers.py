@@ -17,6 +17,8 @@ B (`crate::Error` is a path into `error`). Two rules:
 The CLI (`src/cli/`, `src/main.rs`) is the binary's, not the library's: its
 files may name only the library's public API (`onnx_prepared::..`) and each
 other, never `crate::` items of `main.rs` from `cli/`.
+The library's and the CLI's functions stay under MAX_FUNCTION_LINES lines
+(a function that long is several steps: name them).
 Exits 1 on any violation, printing each with its file and line.
 """
 
@@ -39,13 +41,17 @@ LAYERS = [
     ["decoder", "npz"],
 ]
 
+MAX_FUNCTION_LINES = 120
+FN = re.compile(r"\s*(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?(extern\s+\"\w*\"\s+)?fn\s+\w+")
+
 ITEM = re.compile(r"\bcrate::(\{[^}]*\}|\w+)")
 
 
 def strip(code):
     """Code without comments and string contents (line numbers kept)."""
     code = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), code, flags=re.S)
-    code = re.sub(r'r#*"(.*?)"#*', lambda m: '""' + "\n" * m.group(0).count("\n"), code, flags=re.S)
+    code = code.replace("'\"'", "' '")
+    code = re.sub(r'\br(#*)"(.*?)"\1', lambda m: '""' + "\n" * m.group(0).count("\n"), code, flags=re.S)
     code = re.sub(r'"(\\.|[^"\\])*"', lambda m: '""' + "\n" * m.group(0).count("\n"), code, flags=re.S)
     return "\n".join(re.sub(r"//.*", "", l) for l in code.splitlines())
 
@@ -181,11 +187,42 @@ def check_cli(src):
     return bad
 
 
+def long_functions(src):
+    """Functions of more than MAX_FUNCTION_LINES lines, from `fn` to the
+    closing brace (comments and strings removed first)."""
+    bad = 0
+    for root, _, files in os.walk(src):
+        for f in sorted(files):
+            if not f.endswith(".rs"):
+                continue
+            path = os.path.join(root, f)
+            lines = strip(open(path, encoding="utf-8", errors="replace").read()).splitlines()
+            i = 0
+            while i < len(lines):
+                if not FN.match(lines[i]):
+                    i += 1
+                    continue
+                depth, started, j = 0, False, i
+                while j < len(lines):
+                    depth += lines[j].count("{") - lines[j].count("}")
+                    started = started or "{" in lines[j]
+                    if (started and depth <= 0) or (not started and lines[j].rstrip().endswith(";")):
+                        break
+                    j += 1
+                if started and j - i + 1 > MAX_FUNCTION_LINES:
+                    print(f"{path}:{i + 1}: a function of {j - i + 1} lines "
+                          f"(at most {MAX_FUNCTION_LINES}): split it into named steps")
+                    bad += 1
+                i = j + 1 if started else i + 1
+    return bad
+
+
 def main():
     if len(sys.argv) > 1:
         bad = check(sys.argv[1], LAYERS if len(sys.argv) > 2 and sys.argv[2] == "ORDER" else None)
     else:
-        bad = check("src", LAYERS, skip=("cli",)) + check_cli("src") + check("kernels/src")
+        bad = (check("src", LAYERS, skip=("cli",)) + check_cli("src") + check("kernels/src")
+               + long_functions("src"))
     print(f"layers: {bad} violation{'s' if bad != 1 else ''}")
     sys.exit(1 if bad else 0)
 

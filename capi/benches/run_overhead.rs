@@ -31,7 +31,7 @@ use onnx_prepared_capi::context::{
 };
 use onnx_prepared_capi::options::{
     onnxp_options_create, onnxp_options_release, onnxp_options_set_io_workers,
-    onnxp_options_set_threads,
+    onnxp_options_set_workers,
 };
 use onnx_prepared_capi::run::onnxp_run;
 use onnx_prepared_capi::session::{
@@ -118,11 +118,9 @@ fn main() {
     let path = one_node(dir.path());
     let x: Vec<f32> = (0..16).map(|i| i as f32 * 0.1 - 0.8).collect();
 
-    let options = SessionOptions {
-        cpu_threads: 1,
-        io_workers: 1,
-        ..SessionOptions::default()
-    };
+    let options = SessionOptions::default()
+        .with_cpu_workers(1)
+        .with_io_workers(1);
     let session = RuntimeSession::open(&path, options).expect("opens");
     session.prepare().expect("prepares");
     let mut ctx = Some(
@@ -157,7 +155,7 @@ fn main() {
     // (asserted), every object released once at the end.
     unsafe {
         assert!(onnxp_options_create(&mut c_options).is_null());
-        assert!(onnxp_options_set_threads(c_options, 1, 0).is_null());
+        assert!(onnxp_options_set_workers(c_options, 1, 0).is_null());
         assert!(onnxp_options_set_io_workers(c_options, 1).is_null());
         assert!(onnxp_session_open(path_c.as_ptr(), c_options, &mut c_session).is_null());
         onnxp_options_release(c_options);

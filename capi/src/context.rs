@@ -489,7 +489,7 @@ pub unsafe extern "C" fn onnxp_context_output(
         // SAFETY: NULL or NUL-terminated (the caller's contract).
         let name = unsafe { str_arg(name, "name") }?;
         let mut state = context.lock();
-        let found = state.ctx()?.output(name);
+        let found = state.ctx()?.output(name).ok();
         let t = found
             .filter(|t| !is_placeholder(t))
             .ok_or_else(|| missing_output(&context.session, name, found))?;
@@ -522,7 +522,7 @@ pub unsafe extern "C" fn onnxp_context_take_output(
         let name = unsafe { str_arg(name, "name") }?;
         let mut state = context.lock();
         let ctx = state.ctx()?;
-        match ctx.output(name) {
+        match ctx.output(name).ok() {
             Some(t) if !is_placeholder(t) => {}
             found => return Err(missing_output(&context.session, name, found)),
         }

@@ -54,6 +54,11 @@ pub enum OnnxpCachePolicy {
 ///
 /// # Safety
 /// `options` is NULL or live and used by no other thread.
+/// Replaces `o` with `f(o)` (the options' builder methods take them by value).
+fn set(o: &mut SessionOptions, f: impl FnOnce(SessionOptions) -> SessionOptions) {
+    *o = f(std::mem::take(o));
+}
+
 unsafe fn with_options(
     options: *mut OnnxpOptions,
     f: impl FnOnce(&mut SessionOptions) -> Result<(), OnnxpError>,
@@ -102,6 +107,35 @@ pub unsafe extern "C" fn onnxp_options_release(options: *mut OnnxpOptions) {
     });
 }
 
+/// Sets `threads` threads per run in all, as the CLI's `--threads` and
+/// Python's `intra_op_num_threads` count them: the thread that runs the
+/// inference and `threads - 1` CPU workers helping its kernels (at least
+/// one worker is started, for prepacks); kernels use at most `threads`
+/// threads.
+///
+/// Thread safety: not with other calls on the same options.
+///
+/// # Safety
+/// `options` is NULL or live.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onnxp_options_set_thread_count(
+    options: *mut OnnxpOptions,
+    threads: usize,
+) -> *mut OnnxpError {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_options(options, |o| {
+            if threads == 0 {
+                return Err(OnnxpError::invalid(
+                    "threads must be at least 1 (the one running the inference)",
+                ));
+            }
+            set(o, |v| v.with_threads(threads));
+            Ok(())
+        })
+    }
+}
+
 /// Sets the number of CPU workers of the session's pool (kernels and
 /// prepacks; at least 1) and the most threads one kernel uses, the calling
 /// thread included (`intra_op_threads`; 0: the caller plus every CPU
@@ -112,22 +146,40 @@ pub unsafe extern "C" fn onnxp_options_release(options: *mut OnnxpOptions) {
 /// # Safety
 /// `options` is NULL or live.
 #[unsafe(no_mangle)]
+pub unsafe extern "C" fn onnxp_options_set_workers(
+    options: *mut OnnxpOptions,
+    cpu_workers: usize,
+    intra_op_threads: usize,
+) -> *mut OnnxpError {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_options(options, |o| {
+            if cpu_workers == 0 {
+                return Err(OnnxpError::invalid("cpu_workers must be at least 1"));
+            }
+            set(o, |v| {
+                v.with_cpu_workers(cpu_workers)
+                    .with_intra_op_threads(intra_op_threads)
+            });
+            Ok(())
+        })
+    }
+}
+
+/// Deprecated name of [`onnxp_options_set_workers`] (same arguments and
+/// meaning: CPU workers, not threads in all).
+///
+/// # Safety
+/// As [`onnxp_options_set_workers`].
+#[unsafe(no_mangle)]
+#[deprecated(note = "use onnxp_options_set_workers (or onnxp_options_set_thread_count)")]
 pub unsafe extern "C" fn onnxp_options_set_threads(
     options: *mut OnnxpOptions,
     cpu_threads: usize,
     intra_op_threads: usize,
 ) -> *mut OnnxpError {
     // SAFETY: forwarded contract.
-    unsafe {
-        with_options(options, |o| {
-            if cpu_threads == 0 {
-                return Err(OnnxpError::invalid("cpu_threads must be at least 1"));
-            }
-            o.cpu_threads = cpu_threads;
-            o.intra_op_threads = (intra_op_threads > 0).then_some(intra_op_threads);
-            Ok(())
-        })
-    }
+    unsafe { onnxp_options_set_workers(options, cpu_threads, intra_op_threads) }
 }
 
 /// Sets the number of I/O workers (weight reads; at least 1).
@@ -147,7 +199,7 @@ pub unsafe extern "C" fn onnxp_options_set_io_workers(
             if io_workers == 0 {
                 return Err(OnnxpError::invalid("io_workers must be at least 1"));
             }
-            o.io_workers = io_workers;
+            set(o, |v| v.with_io_workers(io_workers));
             Ok(())
         })
     }
@@ -167,7 +219,7 @@ pub unsafe extern "C" fn onnxp_options_set_pin_threads(
     // SAFETY: forwarded contract.
     unsafe {
         with_options(options, |o| {
-            o.pin_threads = pin;
+            set(o, |v| v.with_pin_threads(pin));
             Ok(())
         })
     }
@@ -189,7 +241,7 @@ pub unsafe extern "C" fn onnxp_options_set_map_weights(
     // SAFETY: forwarded contract.
     unsafe {
         with_options(options, |o| {
-            o.map_weights = map;
+            set(o, |v| v.with_map_weights(map));
             Ok(())
         })
     }
@@ -213,7 +265,7 @@ pub unsafe extern "C" fn onnxp_options_set_resident_tables(
     // SAFETY: forwarded contract.
     unsafe {
         with_options(options, |o| {
-            o.tables_from_source = !resident;
+            set(o, |v| v.with_resident_tables(resident));
             Ok(())
         })
     }
@@ -237,8 +289,8 @@ pub unsafe extern "C" fn onnxp_options_set_memory_limit(
     unsafe {
         with_options(options, |o| {
             let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-            let budget = o.budget;
-            o.budget = match domain {
+            let budget = o.budget();
+            let budget = match domain {
                 0 => budget.with_domain(Domain::Preparation, bytes),
                 1 => budget.with_domain(Domain::Prepared, bytes),
                 2 => budget.with_domain(Domain::Execution, bytes),
@@ -250,6 +302,7 @@ pub unsafe extern "C" fn onnxp_options_set_memory_limit(
                     )));
                 }
             };
+            set(o, |v| v.with_budget(budget));
             Ok(())
         })
     }
@@ -271,12 +324,15 @@ pub unsafe extern "C" fn onnxp_options_set_cache_dir(
     // SAFETY: forwarded contract.
     unsafe {
         with_options(options, |o| {
-            o.cache_dir = if dir.is_null() {
-                None
+            // The policy stays as set (`onnxp_options_set_cache_policy`).
+            let policy = o.cache_policy();
+            if dir.is_null() {
+                set(o, |v| v.without_cache().with_cache_policy(policy));
             } else {
                 // SAFETY: non-NULL and NUL-terminated (the caller's contract).
-                Some(PathBuf::from(str_arg(dir, "dir")?))
-            };
+                let dir = PathBuf::from(str_arg(dir, "dir")?);
+                set(o, |v| v.with_cache_dir(dir).with_cache_policy(policy));
+            }
             Ok(())
         })
     }
@@ -297,7 +353,7 @@ pub unsafe extern "C" fn onnxp_options_set_cache_policy(
     // SAFETY: forwarded contract.
     unsafe {
         with_options(options, |o| {
-            o.cache_policy = match policy {
+            let policy = match policy {
                 0 => PreparedModelPolicy::Disabled,
                 1 => PreparedModelPolicy::ReadOnly,
                 2 => PreparedModelPolicy::BuildIfMissing,
@@ -308,6 +364,7 @@ pub unsafe extern "C" fn onnxp_options_set_cache_policy(
                     )));
                 }
             };
+            set(o, |v| v.with_cache_policy(policy));
             Ok(())
         })
     }
@@ -327,10 +384,10 @@ pub(crate) unsafe fn session_options(
         // SAFETY: non-NULL and live (the caller's contract).
         unsafe { arg(options, "options") }?.inner.clone()
     };
-    if o.cache_dir.is_none() && o.cache_policy != PreparedModelPolicy::Disabled {
+    if o.cache_dir().is_none() && o.cache_policy() != PreparedModelPolicy::Disabled {
         return Err(OnnxpError::invalid(format!(
             "cache policy {} needs a cache directory (onnxp_options_set_cache_dir)",
-            o.cache_policy.name()
+            o.cache_policy().name()
         )));
     }
     Ok(o)

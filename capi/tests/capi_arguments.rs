@@ -46,7 +46,8 @@ fn null_arguments_are_invalid_argument_errors() {
     let results = unsafe {
         [
             onnxp_options_create(null()),
-            onnxp_options_set_threads(null(), 1, 1),
+            onnxp_options_set_workers(null(), 1, 1),
+            onnxp_options_set_thread_count(null(), 2),
             onnxp_session_open(ptr::null(), ptr::null(), &mut ptr::null()),
             onnxp_session_open(fixture("gemm-chain").as_ptr(), ptr::null(), null()),
             onnxp_session_prepare(ptr::null()),
@@ -137,7 +138,8 @@ fn unknown_enum_values_and_bad_counts_are_refused() {
             onnxp_options_set_memory_limit(options, 5, 1 << 20),
             onnxp_options_set_memory_limit(options, -1, 1 << 20),
             onnxp_options_set_cache_policy(options, 4),
-            onnxp_options_set_threads(options, 0, 0),
+            onnxp_options_set_workers(options, 0, 0),
+            onnxp_options_set_thread_count(options, 0),
             onnxp_options_set_io_workers(options, 0),
         ];
         for err in checks {
@@ -198,5 +200,33 @@ fn input_and_output_descriptions_name_symbolic_dims() {
         let (kind, message) = fails(onnxp_session_input(session.0, 10, &mut out));
         assert_eq!(kind, K::InvalidArgument);
         assert!(message.contains("out of range"), "{message}");
+    }
+}
+
+/// The deprecated `onnxp_options_set_threads` keeps its old meaning (CPU
+/// workers and a kernel's thread limit) and its checks, as
+/// `onnxp_options_set_workers`; a session opened with either runs.
+#[test]
+#[allow(deprecated)]
+fn the_deprecated_thread_setter_is_the_workers_setter() {
+    let mut options = null();
+    // SAFETY: a valid out-pointer, then live options released once.
+    unsafe {
+        ok(onnxp_options_create(&mut options));
+        assert_eq!(
+            fails(onnxp_options_set_threads(options, 0, 0)).0,
+            K::InvalidArgument
+        );
+        let opens = |set: *mut OnnxpError| {
+            ok(set);
+            let mut session = ptr::null();
+            let path = fixture("gemm-chain");
+            ok(onnxp_session_open(path.as_ptr(), options, &mut session));
+            ok(onnxp_session_prepare(session));
+            onnxp_session_release(session);
+        };
+        opens(onnxp_options_set_threads(options, 1, 1));
+        opens(onnxp_options_set_thread_count(options, 2));
+        onnxp_options_release(options);
     }
 }

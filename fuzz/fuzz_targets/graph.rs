@@ -58,17 +58,15 @@ fuzz_target!(|case: GraphCase| {
     let Ok(plan) = PreparedExecutionPlan::build(resolved) else {
         return;
     };
-    let options = SessionOptions {
-        cpu_threads: 1,
-        io_workers: 1,
-        pool: Some(pool()),
-        intra_op_threads: Some(1),
-        budget: BudgetLimits::unlimited()
+    let options = SessionOptions::default()
+.with_cpu_workers(1)
+.with_io_workers(1)
+.with_pool(pool())
+.with_intra_op_threads(1)
+.with_budget(BudgetLimits::unlimited()
             .with_global(RUN_LIMIT)
             .with_domain(Domain::Execution, RUN_LIMIT)
-            .with_domain(Domain::Io, RUN_LIMIT),
-        ..SessionOptions::default()
-    };
+            .with_domain(Domain::Io, RUN_LIMIT));
     let Ok(session) = RuntimeSession::new(plan, options) else {
         return;
     };

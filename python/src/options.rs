@@ -55,24 +55,28 @@ pub fn session_options(options: Option<&Bound<'_, PyAny>>) -> PyResult<SessionOp
     if let Some(io) = extract::<usize>(options, "io_workers")?
         && io > 0
     {
-        out.io_workers = io.min(MAX_THREADS);
+        out = out.with_io_workers(io.min(MAX_THREADS));
     }
-    out.cache_dir = extract::<PathBuf>(options, "cache_dir")?;
-    out.cache_policy = match extract::<String>(options, "cache_policy")? {
+    let cache_dir = extract::<PathBuf>(options, "cache_dir")?;
+    let cache_policy = match extract::<String>(options, "cache_policy")? {
         Some(p) => PreparedModelPolicy::parse(&p).ok_or_else(|| {
             PyValueError::new_err(format!(
                 "SessionOptions.cache_policy: `{p}` is not disabled, read-only, \
                  build-if-missing or require-complete"
             ))
         })?,
-        None if out.cache_dir.is_some() => PreparedModelPolicy::BuildIfMissing,
+        None if cache_dir.is_some() => PreparedModelPolicy::BuildIfMissing,
         None => PreparedModelPolicy::Disabled,
     };
-    if out.cache_dir.is_none() && out.cache_policy != PreparedModelPolicy::Disabled {
-        return Err(PyValueError::new_err(format!(
-            "SessionOptions.cache_policy `{}` needs a cache_dir",
-            out.cache_policy.name()
-        )));
+    match cache_dir {
+        Some(dir) => out = out.with_cache_dir(dir).with_cache_policy(cache_policy),
+        None if cache_policy != PreparedModelPolicy::Disabled => {
+            return Err(PyValueError::new_err(format!(
+                "SessionOptions.cache_policy `{}` needs a cache_dir",
+                cache_policy.name()
+            )));
+        }
+        None => {}
     }
     if let Some(limits) = attr(options, "memory_limits")? {
         let limits = limits.cast_into::<PyDict>().map_err(|_| {
@@ -85,10 +89,10 @@ pub fn session_options(options: Option<&Bound<'_, PyAny>>) -> PyResult<SessionOp
                     "SessionOptions.memory_limits[{name:?}]: a number of bytes (an int >= 0)"
                 ))
             })?;
-            out.budget = match name.as_str() {
-                "total" => out.budget.with_global(bytes),
+            let budget = match name.as_str() {
+                "total" => out.budget().with_global(bytes),
                 _ => match Domain::ALL.into_iter().find(|d| d.name() == name) {
-                    Some(d) => out.budget.with_domain(d, bytes),
+                    Some(d) => out.budget().with_domain(d, bytes),
                     None => {
                         return Err(PyValueError::new_err(format!(
                             "SessionOptions.memory_limits: `{name}` is not a memory domain: \
@@ -97,11 +101,13 @@ pub fn session_options(options: Option<&Bound<'_, PyAny>>) -> PyResult<SessionOp
                     }
                 },
             };
+            out = out.with_budget(budget);
         }
     }
-    out.map_weights = extract::<bool>(options, "map_weights")?.unwrap_or(false);
-    out.tables_from_source = !extract::<bool>(options, "resident_tables")?.unwrap_or(false);
-    out.resolve = ResolveOptions {
+    out = out
+        .with_map_weights(extract::<bool>(options, "map_weights")?.unwrap_or(false))
+        .with_resident_tables(extract::<bool>(options, "resident_tables")?.unwrap_or(false));
+    out = out.with_resolve(ResolveOptions {
         cpu: if extract::<bool>(options, "portable")?.unwrap_or(false) {
             CpuFeatures::portable()
         } else {
@@ -109,7 +115,7 @@ pub fn session_options(options: Option<&Bound<'_, PyAny>>) -> PyResult<SessionOp
         },
         int8_activations: extract::<bool>(options, "int8_activations")?.unwrap_or(false),
         ..ResolveOptions::default()
-    };
+    });
     Ok(out)
 }
 
@@ -117,9 +123,5 @@ pub fn session_options(options: Option<&Bound<'_, PyAny>>) -> PyResult<SessionOp
 /// synchronous `run` helps) and `n - 1` CPU workers help its kernels, as
 /// the CLI's `--threads n`.
 fn threads(options: SessionOptions, n: usize) -> SessionOptions {
-    SessionOptions {
-        cpu_threads: n.saturating_sub(1).max(1),
-        intra_op_threads: Some(n),
-        ..options
-    }
+    options.with_threads(n)
 }

@@ -2,7 +2,7 @@
 //! model's identity, so a later process reads packed bytes instead of
 //! reading source weights and prepacking them again.
 //!
-//! One [`PreparedModelStore`] holds one generation of the companion model
+//! One [`PreparedCache`] holds one generation of the companion model
 //! (parsed once, metadata only) and is shared by the plan built against it
 //! and the session running that plan, so they can never see different
 //! generations.
@@ -33,10 +33,10 @@
 //! # let cache = tempfile::tempdir()?;
 //! use onnx_prepared::{PreparedModelPolicy, RuntimeSession, SessionOptions};
 //!
-//! let options = |policy| SessionOptions {
-//!     cache_dir: Some(cache.path().to_owned()),
-//!     cache_policy: policy,
-//!     ..SessionOptions::default()
+//! let options = |policy| {
+//!     SessionOptions::default()
+//!         .with_cache_dir(cache.path())
+//!         .with_cache_policy(policy)
 //! };
 //! let model = dir.join("gemm-chain.onnx");
 //! // The first process reads, packs, and persists in the background.
@@ -210,7 +210,7 @@ impl std::fmt::Display for Miss {
 /// An object to persist (a background job under `BuildIfMissing`).
 #[derive(Debug)]
 pub struct PersistJob {
-    store: Arc<PreparedModelStore>,
+    store: Arc<PreparedCache>,
     key: EntryKey,
     source_lineage: String,
     name: String,
@@ -236,7 +236,7 @@ pub trait PersistSink: Send + Sync + std::fmt::Debug {
 /// One process's view of one companion model: its generation, the digests
 /// and entries this process added, diagnostics and counters.
 #[derive(Debug)]
-pub struct PreparedModelStore {
+pub struct PreparedCache {
     dir: PathBuf,
     manifest_path: PathBuf,
     policy: PreparedModelPolicy,
@@ -277,7 +277,7 @@ pub fn kernel_abi(cpu: CpuFeatures) -> String {
     )
 }
 
-impl PreparedModelStore {
+impl PreparedCache {
     /// Opens the cache in `dir` for `model` (packing for `cpu`): reads the
     /// companion model `<identity>.prepared.onnx` if it exists (metadata
     /// only). `BuildIfMissing` creates `dir`.

@@ -7,12 +7,13 @@ use std::time::Instant;
 
 use onnx_prepared::decoder::{self, Lengths};
 use onnx_prepared::model::Model;
-use onnx_prepared::session::report::BenchRun;
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 use onnx_prepared_kernels::Tensor;
 
 use super::LimitArgs;
-use crate::{BENCH_DIMS, WARM_CACHE_NOTE, all_cores, bench_modes, write_trace};
+use super::bench::{BENCH_DIMS, WARM_CACHE_NOTE, bench_modes};
+use super::common::{all_cores, write_trace};
+use super::report::BenchRun;
 
 pub fn main(
     dir: Option<PathBuf>,
@@ -90,13 +91,13 @@ fn offload_tiny_llm(
     };
     let session = RuntimeSession::open(
         model,
-        limits.apply(SessionOptions {
-            budget,
-            cache_dir: Some(cache.to_owned()),
-            cache_policy: PreparedModelPolicy::BuildIfMissing,
-            trace: true,
-            ..SessionOptions::default()
-        }),
+        limits.apply(
+            SessionOptions::default()
+                .with_budget(budget)
+                .with_cache_dir(cache)
+                .with_cache_policy(PreparedModelPolicy::BuildIfMissing)
+                .with_trace(true),
+        ),
     )?;
     let weights: u64 = session.plan().requirements().source_bytes.iter().sum();
     let shown: Vec<String> = Domain::ALL

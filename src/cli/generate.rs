@@ -21,7 +21,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 16, value_parser = parse_new_tokens)]
     max_new_tokens: usize,
     /// Threads in all (1 to 1024): this thread runs the inference, N - 1 CPU workers (at least one) help its kernels and prepack.
-    #[arg(long, default_value_t = 1, value_parser = crate::parse_threads)]
+    #[arg(long, default_value_t = 1, value_parser = crate::cli::common::parse_threads)]
     threads: u16,
     /// Print `{"tokens": [...], "time_to_first_token_s": ..., "tokens_per_s": ...}`.
     #[arg(long)]
@@ -51,17 +51,19 @@ pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
     let threads = usize::from(args.threads);
     let session = RuntimeSession::open(
         &args.model,
-        args.cache
-            .apply(args.checksums.apply(args.limits.apply(SessionOptions {
-                cpu_threads: threads.saturating_sub(1).max(1),
-                intra_op_threads: Some(threads),
-                map_weights: args.map_weights,
-                resolve: onnx_prepared::ResolveOptions {
-                    int8_activations: args.int8_activations,
-                    ..onnx_prepared::ResolveOptions::default()
-                },
-                ..SessionOptions::default()
-            })))?,
+        args.cache.apply(
+            args.checksums.apply(
+                args.limits.apply(
+                    SessionOptions::default()
+                        .with_threads(threads)
+                        .with_map_weights(args.map_weights)
+                        .with_resolve(onnx_prepared::ResolveOptions {
+                            int8_activations: args.int8_activations,
+                            ..onnx_prepared::ResolveOptions::default()
+                        }),
+                ),
+            ),
+        )?,
     )?;
     // A GenAI-builder model runs in the cache form its config names.
     let cache = decoder::genai_kv_cache(&args.model).unwrap_or(decoder::KvCache::Growing);

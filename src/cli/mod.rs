@@ -1,8 +1,13 @@
 //! Modules of the `onnx-prepared` command-line tool (the binary only).
 
+pub mod bench;
 pub mod cache;
+pub mod common;
 pub mod demo;
 pub mod generate;
+pub mod inspect;
+pub mod report;
+pub mod run;
 
 use std::path::PathBuf;
 
@@ -49,11 +54,13 @@ impl CacheArgs {
                 policy.name()
             ));
         }
-        Ok(SessionOptions {
-            cache_dir: self.dir.clone(),
-            cache_policy: policy,
-            ..options
-        })
+        // The directory first: setting one turns a disabled policy into
+        // build-if-missing.
+        let options = match &self.dir {
+            Some(dir) => options.with_cache_dir(dir),
+            None => options.without_cache(),
+        };
+        Ok(options.with_cache_policy(policy))
     }
 }
 
@@ -166,18 +173,17 @@ fn parse_size(s: &str) -> Result<usize, String> {
 impl LimitArgs {
     /// `options` with these limits.
     pub fn apply(&self, options: SessionOptions) -> SessionOptions {
-        let budget = self
-            .limits
-            .iter()
-            .fold(options.budget, |b, &(domain, bytes)| match domain {
-                Some(d) => b.with_domain(d, bytes),
-                None => b.with_global(bytes),
-            });
-        SessionOptions {
-            budget,
-            tables_from_source: options.tables_from_source && !self.resident_tables,
-            ..options
-        }
+        let budget =
+            self.limits
+                .iter()
+                .fold(options.budget(), |b, &(domain, bytes)| match domain {
+                    Some(d) => b.with_domain(d, bytes),
+                    None => b.with_global(bytes),
+                });
+        let resident_tables = options.resident_tables() || self.resident_tables;
+        options
+            .with_budget(budget)
+            .with_resident_tables(resident_tables)
     }
 }
 
@@ -202,13 +208,10 @@ pub enum Checksums {
 impl ChecksumArgs {
     /// `options` with this checksum policy.
     pub fn apply(&self, options: SessionOptions) -> SessionOptions {
-        SessionOptions {
-            checksums: match self.checksums {
-                Checksums::Strict => onnx_prepared::ChecksumPolicy::Strict,
-                Checksums::Off => onnx_prepared::ChecksumPolicy::Off,
-            },
-            ..options
-        }
+        options.with_checksums(match self.checksums {
+            Checksums::Strict => onnx_prepared::ChecksumPolicy::Strict,
+            Checksums::Off => onnx_prepared::ChecksumPolicy::Off,
+        })
     }
 }
 

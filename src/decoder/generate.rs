@@ -205,9 +205,7 @@ fn decoder_outputs(resolved: &ResolvedModel) -> Result<(String, usize), Error> {
 /// The greedy choice of the next token: the largest logit of the last row
 /// of `logits` after a run.
 fn greedy_next(ctx: &RuntimeContext, logits: &str) -> Result<i64, Error> {
-    let out = ctx
-        .output(logits)
-        .ok_or_else(|| unsupported(format!("output `{logits}` missing after a run")))?;
+    let out = ctx.output(logits)?;
     let DataRef::F32(values) = out.data() else {
         return Err(unsupported(format!(
             "generating from `{logits}` of type {}, not f32",

@@ -25,6 +25,14 @@ pub enum RunError {
         /// The name provided.
         input: String,
     },
+    /// An output was asked for that the last run did not produce.
+    #[error("`{output}` is not an output of the last run (its outputs: {})", outputs.join(", "))]
+    UnknownOutput {
+        /// The name asked for.
+        output: String,
+        /// The outputs of the last run.
+        outputs: Vec<String>,
+    },
     /// An input was provided twice.
     #[error("input `{input}` is provided twice")]
     DuplicateInput {

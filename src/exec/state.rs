@@ -129,7 +129,7 @@ impl PreparedExecutionState {
 
     /// Serves large tables that only row gathers read (an embedding) row
     /// by row from their source instead of holding them (default off; see
-    /// [`SessionOptions::tables_from_source`](crate::session::SessionOptions::tables_from_source)).
+    /// [`SessionOptions::with_resident_tables`](crate::session::SessionOptions::with_resident_tables)).
     pub fn with_tables_from_source(mut self, on: bool) -> Self {
         self.producer.set_tables_from_source(on);
         self

@@ -468,8 +468,7 @@ impl<'a> SessionTasks<'a> {
                     tasks.name[t],
                     kind.name()
                 ),
-            }
-            .into()),
+            }),
         };
         if let (Err(e), Some(q)) = (&result, tasks.publishes[t]) {
             // A failed production recorded this cause already, before its

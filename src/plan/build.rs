@@ -11,7 +11,7 @@ use super::{
     Csr, PreparedExecutionPlan, Priority, Recipe, RequirementId, RequirementTable, ResourceClass,
     Step, TaskId, TaskKind, TaskScope, TaskTable,
 };
-use crate::cache::{CacheError, PreparedModelPolicy, PreparedModelStore};
+use crate::cache::{CacheError, PreparedCache, PreparedModelPolicy};
 use crate::model::{Requirement, ResolvedModel, WeightId};
 
 /// The plan cannot be built.
@@ -67,7 +67,7 @@ impl PackedEntries for () {
 }
 
 /// The prepared cache's generation (hits and misses are counted).
-impl PackedEntries for PreparedModelStore {
+impl PackedEntries for PreparedCache {
     fn packed_bytes(&self, resolved: &ResolvedModel, r: &Requirement) -> Result<u64, String> {
         let found = self
             .lookup(resolved.model(), r)
@@ -231,7 +231,7 @@ impl PreparedExecutionPlan {
     /// without a compatible entry ([`CacheError::Incomplete`] names each).
     pub fn build_cached(
         resolved: ResolvedModel,
-        cache: Arc<PreparedModelStore>,
+        cache: Arc<PreparedCache>,
     ) -> Result<Self, PlanError> {
         let mut plan = Self::build_with(resolved, &*cache)?;
         plan.cache = Some(cache);
@@ -340,8 +340,7 @@ fn recipes(
                 return Err(PlanError::ReadOutsideManifest {
                     requirement: r.name.clone(),
                     weight: d.name().to_owned(),
-                }
-                .into());
+                });
             }
         }
         let mut list = Vec::new();
@@ -363,8 +362,7 @@ fn recipes(
         if list.is_empty() {
             return Err(PlanError::NoRecipe {
                 requirement: r.name.clone(),
-            }
-            .into());
+            });
         }
         recipes.push(list);
     }
@@ -460,8 +458,7 @@ fn session_tasks(
                 return Err(PlanError::Invalid(format!(
                     "{}: the portable fallback is never first",
                     req.name
-                ))
-                .into());
+                )));
             }
             Recipe::ReadPackedPayload { bytes } => {
                 publisher[r] = Some(b.push(TaskSpec {

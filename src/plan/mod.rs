@@ -23,7 +23,7 @@ pub use dump::PlanDump;
 
 pub use crate::scheduler::{Csr, Priority, ResourceClass, TaskId};
 
-use crate::cache::PreparedModelStore;
+use crate::cache::PreparedCache;
 pub use crate::model::PreparedKey;
 use crate::model::{ResolvedModel, WeightId};
 
@@ -87,7 +87,7 @@ pub enum Recipe {
     /// cannot run (an entry for another CPU) still leaves a way to compute.
     /// Never executed yet (a prepared-cache entry that is incompatible is
     /// a miss, built by [`Recipe::ReadSourceAndPrepack`]): kept for a cold
-    /// start that runs before its prepacks (issue 15).
+    /// start that runs before its prepacks.
     PortableFallback,
 }
 
@@ -198,7 +198,7 @@ pub struct Step {
 pub struct PreparedExecutionPlan {
     resolved: Arc<ResolvedModel>,
     /// The prepared cache generation the plan was built against.
-    cache: Option<Arc<PreparedModelStore>>,
+    cache: Option<Arc<PreparedCache>>,
     tasks: TaskTable,
     requirements: RequirementTable,
     steps: Vec<Step>,
@@ -216,7 +216,7 @@ impl PreparedExecutionPlan {
 
     /// The prepared cache the plan was built against (its sessions read and
     /// write that generation).
-    pub fn cache(&self) -> Option<&Arc<PreparedModelStore>> {
+    pub fn cache(&self) -> Option<&Arc<PreparedCache>> {
         self.cache.as_ref()
     }
 

@@ -14,7 +14,7 @@ use onnx_prepared_kernels::{DataRef, ElementType, ParallelFor, RowPacking, Tenso
 use super::object::PreparedObject;
 use super::error::PrepareError;
 use crate::arena::PreparationArena;
-use crate::cache::PreparedModelStore;
+use crate::cache::PreparedCache;
 use crate::model::ResolveError;
 use crate::limits::{PACK_IN_PIECES_MIN_BYTES, PACK_PIECE_BYTES};
 use crate::model::{ChecksumPolicy, PayloadSource, PieceReader, Requirement, WeightDescriptor};
@@ -118,8 +118,7 @@ fn start(
         Some(rows) => rows.map_err(kernel),
         None => Err(PrepareError::Unsupported {
             what: format!("packing `{}` from pieces of rows", requirement.name),
-        }
-        .into()),
+        }),
     }
 }
 
@@ -128,7 +127,7 @@ pub(crate) struct PieceSource<'a> {
     pub(crate) source: &'a dyn PayloadSource,
     pub(crate) preparation: &'a PreparationArena,
     pub(crate) checksums: ChecksumPolicy,
-    pub(crate) cache: Option<&'a Arc<PreparedModelStore>>,
+    pub(crate) cache: Option<&'a Arc<PreparedCache>>,
 }
 
 impl PieceSource<'_> {

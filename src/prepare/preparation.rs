@@ -35,7 +35,7 @@ use super::pieces::{PiecePlan, PieceSource, piece_plans};
 use super::shared::{self, SharedKey, SharedObject};
 use super::error::PrepareError;
 use crate::model::ResolveError;
-use crate::cache::{Decoded, PersistSink, PreparedModelPolicy, PreparedModelStore};
+use crate::cache::{Decoded, PersistSink, PreparedModelPolicy, PreparedCache};
 use crate::arena::{Domain, MemoryBudget, PreparationArena, PreparedArena, Reservation};
 
 use crate::limits::{ROW_TABLE_CHECK_PIECE_BYTES, ROW_TABLE_MIN_BYTES};
@@ -177,7 +177,7 @@ pub(crate) struct Producer {
     /// Per requirement, why its latest failed generation failed (cold).
     failures: Box<[Lock<Option<String>>]>,
     /// The plan's prepared cache.
-    cache: Option<Arc<PreparedModelStore>>,
+    cache: Option<Arc<PreparedCache>>,
     /// Where persist jobs go (`None`: they run on the producing thread).
     sink: Option<Arc<dyn PersistSink>>,
     /// Objects packed from their sources.
@@ -273,7 +273,7 @@ impl Producer {
     }
 
     /// The plan's prepared cache.
-    pub(crate) fn cache(&self) -> Option<&Arc<PreparedModelStore>> {
+    pub(crate) fn cache(&self) -> Option<&Arc<PreparedCache>> {
         self.cache.as_ref()
     }
 
@@ -378,7 +378,6 @@ impl Producer {
                 .name
                 .clone(),
         }
-        .into()
     }
 
     /// The read tasks whose sources `r`'s object is built from, in source
@@ -393,8 +392,7 @@ impl Producer {
             TaskKind::ReadPacked => Ok(&[]),
             other => Err(PrepareError::Unsupported {
                 what: format!("producing an object with a {} task", other.name()),
-            }
-            .into()),
+            }),
         }
     }
 
@@ -786,7 +784,6 @@ impl Producer {
             PrepareError::Unsupported {
                 what: "a read-packed task in a plan built without a prepared cache".into(),
             }
-            .into()
         })?;
         let bytes = self.plan.tasks().estimated_input_bytes
             [self.plan.requirements().publisher[r.0 as usize].0 as usize];

@@ -56,7 +56,7 @@ pub struct LookAheadOptions {
     /// Most estimated bytes of released, unfinished gated tasks.
     pub max_bytes_in_flight: usize,
     /// Residency watched for shrinking: (budget, domain). Sessions do not
-    /// set it yet: the window sized by residency is issue 16's.
+    /// set it yet (a residency limit is kept by the evictor instead).
     pub residency: Option<(MemoryBudget, Domain)>,
     /// Shrink when the watched domain's live bytes reach this percent of
     /// its limit.

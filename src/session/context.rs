@@ -250,9 +250,20 @@ impl RuntimeContext {
         &self.outputs
     }
 
-    /// Output `name` of the last run.
-    pub fn output(&self, name: &str) -> Option<&Tensor> {
-        self.outputs.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    /// Output `name` of the last run; an error naming the outputs there
+    /// are when the last run produced no output `name`.
+    pub fn output(&self, name: &str) -> Result<&Tensor, Error> {
+        self.outputs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t)
+            .ok_or_else(|| {
+                RunError::UnknownOutput {
+                    output: name.to_owned(),
+                    outputs: self.outputs.iter().map(|(n, _)| n.clone()).collect(),
+                }
+                .into()
+            })
     }
 
     /// Takes output `name` of the last run: it leaves the context (and its
@@ -281,7 +292,7 @@ impl RuntimeContext {
     /// #     let model = Model::open(dir.join(format!("{name}.onnx")))?;
     /// #     Ok(PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?)
     /// # };
-    /// use onnx_prepared::arena::Domain;
+    /// use onnx_prepared::Domain;
     /// use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
     /// use onnx_prepared_kernels::Tensor;
     ///

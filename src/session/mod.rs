@@ -66,10 +66,9 @@
 //! [`ExecutionError`]. `preparation.rs`: protocols "preparation" and
 //! "interest". `resident.rs`: "prepared". `run.rs`: "run". `handle.rs`:
 //! "handles" ([`ExecutionHandle`]). `trace.rs`: [`Trace`]. `persist.rs`: the
-//! prepared cache's background writer. `report.rs`: the `bench`
-//! measurements. The files use one another only in the order trace,
-//! options, context, status, preparation, resident, run, handle, report
-//! (never back: no import cycle; `persist.rs` uses none of them); any of
+//! prepared cache's background writer. The files use one another only in
+//! the order trace, options, context, status, preparation, resident, run,
+//! handle (never back: no import cycle; `persist.rs` uses none of them); any of
 //! them may use this one.
 //!
 //! [`prepare_async`]: RuntimeSession::prepare_async
@@ -80,7 +79,6 @@ mod handle;
 mod options;
 mod persist;
 mod preparation;
-pub mod report;
 mod resident;
 mod run;
 mod status;
@@ -89,6 +87,8 @@ mod trace;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
+
+use onnx_prepared_kernels::Tensor;
 
 pub use crate::prepare::UnpersistedEviction;
 pub use context::RuntimeContext;
@@ -103,7 +103,7 @@ use run::RunContinuation;
 
 use crate::Error;
 use crate::arena::{BudgetLimits, BudgetReport, Domain, MemoryBudget};
-use crate::cache::{CacheStats, PreparedModelPolicy, PreparedModelStore};
+use crate::cache::{CacheStats, PreparedCache, PreparedModelPolicy};
 use crate::exec::PreparedExecutionState;
 use crate::exec::RunError;
 use crate::model::{FileSource, MmapSource, Model, PayloadSource, ResolvedModel};
@@ -203,10 +203,8 @@ impl RuntimeSession {
     /// assert_eq!(ctx.output("Y").expect("graph output").shape(), &[1, 256]);
     ///
     /// // The portable layouts and scalar kernels instead of the CPU's SIMD ones.
-    /// let portable = SessionOptions {
-    ///     resolve: ResolveOptions { cpu: CpuFeatures::portable(), ..ResolveOptions::default() },
-    ///     ..SessionOptions::default()
-    /// };
+    /// let portable = SessionOptions::default()
+    ///     .with_resolve(ResolveOptions { cpu: CpuFeatures::portable(), ..ResolveOptions::default() });
     /// let session = RuntimeSession::open(&path, portable)?;
     /// assert_eq!(session.plan().resolved().cpu(), CpuFeatures::portable());
     /// let ctx = session.run(RuntimeContext::new(&session).with_input("A", a)?)?;
@@ -222,7 +220,7 @@ impl RuntimeSession {
         let model = Model::open(path)?;
         let cache = match (&options.cache_dir, options.cache_policy) {
             (Some(dir), policy) if policy != PreparedModelPolicy::Disabled => Some(
-                PreparedModelStore::open(dir, policy, &model, options.resolve.cpu)?,
+                PreparedCache::open(dir, policy, &model, options.resolve.cpu)?,
             ),
             _ => None,
         };
@@ -295,7 +293,7 @@ impl RuntimeSession {
         }
         let mut state = PreparedExecutionState::new(plan, source, budget)
             .with_checksums(options.checksums)
-            .with_tables_from_source(options.tables_from_source)
+            .with_tables_from_source(!options.resident_tables)
             .with_unpersisted_eviction(options.unpersisted_eviction)
             .with_pack_threads(options.intra_op_threads);
         if let Some(w) = &writer {
@@ -328,11 +326,6 @@ impl RuntimeSession {
         })
     }
 
-    /// The session's state: plan, prepared-object store, budget.
-    pub(crate) fn state(&self) -> &Arc<PreparedExecutionState> {
-        &self.inner.state
-    }
-
     /// The executor state underneath, with its store and budget
     /// transitions (unstable; for this crate's tests and benchmarks).
     #[cfg(feature = "internals")]
@@ -353,7 +346,7 @@ impl RuntimeSession {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let dir = onnx_prepared_fixtures::default_dir();
     /// # onnx_prepared_fixtures::ensure_all(&dir)?;
-    /// use onnx_prepared::arena::Domain;
+    /// use onnx_prepared::Domain;
     /// use onnx_prepared::session::{RuntimeSession, SessionOptions};
     ///
     /// let session = RuntimeSession::open(dir.join("gemm-chain.onnx"), SessionOptions::default())?;
@@ -367,6 +360,12 @@ impl RuntimeSession {
     /// ```
     pub fn memory(&self) -> BudgetReport {
         self.inner.state.budget().report()
+    }
+
+    /// Lowers every peak [`memory`](Self::memory) reports to the bytes live
+    /// now, so that it then reports the peaks since (e.g. of one run).
+    pub fn reset_memory_peaks(&self) {
+        self.inner.state.budget().reset_peaks();
     }
 
     /// How many of the plan's prepared objects are resident now, and their
@@ -511,6 +510,39 @@ impl RuntimeSession {
         ExecutionHandle::for_run(self.inner.clone(), submission, runner, true).wait()
     }
 
+    /// Runs the model once on `inputs` (graph input names and tensors) and
+    /// returns the context that holds the outputs
+    /// ([`RuntimeContext::output`]): `open`, `run_with` and `output` are a
+    /// whole program. To run again, set new inputs on the returned context
+    /// and pass it to [`RuntimeSession::run`]: its buffers are reused.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), onnx_prepared::Error> {
+    /// # let dir = onnx_prepared_fixtures::default_dir();
+    /// # onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
+    /// use onnx_prepared::{RuntimeSession, SessionOptions, Tensor};
+    ///
+    /// let session = RuntimeSession::open(dir.join("gemm-chain.onnx"), SessionOptions::default())?;
+    /// let outputs = session.run_with([("A", Tensor::from_f32(vec![1, 256], vec![0.5; 256])?)])?;
+    /// assert_eq!(outputs.output("Y")?.shape(), &[1, 256]);
+    /// assert!(outputs.output("Z").is_err()); // not an output: a typed error
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// An input that is not the model's, is missing or has the wrong type
+    /// or shape; anything [`RuntimeSession::run`] reports.
+    pub fn run_with<'n>(
+        &self,
+        inputs: impl IntoIterator<Item = (&'n str, Tensor)>,
+    ) -> Result<RuntimeContext, Error> {
+        let mut ctx = RuntimeContext::new(self);
+        for (name, tensor) in inputs {
+            ctx.set_input(name, tensor)?;
+        }
+        Ok(self.run(ctx)?)
+    }
+
     /// The session's trace, when [`SessionOptions::trace`] is on.
     pub fn trace(&self) -> Option<&Arc<Trace>> {
         self.inner.trace.as_ref()
@@ -524,7 +556,7 @@ impl RuntimeSession {
 
     /// The prepared cache the session reads (and, under
     /// [`PreparedModelPolicy::BuildIfMissing`], writes).
-    pub fn cache(&self) -> Option<&Arc<PreparedModelStore>> {
+    pub fn cache(&self) -> Option<&Arc<PreparedCache>> {
         self.plan().cache()
     }
 

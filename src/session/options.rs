@@ -2,7 +2,7 @@
 //! [`RuntimeSession::open`](super::RuntimeSession::open) resolves its
 //! model), and the worker pool it makes when it is not given one.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::Error;
@@ -12,7 +12,9 @@ use crate::model::{ChecksumPolicy, ResolveOptions};
 use crate::prepare::UnpersistedEviction;
 use crate::scheduler::{LookAheadOptions, WorkerPool, WorkerPoolOptions};
 
-/// How a session runs: its workers, memory limits and look-ahead.
+/// How a session runs: its threads, memory limits, prepared cache and
+/// look-ahead. Built with `with_*` methods from [`SessionOptions::default`];
+/// each setting reads back through the method of its name.
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,16 +26,13 @@ use crate::scheduler::{LookAheadOptions, WorkerPool, WorkerPoolOptions};
 /// #     let model = Model::open(dir.join(format!("{name}.onnx")))?;
 /// #     Ok(PreparedExecutionPlan::build(ResolvedModel::resolve(model, &ResolveOptions::default())?)?)
 /// # };
-/// use onnx_prepared::arena::{BudgetLimits, Domain};
-/// use onnx_prepared::session::{RuntimeSession, SessionOptions};
+/// use onnx_prepared::{BudgetLimits, Domain, RuntimeSession, SessionOptions};
 ///
-/// let options = SessionOptions {
-///     cpu_threads: 1,
-///     io_workers: 1,
+/// let options = SessionOptions::default()
+///     .with_threads(2) // this thread and one CPU worker
+///     .with_io_workers(1)
 ///     // At most 1 MiB of sources being read at a time: reads wait for room.
-///     budget: BudgetLimits::unlimited().with_domain(Domain::Preparation, 1 << 20),
-///     ..SessionOptions::default()
-/// };
+///     .with_budget(BudgetLimits::unlimited().with_domain(Domain::Preparation, 1 << 20));
 /// let session = RuntimeSession::new(plan("gemm-chain")?, options)?;
 /// session.prepare()?;
 /// assert!(session.is_hot());
@@ -43,42 +42,42 @@ use crate::scheduler::{LookAheadOptions, WorkerPool, WorkerPoolOptions};
 #[derive(Debug, Clone)]
 pub struct SessionOptions {
     /// CPU workers of the session's own pool (kernels and prepacks).
-    pub cpu_threads: usize,
+    pub(crate) cpu_workers: usize,
     /// I/O workers of the session's own pool (reads).
-    pub io_workers: usize,
+    pub(crate) io_workers: usize,
     /// Pin CPU workers to cores.
-    pub pin_threads: bool,
+    pub(crate) pin_threads: bool,
     /// Per-arena and global memory limits.
-    pub budget: BudgetLimits,
+    pub(crate) budget: BudgetLimits,
     /// The streaming preparation's look-ahead window.
-    pub look_ahead: LookAheadOptions,
+    pub(crate) look_ahead: LookAheadOptions,
     /// Run on this pool (shared with other sessions) instead of one of the
     /// session's own.
-    pub pool: Option<Arc<WorkerPool>>,
+    pub(crate) pool: Option<Arc<WorkerPool>>,
     /// Record reads, prepacks and steps in a [`Trace`](super::Trace).
-    pub trace: bool,
+    pub(crate) trace: bool,
     /// Most threads one kernel's parallel region uses, the thread running
     /// the inference included (`None`: that thread plus every CPU worker).
     /// `Some(1)` runs kernels sequentially.
-    pub intra_op_threads: Option<usize>,
+    pub(crate) intra_op_threads: Option<usize>,
     /// Whether each weight's declared `sha256:` digest is verified before
     /// its first use (default [`ChecksumPolicy::Strict`]: a mismatch fails
     /// the run with an error naming the tensor).
-    pub checksums: ChecksumPolicy,
+    pub(crate) checksums: ChecksumPolicy,
     /// How [`RuntimeSession::open`](super::RuntimeSession::open) resolves
     /// the model: kernels and layouts for which CPU features, sizes of
     /// symbolic dims while probing. A session made from a plan
     /// ([`RuntimeSession::new`](super::RuntimeSession::new)) ignores it: the
     /// plan was resolved already.
-    pub resolve: ResolveOptions,
+    pub(crate) resolve: ResolveOptions,
     /// The prepared cache's directory (`None`: no cache). Used by
     /// [`RuntimeSession::open`](super::RuntimeSession::open); a session made
     /// from a plan uses the cache the plan was built against
     /// ([`PreparedExecutionPlan::build_cached`](crate::plan::PreparedExecutionPlan::build_cached)).
-    pub cache_dir: Option<PathBuf>,
+    pub(crate) cache_dir: Option<PathBuf>,
     /// What the session does with the prepared cache (default
     /// [`PreparedModelPolicy::Disabled`]).
-    pub cache_policy: PreparedModelPolicy,
+    pub(crate) cache_policy: PreparedModelPolicy,
     /// Share prepared objects through the process-wide prepared store
     /// (default `false`): a sharing session whose model needs an object
     /// another live sharing session published (same sources, layout and
@@ -87,7 +86,7 @@ pub struct SessionOptions {
     /// so that a session's reads, faults, evictions and memory accounting
     /// are its own unless asked. Ignored under a prepared-domain or global
     /// limit (eviction needs the session's objects charged to it).
-    pub share_prepared: bool,
+    pub(crate) share_prepared: bool,
     /// Map the model's external data files read-only and use suitably
     /// aligned weights in place, with no read buffer, copy or decode
     /// (default `false`: weights are read with positioned reads and
@@ -100,11 +99,12 @@ pub struct SessionOptions {
     /// decoded as usual. Hazard: a data file truncated by another program
     /// while it is mapped faults the process (SIGBUS) when the lost pages
     /// are touched, where a read would give an error.
-    pub map_weights: bool,
-    /// Serve a table that only row gathers read (an embedding) of at least
+    pub(crate) map_weights: bool,
+    /// Keep a table that only row gathers read (an embedding) resident
+    /// (read whole and held: no I/O during a run; default `false`). By
+    /// default a table of at least
     /// [`ROW_TABLE_MIN_BYTES`](crate::limits::ROW_TABLE_MIN_BYTES) from its
-    /// source, row by row, instead of reading it whole and holding it
-    /// (default `true`): a run reads the rows it picks with positioned
+    /// source, row by row, instead of reading it whole and holding it: a run reads the rows it picks with positioned
     /// reads (one per run of consecutive rows, served from the page cache
     /// once read) straight into its output, so the table never counts in
     /// the process's memory and the first step does not wait for it. Its
@@ -113,22 +113,23 @@ pub struct SessionOptions {
     /// from a mapping ([`map_weights`](Self::map_weights): a mapped table
     /// faults in only the rows read) and no prepared cache is in use (the
     /// cache persists the table, and a later process maps its entry and
-    /// faults in only the rows read). `false` keeps such tables resident:
-    /// no I/O during a run. Under a prepared-domain limit, a table larger
-    /// than the limit is served row by row either way.
-    pub tables_from_source: bool,
+    /// faults in only the rows read). Under a prepared-domain limit, a
+    /// table larger than the limit is served row by row either way. The
+    /// same knob as the CLI's `--resident-tables`, Python's
+    /// `resident_tables` and C's `onnxp_options_set_resident_tables`.
+    pub(crate) resident_tables: bool,
     /// Under a prepared-domain (or global) limit, what eviction does with a
     /// resident object the prepared cache has no entry for: write it first
     /// (the default), drop it and rebuild it from its sources when needed,
     /// or keep it. Objects with an entry are evicted first, least recently
     /// used first, and restored from the cache.
-    pub unpersisted_eviction: UnpersistedEviction,
+    pub(crate) unpersisted_eviction: UnpersistedEviction,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
         Self {
-            cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             io_workers: 2,
             pin_threads: false,
             budget: BudgetLimits::unlimited(),
@@ -142,7 +143,7 @@ impl Default for SessionOptions {
             cache_policy: PreparedModelPolicy::Disabled,
             share_prepared: false,
             map_weights: false,
-            tables_from_source: true,
+            resident_tables: false,
             unpersisted_eviction: UnpersistedEviction::default(),
         }
     }
@@ -153,14 +154,133 @@ impl SessionOptions {
     ///
     /// # Errors
     /// The pool's threads cannot be started.
-    pub(super) fn worker_pool(&self) -> Result<Arc<WorkerPool>, Error> {
+    pub fn worker_pool(&self) -> Result<Arc<WorkerPool>, Error> {
         Ok(match &self.pool {
             Some(pool) => pool.clone(),
             None => Arc::new(WorkerPool::try_new(WorkerPoolOptions {
-                cpu_workers: self.cpu_threads.max(1),
+                cpu_workers: self.cpu_workers.max(1),
                 io_workers: self.io_workers.max(1),
                 pin_cpu_workers: self.pin_threads,
             })?),
         })
+    }
+}
+
+/// A `with_*` setter and a getter of the same name for each plain setting.
+macro_rules! settings {
+    ($($(#[$doc:meta])* $field:ident, $with:ident: $ty:ty;)*) => {
+        impl SessionOptions {
+            $(
+                $(#[$doc])*
+                pub fn $with(mut self, value: $ty) -> Self {
+                    self.$field = value;
+                    self
+                }
+
+                $(#[$doc])*
+                pub fn $field(&self) -> $ty {
+                    self.$field.clone()
+                }
+            )*
+        }
+    };
+}
+
+settings! {
+    /// CPU workers of the session's own pool (kernels and prepacks; at
+    /// least one is started). [`SessionOptions::with_threads`] sets them
+    /// from a thread count.
+    cpu_workers, with_cpu_workers: usize;
+    /// I/O workers of the session's own pool (weight reads; at least one).
+    io_workers, with_io_workers: usize;
+    /// Pin CPU workers to cores.
+    pin_threads, with_pin_threads: bool;
+    /// Per-arena and global memory limits.
+    budget, with_budget: BudgetLimits;
+    /// The streaming preparation's look-ahead window.
+    look_ahead, with_look_ahead: LookAheadOptions;
+    /// Record reads, prepacks and steps in a [`Trace`](super::Trace).
+    trace, with_trace: bool;
+    /// Whether each weight's declared `sha256:` digest is verified before
+    /// its first use (default [`ChecksumPolicy::Strict`]).
+    checksums, with_checksums: ChecksumPolicy;
+    /// How [`RuntimeSession::open`](super::RuntimeSession::open) resolves
+    /// the model (CPU features, probe dims, int8 activations).
+    resolve, with_resolve: ResolveOptions;
+    /// What the session does with the prepared cache (default
+    /// [`PreparedModelPolicy::Disabled`]; see
+    /// [`SessionOptions::with_cache_dir`]).
+    cache_policy, with_cache_policy: PreparedModelPolicy;
+    /// Share prepared objects with other sharing sessions of the process.
+    share_prepared, with_share_prepared: bool;
+    /// Map external data read-only and use aligned weights in place.
+    map_weights, with_map_weights: bool;
+    /// Keep tables that only row gathers read resident instead of serving
+    /// their rows from the data file.
+    resident_tables, with_resident_tables: bool;
+    /// What eviction under a limit does with objects the prepared cache
+    /// has no entry for.
+    unpersisted_eviction, with_unpersisted_eviction: UnpersistedEviction;
+}
+
+impl SessionOptions {
+    /// `n` threads per run in all, as the CLI's `--threads`, Python's
+    /// `intra_op_num_threads` and C's `onnxp_options_set_thread_count`
+    /// count them: the thread that runs the inference and `n - 1` CPU
+    /// workers helping its kernels (at least one worker is started, for
+    /// prepacks), and kernels use at most `n` threads.
+    pub fn with_threads(self, n: usize) -> Self {
+        let n = n.max(1);
+        self.with_cpu_workers((n - 1).max(1))
+            .with_intra_op_threads(n)
+    }
+
+    /// Most threads one kernel's parallel region uses, the thread running
+    /// the inference included (default: that thread plus every CPU
+    /// worker; also what 0 sets); 1 runs kernels sequentially.
+    pub fn with_intra_op_threads(mut self, n: usize) -> Self {
+        self.intra_op_threads = (n > 0).then_some(n);
+        self
+    }
+
+    /// See [`SessionOptions::with_intra_op_threads`] (`None`: not limited).
+    pub fn intra_op_threads(&self) -> Option<usize> {
+        self.intra_op_threads
+    }
+
+    /// Runs on `pool` (shared with other sessions) instead of a pool of
+    /// the session's own.
+    pub fn with_pool(mut self, pool: Arc<WorkerPool>) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// The pool set by [`SessionOptions::with_pool`].
+    pub fn pool(&self) -> Option<&Arc<WorkerPool>> {
+        self.pool.as_ref()
+    }
+
+    /// The prepared cache's directory, used by
+    /// [`RuntimeSession::open`](super::RuntimeSession::open); with the
+    /// default policy ([`PreparedModelPolicy::Disabled`]) this also sets
+    /// [`PreparedModelPolicy::BuildIfMissing`].
+    pub fn with_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        if self.cache_policy == PreparedModelPolicy::Disabled {
+            self.cache_policy = PreparedModelPolicy::BuildIfMissing;
+        }
+        self
+    }
+
+    /// No prepared cache (the default).
+    pub fn without_cache(mut self) -> Self {
+        self.cache_dir = None;
+        self.cache_policy = PreparedModelPolicy::Disabled;
+        self
+    }
+
+    /// The prepared cache's directory, if any.
+    pub fn cache_dir(&self) -> Option<&Path> {
+        self.cache_dir.as_deref()
     }
 }

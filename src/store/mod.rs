@@ -107,7 +107,7 @@ struct Entry<T> {
     /// Byte size of the last published generation (written before `Resident`).
     bytes: AtomicUsize,
     /// Store tick of the last publish or pin (Relaxed: a hint for eviction).
-    /// Read by tests only until the evictor (issue 16) orders by it.
+    /// The evictor orders its candidates by it, least recently used first.
     last_use: AtomicU64,
     /// Completion of every generation: stamp `2 * generation + failed`.
     event: Event,

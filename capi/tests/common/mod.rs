@@ -11,7 +11,7 @@ use onnx_prepared_capi::context::{onnxp_context_create, onnxp_context_release};
 use onnx_prepared_capi::error::{onnxp_error_kind, onnxp_error_message, onnxp_error_release};
 use onnx_prepared_capi::options::{
     onnxp_options_create, onnxp_options_release, onnxp_options_set_io_workers,
-    onnxp_options_set_threads,
+    onnxp_options_set_workers,
 };
 use onnx_prepared_capi::session::{onnxp_session_open, onnxp_session_release};
 use onnx_prepared_capi::{OnnxpContext, OnnxpError, OnnxpErrorKind, OnnxpSession};
@@ -64,7 +64,7 @@ pub fn open(name: &str) -> Session {
     // released once, after open read them.
     unsafe {
         ok(onnxp_options_create(&mut options));
-        ok(onnxp_options_set_threads(options, 1, 0));
+        ok(onnxp_options_set_workers(options, 1, 0));
         ok(onnxp_options_set_io_workers(options, 1));
         ok(onnxp_session_open(path.as_ptr(), options, &mut session));
         onnxp_options_release(options);

@@ -143,8 +143,7 @@ pub(crate) fn order_inputs<'t>(
         if !declared.iter().any(|i| i.name == *name) {
             return Err(RunError::UnknownInput {
                 input: (*name).to_owned(),
-            }
-            .into());
+            });
         }
     }
     let mut ordered = Vec::with_capacity(declared.len());
@@ -156,8 +155,7 @@ pub(crate) fn order_inputs<'t>(
         if found.next().is_some() {
             return Err(RunError::DuplicateInput {
                 input: decl.name.clone(),
-            }
-            .into());
+            });
         }
         check_input(decl, t)?;
         ordered.push(*t);
@@ -172,8 +170,7 @@ pub(crate) fn check_input(decl: &GraphInput, t: &Tensor) -> Result<(), Error> {
             input: decl.name.clone(),
             expected: decl.dtype,
             found: t.dtype(),
-        }
-        .into());
+        });
     }
     if let Some(dims) = &decl.dims {
         let ok = dims.len() == t.shape().len()
@@ -193,8 +190,7 @@ pub(crate) fn check_input(decl: &GraphInput, t: &Tensor) -> Result<(), Error> {
                     })
                     .collect(),
                 found: t.shape().to_vec(),
-            }
-            .into());
+            });
         }
     }
     Ok(())

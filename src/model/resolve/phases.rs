@@ -48,6 +48,9 @@ pub(super) enum Known {
     Weight(WeightId),
 }
 
+/// The graph outputs by name, with what each is.
+pub(super) type GraphOutputs = Vec<(String, Known)>;
+
 /// A node with its kernel, before liveness and requirements.
 pub(super) struct Pending {
     name: String,
@@ -428,7 +431,7 @@ impl<'m> Resolver<'m> {
     }
 
     /// Phase 4: the graph outputs, and which pending nodes they need.
-    pub(super) fn live(&self) -> Result<(Vec<(String, Known)>, Vec<bool>), LoadError> {
+    pub(super) fn live(&self) -> Result<(GraphOutputs, Vec<bool>), LoadError> {
         let mut graph_outputs = Vec::with_capacity(self.model.graph().output.len());
         for v in &self.model.graph().output {
             let name = v.name.clone().unwrap_or_default();
@@ -467,7 +470,7 @@ impl<'m> Resolver<'m> {
     pub(super) fn link(
         &mut self,
         live: &[bool],
-        graph_outputs: Vec<(String, Known)>,
+        graph_outputs: GraphOutputs,
         reqs: &mut Requirements<'_>,
     ) -> (Vec<ResolvedNode>, Vec<(String, Operand)>) {
         let pending = std::mem::take(&mut self.pending);

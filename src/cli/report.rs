@@ -20,18 +20,18 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onnx_prepared_kernels::Tensor;
-
-use super::{RuntimeContext, RuntimeSession, SessionOptions, Trace, TraceEvent, TraceLane};
-use crate::Error;
-use crate::arena::Domain;
-use crate::cache::{PreparedModelPolicy, PreparedModelStore};
-use crate::exec::RunError;
-use crate::model::{Model, PayloadSource, ResolveOptions, ResolvedModel};
-use crate::plan::{PreparedExecutionPlan, TaskKind, TaskScope};
+use onnx_prepared::model::{
+    FileSource, MmapSource, Model, PayloadSource, ResolveOptions, ResolvedModel,
+};
+use onnx_prepared::plan::{PreparedExecutionPlan, TaskKind, TaskScope};
+use onnx_prepared::session::{
+    RuntimeContext, RuntimeSession, SessionOptions, Trace, TraceEvent, TraceLane,
+};
+use onnx_prepared::{Domain, Error, PreparedCache, PreparedModelPolicy, RunError, Tensor};
 
 /// How long a measurement waits for a streaming preparation's last tasks
 /// after its run returned (they finish moments later; the wait ends early
@@ -121,18 +121,24 @@ impl BenchReport {
                 .join(", ");
             let _ = write!(
                 out,
-                "{}{{\"mode\": \"{}\", \"time_to_first_runnable_node_s\": {:.6}, \
-                 \"time_to_first_output_s\": {:.6}, \"time_all_session_tasks_s\": {:.6}, \
-                 \"bytes_read\": {}, \"prepacks\": {}, \"peak_live_bytes\": {{{peaks}}}, \
-                 \"max_bytes_in_flight\": {}}}",
-                if i == 0 { "" } else { ", " },
-                m.mode.name(),
-                m.time_to_first_runnable_node.as_secs_f64(),
-                m.time_to_first_output.as_secs_f64(),
-                m.time_all_session_tasks.as_secs_f64(),
-                m.bytes_read,
-                m.prepacks,
-                m.max_bytes_in_flight,
+                concat!(
+                    "{sep}{{\"mode\": \"{mode}\", ",
+                    "\"time_to_first_runnable_node_s\": {first_node:.6}, ",
+                    "\"time_to_first_output_s\": {first_output:.6}, ",
+                    "\"time_all_session_tasks_s\": {session_tasks:.6}, ",
+                    "\"bytes_read\": {bytes_read}, \"prepacks\": {prepacks}, ",
+                    "\"peak_live_bytes\": {{{peaks}}}, ",
+                    "\"max_bytes_in_flight\": {in_flight}}}",
+                ),
+                sep = if i == 0 { "" } else { ", " },
+                mode = m.mode.name(),
+                first_node = m.time_to_first_runnable_node.as_secs_f64(),
+                first_output = m.time_to_first_output.as_secs_f64(),
+                session_tasks = m.time_all_session_tasks.as_secs_f64(),
+                bytes_read = m.bytes_read,
+                prepacks = m.prepacks,
+                peaks = peaks,
+                in_flight = m.max_bytes_in_flight,
             );
         }
         out.push_str("]}");
@@ -209,16 +215,60 @@ pub fn measure(
     let trace = session.trace().ok_or_else(|| RunError::Unsupported {
         what: "measuring a session that does not trace".to_owned(),
     })?;
-    let budget = session.state().budget();
-    let mut ctx = ctx;
-    if mode == BenchMode::Hot {
-        session.prepare().map_err(|e| e.error)?;
-        ctx = session.run(ctx).map_err(|e| e.error)?;
-        budget.reset_peaks();
-    }
+    let ctx = if mode == BenchMode::Hot {
+        warm_up(session, ctx)?
+    } else {
+        ctx
+    };
     let bytes_before = source.counters().total();
     let t0 = Instant::now();
-    let (ctx, output) = match mode {
+    let (ctx, output) = first_output(mode, session, ctx)?;
+    let start = t0.saturating_duration_since(trace.origin());
+    if mode != BenchMode::Hot {
+        settle(session, trace, start);
+    }
+    let events: Vec<TraceEvent> = trace
+        .events()
+        .into_iter()
+        .filter(|e| e.start >= start)
+        .collect();
+    let events = ModeEvents::new(session.plan(), &events, start);
+    let report = ModeReport {
+        mode,
+        time_to_first_runnable_node: events.first_runnable_node(),
+        time_to_first_output: output.saturating_duration_since(t0),
+        time_all_session_tasks: if mode == BenchMode::Hot {
+            Duration::ZERO
+        } else {
+            events.session_tasks_end()
+        },
+        bytes_read: source.counters().total().saturating_sub(bytes_before),
+        prepacks: events.prepacks(),
+        peak_live_bytes: peak_live_bytes(session),
+        max_bytes_in_flight: max_in_flight(&events.read_spans()),
+    };
+    Ok((report, ctx))
+}
+
+/// [`BenchMode::Hot`]'s unmeasured part: preparation and a warm-up run,
+/// then the memory peaks lowered to the bytes live, so that the report
+/// shows the hot run's.
+fn warm_up(session: &RuntimeSession, ctx: RuntimeContext) -> Result<RuntimeContext, Error> {
+    session.prepare().map_err(|e| e.error)?;
+    let ctx = session.run(ctx).map_err(|e| e.error)?;
+    session.reset_memory_peaks();
+    Ok(ctx)
+}
+
+/// The measured part of `mode`: its calls up to the run's output. Returns
+/// the context with the outputs and when the run's `wait` returned (the
+/// prepared mode waits for its preparation after that).
+fn first_output(
+    mode: BenchMode,
+    session: &RuntimeSession,
+    ctx: RuntimeContext,
+) -> Result<(RuntimeContext, Instant), Error> {
+    Ok(match mode {
         BenchMode::Eager => {
             session.prepare().map_err(|e| e.error)?;
             let ctx = session.run(ctx).map_err(|e| e.error)?;
@@ -236,80 +286,106 @@ pub fn measure(
             preparation.wait().map_err(|e| e.error)?;
             (ctx, output)
         }
-    };
-    let start = t0.saturating_duration_since(trace.origin());
-    if mode != BenchMode::Hot {
-        settle(session, trace, start);
+    })
+}
+
+/// Per domain, in [`Domain::ALL`] order, the session's peak live bytes.
+fn peak_live_bytes(session: &RuntimeSession) -> [u64; Domain::COUNT] {
+    let memory = session.memory();
+    Domain::ALL.map(|d| memory.domain(d).peak as u64)
+}
+
+/// The trace events of one measured mode (those since `start`, the
+/// mode's first call), named by the plan's tasks.
+struct ModeEvents<'a> {
+    plan: &'a PreparedExecutionPlan,
+    events: &'a [TraceEvent],
+    start: Duration,
+    /// Task index by task name.
+    by_name: HashMap<&'a str, usize>,
+}
+
+impl<'a> ModeEvents<'a> {
+    fn new(plan: &'a PreparedExecutionPlan, events: &'a [TraceEvent], start: Duration) -> Self {
+        let by_name = plan
+            .tasks()
+            .name
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i))
+            .collect();
+        Self {
+            plan,
+            events,
+            start,
+            by_name,
+        }
     }
-    let events: Vec<TraceEvent> = trace
-        .events()
-        .into_iter()
-        .filter(|e| e.start >= start)
-        .collect();
-    let plan = session.state().plan();
-    let tasks = plan.tasks();
-    let by_name: HashMap<&str, usize> = tasks
-        .name
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.as_str(), i))
-        .collect();
-    let since = |d: Duration| d.saturating_sub(start);
-    let first_node = events
-        .iter()
-        .filter(|e| e.lane == TraceLane::Inference)
-        .map(|e| e.start)
-        .min()
-        .map_or(Duration::ZERO, since);
-    let session_tasks = if mode == BenchMode::Hot {
-        Duration::ZERO
-    } else {
-        events
+
+    /// `d`, a time since the trace's origin, from the mode's start.
+    fn since(&self, d: Duration) -> Duration {
+        d.saturating_sub(self.start)
+    }
+
+    /// The start of the first inference event.
+    fn first_runnable_node(&self) -> Duration {
+        self.events
+            .iter()
+            .filter(|e| e.lane == TraceLane::Inference)
+            .map(|e| e.start)
+            .min()
+            .map_or(Duration::ZERO, |d| self.since(d))
+    }
+
+    /// The end of the last read or prepack event.
+    fn session_tasks_end(&self) -> Duration {
+        self.events
             .iter()
             .filter(|e| e.lane != TraceLane::Inference)
             .map(|e| e.end)
             .max()
-            .map_or(Duration::ZERO, since)
-    };
-    let prepacks = events
-        .iter()
-        .filter(|e| {
-            e.lane == TraceLane::Prepack
-                && by_name
-                    .get(e.name.as_str())
-                    .is_some_and(|&t| tasks.kind[t] == TaskKind::Prepack)
-        })
-        .count() as u64;
-    let weights = plan.resolved().model().weights();
-    let read_bytes = |e: &TraceEvent| {
-        by_name
-            .get(e.name.as_str())
-            .and_then(|&t| tasks.reads[t])
-            .map_or(0, |w| weights[w.index()].byte_len())
-    };
-    let reads: Vec<(Duration, Duration, u64)> = events
-        .iter()
-        .filter(|e| e.lane == TraceLane::Io)
-        .map(|e| (e.start, e.end, read_bytes(e)))
-        .collect();
-    let report = ModeReport {
-        mode,
-        time_to_first_runnable_node: first_node,
-        time_to_first_output: output.saturating_duration_since(t0),
-        time_all_session_tasks: session_tasks,
-        bytes_read: source.counters().total().saturating_sub(bytes_before),
-        prepacks,
-        peak_live_bytes: Domain::ALL.map(|d| budget.peak(d) as u64),
-        max_bytes_in_flight: max_in_flight(&reads),
-    };
-    Ok((report, ctx))
+            .map_or(Duration::ZERO, |d| self.since(d))
+    }
+
+    /// Events of the plan's prepack tasks.
+    fn prepacks(&self) -> u64 {
+        let kind = &self.plan.tasks().kind;
+        self.events
+            .iter()
+            .filter(|e| {
+                e.lane == TraceLane::Prepack
+                    && self
+                        .by_name
+                        .get(e.name.as_str())
+                        .is_some_and(|&t| kind[t] == TaskKind::Prepack)
+            })
+            .count() as u64
+    }
+
+    /// Each read event's `(start, end, bytes)`, its bytes the full length
+    /// of the weight its task reads.
+    fn read_spans(&self) -> Vec<(Duration, Duration, u64)> {
+        let reads = &self.plan.tasks().reads;
+        let weights = self.plan.resolved().model().weights();
+        let read_bytes = |e: &TraceEvent| {
+            self.by_name
+                .get(e.name.as_str())
+                .and_then(|&t| reads[t])
+                .map_or(0, |w| weights[w.index()].byte_len())
+        };
+        self.events
+            .iter()
+            .filter(|e| e.lane == TraceLane::Io)
+            .map(|e| (e.start, e.end, read_bytes(e)))
+            .collect()
+    }
 }
 
 /// Waits until every session task of the plan has a trace event since
 /// `start` (a streaming preparation's last tasks record a moment after the
 /// run they fed returned), or [`SETTLE_LIMIT`] passed.
 fn settle(session: &RuntimeSession, trace: &Trace, start: Duration) {
-    let tasks = session.state().plan().tasks();
+    let tasks = session.plan().tasks();
     let expected = tasks
         .scope
         .iter()
@@ -366,7 +442,7 @@ pub struct BenchRun {
 /// Runs every [`BenchMode`] on `model` with `inputs`, each in a fresh
 /// traced session (fresh store and budget; the OS page cache is whatever
 /// earlier reads left). The sessions share one worker pool, started before
-/// the first measurement (`options.pool`, or one made from `options`).
+/// the first measurement (`options.pool()`, or one made from `options`).
 ///
 /// # Errors
 /// The model cannot be resolved or planned, or a mode failed.
@@ -376,54 +452,25 @@ pub fn run_modes(
     options: &SessionOptions,
     inputs: &[(String, Tensor)],
 ) -> Result<BenchRun, Error> {
-    let pool = options.worker_pool()?;
-    let options = SessionOptions {
-        pool: Some(pool),
-        trace: true,
+    let options = options
+        .clone()
+        .with_pool(options.worker_pool()?)
+        .with_trace(true)
         // Each mode loads on its own.
-        share_prepared: false,
-        ..options.clone()
-    };
+        .with_share_prepared(false);
+    let cache = options.cache_dir().map(Path::to_owned);
+    if let Some(dir) = &cache {
+        complete_cache(dir, model, resolve, &options)?;
+    }
     let mut report = BenchReport::default();
     let mut streaming_trace = None;
     let mut hot = None;
-    let cache = options.cache_dir.clone();
-    if let Some(dir) = &cache {
-        // The cached mode measures a complete cache: build what is missing.
-        let store =
-            PreparedModelStore::open(dir, PreparedModelPolicy::BuildIfMissing, model, resolve.cpu)?;
-        let plan = PreparedExecutionPlan::build_cached(
-            ResolvedModel::resolve(model.clone(), resolve)?,
-            store,
-        )?;
-        let session = RuntimeSession::new(plan, options.clone())?;
-        session.prepare().map_err(|e| e.error)?;
-        session.flush_cache();
-    }
     let modes = BenchMode::ALL
         .into_iter()
         .chain(cache.is_some().then_some(BenchMode::Cached));
     for mode in modes {
-        let resolved = ResolvedModel::resolve(model.clone(), resolve)?;
-        let plan = match (&cache, mode) {
-            (Some(dir), BenchMode::Cached) => PreparedExecutionPlan::build_cached(
-                resolved,
-                PreparedModelStore::open(
-                    dir,
-                    PreparedModelPolicy::RequireComplete,
-                    model,
-                    resolve.cpu,
-                )?,
-            )?,
-            _ => PreparedExecutionPlan::build(resolved)?,
-        };
-        let source = super::open_source(model, &options)?;
-        let session = RuntimeSession::with_source(plan, source.clone(), options.clone())?;
-        let mut ctx = RuntimeContext::new(&session);
-        for (name, value) in inputs {
-            ctx.set_input(name, value.clone())?;
-        }
-        let (row, ctx) = measure(mode, &session, &*source, ctx)?;
+        let plan = mode_plan(mode, model, resolve, cache.as_deref())?;
+        let (row, session, ctx) = measure_fresh(mode, plan, model, &options, inputs)?;
         report.modes.push(row);
         match mode {
             BenchMode::Streaming => streaming_trace = session.trace().cloned(),
@@ -435,6 +482,78 @@ pub fn run_modes(
         report,
         streaming_trace: streaming_trace.expect("the streaming session traces"),
         hot: hot.expect("the hot mode ran"),
+    })
+}
+
+/// Builds what the prepared cache in `dir` is missing (unmeasured), for
+/// [`BenchMode::Cached`] to measure a complete cache.
+fn complete_cache(
+    dir: &Path,
+    model: &Model,
+    resolve: &ResolveOptions,
+    options: &SessionOptions,
+) -> Result<(), Error> {
+    let store = PreparedCache::open(dir, PreparedModelPolicy::BuildIfMissing, model, resolve.cpu)?;
+    let plan = PreparedExecutionPlan::build_cached(
+        ResolvedModel::resolve(model.clone(), resolve)?,
+        store,
+    )?;
+    let session = RuntimeSession::new(plan, options.clone())?;
+    session.prepare().map_err(|e| e.error)?;
+    session.flush_cache();
+    Ok(())
+}
+
+/// `mode`'s plan of `model`: reading the complete cache in `cache` for
+/// [`BenchMode::Cached`], without a cache for the others.
+fn mode_plan(
+    mode: BenchMode,
+    model: &Model,
+    resolve: &ResolveOptions,
+    cache: Option<&Path>,
+) -> Result<PreparedExecutionPlan, Error> {
+    let resolved = ResolvedModel::resolve(model.clone(), resolve)?;
+    Ok(match (cache, mode) {
+        (Some(dir), BenchMode::Cached) => PreparedExecutionPlan::build_cached(
+            resolved,
+            PreparedCache::open(
+                dir,
+                PreparedModelPolicy::RequireComplete,
+                model,
+                resolve.cpu,
+            )?,
+        )?,
+        _ => PreparedExecutionPlan::build(resolved)?,
+    })
+}
+
+/// Measures `mode` in a fresh session over `plan` running `inputs`;
+/// returns the report, the session and its context.
+fn measure_fresh(
+    mode: BenchMode,
+    plan: PreparedExecutionPlan,
+    model: &Model,
+    options: &SessionOptions,
+    inputs: &[(String, Tensor)],
+) -> Result<(ModeReport, RuntimeSession, RuntimeContext), Error> {
+    let source = open_source(model, options)?;
+    let session = RuntimeSession::with_source(plan, source.clone(), options.clone())?;
+    let mut ctx = RuntimeContext::new(&session);
+    for (name, value) in inputs {
+        ctx.set_input(name, value.clone())?;
+    }
+    let (row, ctx) = measure(mode, &session, &*source, ctx)?;
+    Ok((row, session, ctx))
+}
+
+/// The payload source a session over `model` reads through, as
+/// [`RuntimeSession::new`] opens it: mapped under
+/// [`SessionOptions::map_weights`], else read.
+fn open_source(model: &Model, options: &SessionOptions) -> Result<Arc<dyn PayloadSource>, Error> {
+    Ok(if options.map_weights() {
+        Arc::new(MmapSource::open(model)?)
+    } else {
+        Arc::new(FileSource::open(model)?)
     })
 }
 
