@@ -15,8 +15,8 @@
 //! printed: the time to read the whole file after the advice against a warm
 //! read.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::io::Read;
 use std::path::Path;
@@ -58,7 +58,7 @@ fn cold_start(c: &mut Criterion) {
          ({:.1}x)",
         cold_read.as_secs_f64() / warm_read.as_secs_f64()
     );
-    let inputs = common::tiny_llm_prefill(128);
+    let inputs = support::tiny_llm_prefill(128);
     // One pool for every session (sessions share it), so thread start-up
     // is not measured either.
     let pool = Arc::new(WorkerPool::new(WorkerPoolOptions {

@@ -413,6 +413,18 @@ OnnxpError *onnxp_options_create(OnnxpOptions **out);
 // `options` is NULL or made by `onnxp_options_create` and not released.
 void onnxp_options_release(OnnxpOptions *options);
 
+// Sets `threads` threads per run in all, as the CLI's `--threads` and
+// Python's `intra_op_num_threads` count them: the thread that runs the
+// inference and `threads - 1` CPU workers helping its kernels (at least
+// one worker is started, for prepacks); kernels use at most `threads`
+// threads.
+//
+// Thread safety: not with other calls on the same options.
+//
+// # Safety
+// `options` is NULL or live.
+OnnxpError *onnxp_options_set_thread_count(OnnxpOptions *options, size_t threads);
+
 // Sets the number of CPU workers of the session's pool (kernels and
 // prepacks; at least 1) and the most threads one kernel uses, the calling
 // thread included (`intra_op_threads`; 0: the caller plus every CPU
@@ -422,6 +434,15 @@ void onnxp_options_release(OnnxpOptions *options);
 //
 // # Safety
 // `options` is NULL or live.
+OnnxpError *onnxp_options_set_workers(OnnxpOptions *options,
+                                      size_t cpu_workers,
+                                      size_t intra_op_threads);
+
+// Deprecated name of [`onnxp_options_set_workers`] (same arguments and
+// meaning: CPU workers, not threads in all).
+//
+// # Safety
+// As [`onnxp_options_set_workers`].
 OnnxpError *onnxp_options_set_threads(OnnxpOptions *options,
                                       size_t cpu_threads,
                                       size_t intra_op_threads);

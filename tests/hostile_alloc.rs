@@ -4,16 +4,17 @@
 //! large inputs, a huge folded constant), a 40-input `Concat` and `Max`
 //! through both executors.
 
+mod support;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use onnx_prepared::arena::{ArenaError, BudgetLimits, Domain};
 use onnx_prepared::exec::{DirectReplay, DirectReplayOptions};
-use onnx_prepared::model::proto::tensor_shape_proto::{Dimension, dimension};
 use onnx_prepared::model::proto::{
     AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto, attribute_proto, type_proto,
+    ValueInfoProto, attribute_proto,
 };
 use onnx_prepared::model::{FileSource, Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
@@ -74,28 +75,7 @@ fn assert_nothing_large_was_allocated() {
 /// A graph value of element type `elem` (1 = f32, 7 = i64) with `dims`
 /// (`Ok(n)` fixed, `Err(name)` symbolic); no shape when `dims` is `None`.
 fn value(name: &str, elem: i32, dims: Option<&[Result<i64, &str>]>) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(elem),
-                shape: dims.map(|dims| TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|d| Dimension {
-                            value: Some(match d {
-                                Ok(n) => dimension::Value::DimValue(*n),
-                                Err(p) => dimension::Value::DimParam((*p).into()),
-                            }),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    support::tensor_value(name, elem, dims)
 }
 
 fn node(op: &str, inputs: &[&str], output: &str, attrs: Vec<AttributeProto>) -> NodeProto {

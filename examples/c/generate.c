@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
     atomic_int callbacks = 0;
 
     TRY(onnxp_options_create(&options));
-    TRY(onnxp_options_set_threads(options, 1, 1));
+    TRY(onnxp_options_set_workers(options, 1, 1));
     TRY(onnxp_options_set_io_workers(options, 1));
     TRY(onnxp_session_open(argv[1], options, &session));
     onnxp_options_release(options); /* read by open, not kept */

@@ -12,7 +12,7 @@
 //! says which file's bytes the digest was computed from: change detection
 //! only, never the identity of an entry (that is the digest).
 //!
-//! Initializer `metadata_props`: the design's
+//! Initializer `metadata_props` (`docs/prepared-cache.md`): the design's
 //! `onnx_light.prepack.{source_lineage_digest, source_lineage, layout,
 //! device, kernel_abi, format_version}`, `onnx_prepared.payload_checksum`
 //! (`xxh3-128:<hex>`) and `onnx_prepared.requirement` (a readable name).

@@ -75,7 +75,7 @@ pub fn main(
 /// Decoding under a prepared-domain limit below the model's prepared
 /// bytes: each step evicts objects after their last use and restores them
 /// from the prepared cache (packed payloads: no source read, no prepack).
-/// The default limit (`limits` replace it) is the design's 5 MiB: below
+/// The default limit (`limits` replace it) is the 5 MiB of `docs/design.md`'s example: below
 /// the 8 MiB embedding, which is then read row by row from its source,
 /// and a quarter of the model; per step, what the residency did.
 fn offload_tiny_llm(

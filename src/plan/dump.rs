@@ -1,4 +1,4 @@
-//! Plan dumps (cold path): the design's task table as text, and a stable
+//! Plan dumps (cold path): the task table of `docs/design.md` ("Scoped plan") as text, and a stable
 //! JSON form for scripts (`onnx-prepared plan MODEL --json`).
 
 use std::fmt::Write;
@@ -153,7 +153,7 @@ impl PlanDump {
         }
     }
 
-    /// The design's table: task, scope, resource, dependencies, result.
+    /// The task table of `docs/design.md`: task, scope, resource, dependencies, result.
     pub fn to_text(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(

@@ -118,7 +118,7 @@ impl Trace {
         self.events.with(|e| e.push(event));
     }
 
-    /// The design's arena table for run `run` (its cold steps, in order):
+    /// The arena table of `docs/design.md` ("Residency and memory limits") for run `run` (its cold steps, in order):
     /// per step, the plan work (the step's scope), live bytes per arena as
     /// it ended, and what residency did during it (objects evicted and
     /// restored since the previous step).

@@ -3,11 +3,11 @@
 //! to `DirectReplay`; `run` is `run_async` + `wait`; handles dropped or
 //! forgotten mid-run never leave a task touching freed memory.
 
-mod common;
+use crate::support;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::support::fixture;
 use onnx_prepared::arena::{BudgetLimits, Domain};
 use onnx_prepared::exec::{DirectReplay, DirectReplayOptions};
 use onnx_prepared::model::{
@@ -17,12 +17,6 @@ use onnx_prepared::model::{
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions, Status};
 use onnx_prepared_kernels::Tensor;
-
-fn fixture(name: &str) -> PathBuf {
-    let dir = onnx_prepared_fixtures::default_dir();
-    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
-    dir.join(format!("{name}.onnx"))
-}
 
 fn plan(name: &str) -> PreparedExecutionPlan {
     let model = Model::open(fixture(name)).unwrap();
@@ -41,7 +35,7 @@ fn inputs(name: &str) -> Vec<(String, Tensor)> {
             .collect()
     };
     match name {
-        "tiny-llm" => common::tiny_llm_prefill(8),
+        "tiny-llm" => support::tiny_llm_prefill(8),
         "many-small-nodes" => vec![(
             "x".to_owned(),
             Tensor::from_f32(MANY_DIMS.to_vec(), f32s(MANY_DIMS.iter().product(), 3)).unwrap(),

@@ -2,21 +2,16 @@
 //! prepacks per layout, the tiny-llm invocation chain, recipes, and no task
 //! for an unused initializer.
 
-mod common;
+use crate::support;
 
 use std::collections::HashMap;
 
+use crate::support::fixture;
 use onnx_prepared::model::{Model, Requirement, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::{
     PackedEntries, PreparedExecutionPlan, PreparedKey, Recipe, RequirementId, TaskId, TaskKind,
     TaskScope,
 };
-
-fn fixture(name: &str) -> std::path::PathBuf {
-    let dir = onnx_prepared_fixtures::default_dir();
-    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
-    dir.join(format!("{name}.onnx"))
-}
 
 fn plan(name: &str) -> PreparedExecutionPlan {
     let model = Model::open(fixture(name)).unwrap();
@@ -137,12 +132,12 @@ fn tiny_llm_has_four_packed_requirements_per_block_and_a_layer_chain() {
 
 #[test]
 fn unused_initializer_gets_no_task_and_stays_out_of_the_manifest() {
-    use common::{Init, write_data};
     use onnx_prepared::model::proto::{Message, ModelProto, TypeProto, ValueInfoProto, type_proto};
-    let dir = common::tempdir();
+    use support::{Init, write_data};
+    let dir = support::tempdir();
     write_data(dir.path(), "w.bin", 64);
     let mut model = ModelProto::decode(
-        &common::model_bytes(&[
+        &support::model_bytes(&[
             Init::external("used", &[8], &[("location", "w.bin")]),
             Init::external("unused", &[8], &[("location", "w.bin"), ("offset", "32")]),
         ])[..],

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::support::fixture;
 use onnx_prepared::model::proto::tensor_proto::DataType;
 use onnx_prepared::model::proto::{
     GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
@@ -14,12 +15,6 @@ use onnx_prepared::model::proto::{
 
 const MODES: [&str; 4] = ["eager", "streaming", "prepared", "hot"];
 const DOMAINS: [&str; 4] = ["preparation", "prepared", "execution", "io"];
-
-fn fixture(name: &str) -> PathBuf {
-    let dir = onnx_prepared_fixtures::default_dir();
-    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
-    dir.join(format!("{name}.onnx"))
-}
 
 fn cli(args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_onnx-prepared"))

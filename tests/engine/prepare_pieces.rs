@@ -4,7 +4,7 @@
 //! session that packs whole sources, and a piece whose bytes do not match
 //! the declared digest fails the weight with a typed error naming it.
 
-mod common;
+use crate::support;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -76,8 +76,8 @@ fn whole(model: &Path) -> RuntimeSession {
 
 #[test]
 fn a_large_weight_packed_from_pieces_matches_a_whole_packing_and_is_never_held_whole() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let whole = whole(&model);
     let read = open(&model, false, ChecksumPolicy::Strict);
     let mapped = open(&model, true, ChecksumPolicy::Strict);
@@ -99,9 +99,9 @@ fn a_large_weight_packed_from_pieces_matches_a_whole_packing_and_is_never_held_w
         // Every weight was read once while loading: nothing read twice.
         assert_eq!(s.preparation_stats().source_bytes_reread, 0, "{name}");
     }
-    let want = common::f32_bits(&common::run_tiny_llm(&whole));
-    assert_eq!(common::f32_bits(&common::run_tiny_llm(&read)), want);
-    assert_eq!(common::f32_bits(&common::run_tiny_llm(&mapped)), want);
+    let want = support::f32_bits(&support::run_tiny_llm(&whole));
+    assert_eq!(support::f32_bits(&support::run_tiny_llm(&read)), want);
+    assert_eq!(support::f32_bits(&support::run_tiny_llm(&mapped)), want);
 }
 
 /// The data file the LM head's weight lies in, its offset there and its
@@ -119,8 +119,8 @@ fn head_in_file(model: &Path) -> (std::path::PathBuf, u64, u64) {
 
 #[test]
 fn a_piece_that_does_not_match_its_digest_fails_the_weight() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let (data, offset, len) = head_in_file(&model);
     // A byte in the head's last piece: the packing has packed the others.
     let mut bytes = std::fs::read(&data).unwrap();
@@ -136,7 +136,7 @@ fn a_piece_that_does_not_match_its_digest_fails_the_weight() {
     );
     // Nothing of the failed weight stays: a run fails the same way.
     let mut ctx = onnx_prepared::RuntimeContext::new(&strict);
-    for (name, t) in common::tiny_llm_prefill(8) {
+    for (name, t) in support::tiny_llm_prefill(8) {
         ctx = ctx.with_input(&name, t).unwrap();
     }
     assert!(strict.run(ctx).is_err());
@@ -144,13 +144,13 @@ fn a_piece_that_does_not_match_its_digest_fails_the_weight() {
     // With checksums off the same bytes load and run.
     let off = open(&model, false, ChecksumPolicy::Off);
     off.prepare().unwrap();
-    assert!(!common::run_tiny_llm(&off).is_empty());
+    assert!(!support::run_tiny_llm(&off).is_empty());
 }
 
 #[test]
 fn a_data_file_cut_under_a_packing_is_a_short_read_naming_the_weight() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let (data, offset, len) = head_in_file(&model);
     // Cut inside the head's last quarter: its first pieces read and pack,
     // a later one comes up short.

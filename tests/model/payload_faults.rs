@@ -1,16 +1,16 @@
 //! The fault-injecting payload source: delays, failures, short reads and
 //! gates held by the test, each on the weight it was set for only.
 
-mod common;
+use crate::support;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{Init, tempdir, write_data, write_model};
 use onnx_prepared::model::{
     FaultInjectingSource, FileSource, Model, PayloadError, PayloadSource, ReadFault, read_to_vec,
 };
 use onnx_prepared::sync::{Arc, Latch, thread};
+use support::{Init, tempdir, write_data, write_model};
 
 /// Two external f32 [8] weights `a` and `b` in one data file.
 fn two_weights() -> (tempfile::TempDir, Model) {

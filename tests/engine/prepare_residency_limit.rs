@@ -8,7 +8,7 @@
 //! that may not evict what it cannot persist, fails with a typed error
 //! naming the domain, the need and the limit.
 
-mod common;
+use crate::support;
 
 use std::path::Path;
 
@@ -80,8 +80,8 @@ fn packed_requirements(session: &RuntimeSession) -> u64 {
 
 #[test]
 fn without_a_cache_evicted_objects_are_rebuilt_from_their_sources() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let reference = tokens(&open(&model, None, None, UnpersistedEviction::Rebuild)).unwrap();
     assert_eq!(reference.len(), TOKENS);
 
@@ -101,8 +101,8 @@ fn without_a_cache_evicted_objects_are_rebuilt_from_their_sources() {
 
 #[test]
 fn with_a_cache_evicted_objects_come_back_packed() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let cache = dir.path().join("cache");
     let reference = tokens(&open(&model, None, None, UnpersistedEviction::Rebuild)).unwrap();
 
@@ -158,8 +158,8 @@ fn with_a_cache_evicted_objects_come_back_packed() {
 /// evicted and restored as under 9 MiB.
 #[test]
 fn five_mib_serve_the_embedding_row_by_row() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let reference = tokens(&open(&model, None, None, UnpersistedEviction::Rebuild)).unwrap();
     let limit = 5 << 20;
     let session = open(&model, Some(limit), None, UnpersistedEviction::Rebuild);
@@ -197,8 +197,8 @@ fn five_mib_serve_the_embedding_row_by_row() {
 /// run: a typed error naming the domain and the limit.
 #[test]
 fn a_limit_below_the_largest_packed_object_is_a_typed_error() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let limit = 2 << 20;
     let session = open(&model, Some(limit), None, UnpersistedEviction::Rebuild);
     let err = tokens(&session).unwrap_err();
@@ -216,7 +216,7 @@ fn a_limit_below_the_largest_packed_object_is_a_typed_error() {
 #[test]
 fn a_packed_object_is_charged_before_it_is_packed() {
     use onnx_prepared_fixtures::{WriteMode, fixture_by_name, write_fixture};
-    let dir = common::tempdir();
+    let dir = support::tempdir();
     let fixture = fixture_by_name("gemm-transb0").expect("fixture");
     let model = write_fixture(dir.path(), &fixture, WriteMode::Verify).expect("writes")[0].clone();
     let a = onnx_prepared::Tensor::from_f32(vec![1, 256], vec![0.5; 256]).expect("tensor");
@@ -244,8 +244,8 @@ fn a_packed_object_is_charged_before_it_is_packed() {
 
 #[test]
 fn keep_never_evicts_what_the_cache_does_not_hold() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let session = open(&model, Some(LIMIT), None, UnpersistedEviction::Keep);
     let err = tokens(&session).unwrap_err();
     assert!(err.to_string().contains("prepared domain"), "{err}");
@@ -259,8 +259,8 @@ fn keep_never_evicts_what_the_cache_does_not_hold() {
 /// damaged and the object rebuilt from its sources — same tokens.
 #[test]
 fn a_payload_changed_after_its_check_is_checked_again() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let cache = dir.path().join("cache");
     let reference = tokens(&open(
         &model,
@@ -305,8 +305,8 @@ fn a_payload_changed_after_its_check_is_checked_again() {
 /// step ran; and evictions as the blocks go by.
 #[test]
 fn the_first_token_walks_the_design_s_arena_table() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let limit = 5 << 20;
     let session = RuntimeSession::open(
         &model,
@@ -362,8 +362,8 @@ fn the_smallest_limits_that_can_work_all_finish() {
     use std::sync::{Arc, mpsc};
     use std::time::Duration;
 
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let expected = tokens(&open(&model, None, None, UnpersistedEviction::Rebuild)).unwrap();
     let probe = open(&model, Some(5 << 20), None, UnpersistedEviction::Rebuild);
     assert_eq!(tokens(&probe).unwrap(), expected);

@@ -2,7 +2,7 @@
 //! persists every prepared object; a later session under require-complete
 //! reads no source byte, packs nothing and computes the same outputs.
 
-mod common;
+use crate::support;
 
 use std::path::Path;
 
@@ -19,13 +19,13 @@ fn options(cache: &Path, policy: PreparedModelPolicy) -> SessionOptions {
 
 #[test]
 fn a_complete_cache_replaces_every_read_and_prepack() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let cache = dir.path().join("cache");
 
     let reference = {
         let s = RuntimeSession::open(&model, SessionOptions::default()).unwrap();
-        common::run_tiny_llm(&s)
+        support::run_tiny_llm(&s)
     };
 
     // Under require-complete an empty cache fails before any inference,
@@ -42,7 +42,7 @@ fn a_complete_cache_replaces_every_read_and_prepack() {
         RuntimeSession::open(&model, options(&cache, PreparedModelPolicy::BuildIfMissing)).unwrap();
     let objects = first.plan().requirements().len();
     assert_eq!(missing.len(), objects);
-    assert_eq!(common::run_tiny_llm(&first), reference);
+    assert_eq!(support::run_tiny_llm(&first), reference);
     first.flush_cache();
     let stats = first.preparation_stats();
     assert!(stats.prepacks > 0 && stats.source_bytes_read > 0);
@@ -55,7 +55,7 @@ fn a_complete_cache_replaces_every_read_and_prepack() {
         options(&cache, PreparedModelPolicy::RequireComplete),
     )
     .unwrap();
-    assert_eq!(common::run_tiny_llm(&second), reference);
+    assert_eq!(support::run_tiny_llm(&second), reference);
     let stats = second.preparation_stats();
     assert_eq!(
         stats.source_bytes_read, 0,
@@ -83,8 +83,8 @@ fn a_complete_cache_replaces_every_read_and_prepack() {
 
 #[test]
 fn sessions_sharing_prepared_objects_hold_one_copy() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let sharing = SessionOptions::default()
         .with_cpu_workers(1)
         .with_io_workers(1)
@@ -93,7 +93,7 @@ fn sessions_sharing_prepared_objects_hold_one_copy() {
     first.prepare().unwrap();
     let weights = first.memory().domain(onnx_prepared::Domain::Prepared).live;
     assert!(weights > 0);
-    let reference = common::run_tiny_llm(&first);
+    let reference = support::run_tiny_llm(&first);
 
     let second = RuntimeSession::open(&model, sharing).unwrap();
     second.prepare().unwrap();
@@ -109,7 +109,7 @@ fn sessions_sharing_prepared_objects_hold_one_copy() {
         0,
         "the second session's weights cost no memory of its own"
     );
-    assert_eq!(common::run_tiny_llm(&second), reference);
+    assert_eq!(support::run_tiny_llm(&second), reference);
 
     // A session that does not share has objects of its own.
     let own = RuntimeSession::open(
@@ -129,5 +129,5 @@ fn sessions_sharing_prepared_objects_hold_one_copy() {
     // The objects outlive the session that built them while another holds
     // them.
     drop(first);
-    assert_eq!(common::run_tiny_llm(&second), reference);
+    assert_eq!(support::run_tiny_llm(&second), reference);
 }

@@ -5,12 +5,11 @@
 //! `ChecksumPolicy::Off` (the CLI's `--checksums off`). A digest that is
 //! not hex is refused at open.
 
-mod common;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::{Init, tempdir, write_data, write_model};
 use onnx_prepared::Error;
 use onnx_prepared::arena::MemoryBudget;
 use onnx_prepared::error::RunError;
@@ -25,6 +24,7 @@ use onnx_prepared::plan::{PreparedExecutionPlan, TaskKind};
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 use onnx_prepared_fixtures::{GEMM_CHAIN, WriteMode, gemm_fixtures, write_fixture};
 use onnx_prepared_kernels::Tensor;
+use support::{Init, tempdir, write_data, write_model};
 
 /// The weight whose bytes the tests change.
 const TAMPERED: &str = "chain1.weight";

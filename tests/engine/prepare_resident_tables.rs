@@ -5,7 +5,7 @@
 //! resident, and a data file cut under a running session is a typed error,
 //! not a crash.
 
-mod common;
+use crate::support;
 
 use onnx_prepared::arena::Domain;
 use onnx_prepared::{ErrorKind, RuntimeContext, RuntimeSession, SessionOptions, Tensor};
@@ -31,7 +31,7 @@ fn run_ids(
     ids: &[i64],
 ) -> Result<Vec<(String, Tensor)>, onnx_prepared::Error> {
     let mut ctx = RuntimeContext::new(session);
-    for (name, t) in common::tiny_llm_prefill(ids.len()) {
+    for (name, t) in support::tiny_llm_prefill(ids.len()) {
         let t = if name == "input_ids" {
             Tensor::from_i64(t.shape().to_vec(), ids.to_vec()).unwrap()
         } else {
@@ -44,8 +44,8 @@ fn run_ids(
 
 #[test]
 fn a_gathered_embedding_is_served_by_rows_with_identical_outputs() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let rows = open(&model, true);
     let resident = open(&model, false);
     // Two runs of consecutive ids (one read) and one of scattered, repeated
@@ -56,8 +56,8 @@ fn a_gathered_embedding_is_served_by_rows_with_identical_outputs() {
     ];
     for ids in ids {
         assert_eq!(
-            common::f32_bits(&run_ids(&rows, ids).unwrap()),
-            common::f32_bits(&run_ids(&resident, ids).unwrap()),
+            support::f32_bits(&run_ids(&rows, ids).unwrap()),
+            support::f32_bits(&run_ids(&resident, ids).unwrap()),
             "{ids:?}"
         );
     }
@@ -97,12 +97,12 @@ fn a_gathered_embedding_is_served_by_rows_with_identical_outputs() {
 
 #[test]
 fn a_data_file_cut_under_a_served_table_is_a_typed_error() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let data = model.with_extension("data");
     let session = open(&model, true);
     let ids = [3, 1, 4, 1, 5, 9, 2, 6];
-    let want = common::f32_bits(&run_ids(&session, &ids).unwrap());
+    let want = support::f32_bits(&run_ids(&session, &ids).unwrap());
 
     // Every other weight is resident; only the embedding's rows are read
     // from the file now.
@@ -119,5 +119,5 @@ fn a_data_file_cut_under_a_served_table_is_a_typed_error() {
 
     // The same bytes back: the session serves the rows again.
     std::fs::write(&data, &bytes).unwrap();
-    assert_eq!(common::f32_bits(&run_ids(&session, &ids).unwrap()), want);
+    assert_eq!(support::f32_bits(&run_ids(&session, &ids).unwrap()), want);
 }

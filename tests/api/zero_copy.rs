@@ -2,7 +2,7 @@
 //! `map_weights` maps the external data and uses aligned weights without a
 //! read buffer, copy or decode, and computes bit-identical outputs.
 
-mod common;
+use crate::support;
 
 use onnx_prepared::cache::PreparedModelPolicy;
 use onnx_prepared::model::{MmapSource, PayloadSource};
@@ -60,22 +60,22 @@ fn sources(session: &RuntimeSession) -> Vec<(String, Tensor)> {
 
 #[test]
 fn mapped_weights_are_used_in_place_with_identical_outputs() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
 
     let owned = RuntimeSession::open(&model, options(false)).unwrap();
     owned.prepare().unwrap();
-    let reference = common::run_tiny_llm(&owned);
+    let reference = support::run_tiny_llm(&owned);
     // Read, every source has its own buffer.
     assert_eq!(sharing(&sources(&owned)), 0);
 
     let mapped = RuntimeSession::open(&model, options(true)).unwrap();
     mapped.prepare().unwrap();
-    let outputs = common::run_tiny_llm(&mapped);
+    let outputs = support::run_tiny_llm(&mapped);
     assert_eq!(bits(&outputs), bits(&reference));
     assert_eq!(outputs, reference);
     // A second (hot) run agrees too.
-    assert_eq!(bits(&common::run_tiny_llm(&mapped)), bits(&reference));
+    assert_eq!(bits(&support::run_tiny_llm(&mapped)), bits(&reference));
 
     // The embedding (f16, external, aligned) is used in place, and equals
     // the decoded one element for element.
@@ -116,8 +116,8 @@ fn mapped_weights_are_used_in_place_with_identical_outputs() {
 #[test]
 fn released_pages_read_the_same_bytes_again() {
     use onnx_prepared::model::PayloadSource;
-    let dir = common::tempdir();
-    let model = Model::open(common::tiny_llm_in(dir.path())).unwrap();
+    let dir = support::tempdir();
+    let model = Model::open(support::tiny_llm_in(dir.path())).unwrap();
     let source = MmapSource::open(&model).unwrap();
     let on_disk = std::fs::read(dir.path().join("tiny-llm.data")).expect("the data file");
     for weight in model.weights().iter().filter(|w| w.is_external()) {
@@ -139,8 +139,8 @@ fn released_pages_read_the_same_bytes_again() {
 
 #[test]
 fn unsuitable_bytes_fall_back_to_a_decoded_copy() {
-    let dir = common::tempdir();
-    let model = Model::open(common::tiny_llm_in(dir.path())).unwrap();
+    let dir = support::tempdir();
+    let model = Model::open(support::tiny_llm_in(dir.path())).unwrap();
     let source = MmapSource::open(&model).unwrap();
     let embed = model
         .weights()
@@ -168,8 +168,8 @@ fn unsuitable_bytes_fall_back_to_a_decoded_copy() {
 
 #[test]
 fn a_cached_session_uses_its_source_tensors_in_place() {
-    let dir = common::tempdir();
-    let model = common::tiny_llm_in(dir.path());
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
     let cache = dir.path().join("cache");
     let cached = |policy| {
         options(false)
@@ -177,13 +177,13 @@ fn a_cached_session_uses_its_source_tensors_in_place() {
             .with_cache_policy(policy)
     };
     let first = RuntimeSession::open(&model, cached(PreparedModelPolicy::BuildIfMissing)).unwrap();
-    let reference = common::run_tiny_llm(&first);
+    let reference = support::run_tiny_llm(&first);
     first.flush_cache();
     drop(first);
 
     let second =
         RuntimeSession::open(&model, cached(PreparedModelPolicy::RequireComplete)).unwrap();
-    assert_eq!(bits(&common::run_tiny_llm(&second)), bits(&reference));
+    assert_eq!(bits(&support::run_tiny_llm(&second)), bits(&reference));
     let held = sources(&second);
     assert!(!held.is_empty());
     // Every source tensor lies in a mapped payload (tiny-llm has no bool or
@@ -208,7 +208,7 @@ fn mapped_weights_are_checked_against_their_digest() {
     use onnx_prepared::{ChecksumPolicy, Error};
     use onnx_prepared_fixtures::{GEMM_CHAIN, WriteMode, gemm_fixtures, write_fixture};
     // gemm-chain: every external weight declares a `sha256:` digest.
-    let dir = common::tempdir();
+    let dir = support::tempdir();
     let fixture = gemm_fixtures()
         .into_iter()
         .find(|f| f.name == GEMM_CHAIN)
@@ -257,10 +257,10 @@ fn mapped_weights_are_checked_against_their_digest() {
 
 #[test]
 fn a_session_decodes_what_it_cannot_use_in_place() {
-    use common::{Init, model_bytes, write_data};
     use onnx_prepared::model::proto::tensor_proto::DataType;
     use onnx_prepared::model::proto::{Message, ModelProto, TypeProto, ValueInfoProto, type_proto};
-    let dir = common::tempdir();
+    use support::{Init, model_bytes, write_data};
+    let dir = support::tempdir();
     write_data(dir.path(), "w.bin", 256);
     // f32 at offset 2 (misaligned), bool, and f32 at an aligned offset,
     // each the input of an Identity whose output is a graph output.

@@ -3,39 +3,20 @@
 //! attribute, the expected and the stored type), and a model that imports
 //! one operator-set domain twice is refused when it is opened.
 
-mod common;
+use crate::support;
 
 use onnx_prepared::Error;
 use onnx_prepared::error::ResolveError;
 use onnx_prepared::model::proto::attribute_proto::AttributeType;
-use onnx_prepared::model::proto::tensor_shape_proto::{Dimension, dimension};
 use onnx_prepared::model::proto::{
     AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto, type_proto,
+    ValueInfoProto,
 };
 use onnx_prepared::model::{Model, ModelError, ResolveOptions, ResolvedModel};
 use onnx_prepared_kernels::KernelError;
 
 fn value(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(dimension::Value::DimValue(d)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    support::tensor_value(name, 1, Some(&support::fixed(dims)))
 }
 
 fn int(name: &str, v: i64) -> AttributeProto {
@@ -104,7 +85,7 @@ fn model(op: &str, attrs: Vec<AttributeProto>, opsets: Vec<OperatorSetIdProto>) 
 }
 
 fn open(model: &ModelProto) -> Result<Model, Error> {
-    let dir = common::tempdir();
+    let dir = support::tempdir();
     let path = dir.path().join("m.onnx");
     std::fs::write(&path, model.encode_to_vec()).unwrap();
     Ok(Model::open(&path)?)

@@ -4,7 +4,7 @@
 //! typed error (require-complete), and outputs always equal an uncached
 //! session's.
 
-mod common;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 
@@ -50,7 +50,7 @@ fn options(cache: &Path, policy: Policy) -> SessionOptions {
 
 fn try_run(session: &RuntimeSession) -> Result<Outputs, ExecutionError> {
     let mut ctx = RuntimeContext::new(session);
-    for (name, t) in common::tiny_llm_prefill(8) {
+    for (name, t) in support::tiny_llm_prefill(8) {
         ctx = ctx.with_input(&name, t).unwrap();
     }
     Ok(session.run(ctx)?.outputs().to_vec())
@@ -99,8 +99,8 @@ fn edit_entry(fx: &Fixture, f: impl FnOnce(&mut TensorProto)) {
 /// Builds the complete cache (build-if-missing, then checked complete) and
 /// picks the target entry.
 fn fixture() -> Fixture {
-    let root = common::tempdir();
-    let model = common::tiny_llm_in(root.path());
+    let root = support::tempdir();
+    let model = support::tiny_llm_in(root.path());
     let cache = root.path().join("c").join("cache");
     let reference =
         try_run(&RuntimeSession::open(&model, SessionOptions::default()).unwrap()).unwrap();

@@ -5,7 +5,7 @@
 //! without reading another byte; a failed read fails exactly what depends
 //! on it.
 
-mod common;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -81,7 +81,7 @@ fn check_prepared(path: &Path, s: &PreparedExecutionState, source: &dyn PayloadS
     let read = source.counters().total();
     assert_eq!(read, external_bytes(path), "each weight read once");
 
-    let owned = common::tiny_llm_prefill(8);
+    let owned = support::tiny_llm_prefill(8);
     let inputs: Vec<(&str, &Tensor)> = owned.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let got = s.run(&mut InvocationState::default(), &inputs).unwrap();
     assert_eq!(got, direct(path, &inputs), "bit for bit");
@@ -348,7 +348,7 @@ fn tasks_after_an_on_demand_run_read_nothing() {
     let model = Model::open(&path).unwrap();
     let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
     let s = state(&path, source.clone());
-    let owned = common::tiny_llm_prefill(8);
+    let owned = support::tiny_llm_prefill(8);
     let inputs: Vec<(&str, &Tensor)> = owned.iter().map(|(n, t)| (n.as_str(), t)).collect();
     s.run(&mut InvocationState::default(), &inputs).unwrap();
     let read = source.counters().total();

@@ -7,12 +7,12 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::support;
 use onnx_prepared::arena::{BudgetLimits, Domain};
 use onnx_prepared::model::proto::tensor_proto::{DataLocation, DataType};
-use onnx_prepared::model::proto::tensor_shape_proto::{Dimension, dimension};
 use onnx_prepared::model::proto::{
     GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
-    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, type_proto,
+    TensorProto, ValueInfoProto,
 };
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 use onnx_prepared::{ErrorKind, Tensor};
@@ -28,28 +28,7 @@ fn element(r: usize, c: usize) -> f32 {
 }
 
 fn value(name: &str, elem: DataType, dims: &[Result<i64, &str>]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(elem as i32),
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|d| Dimension {
-                            value: Some(match d {
-                                Ok(n) => dimension::Value::DimValue(*n),
-                                Err(s) => dimension::Value::DimParam((*s).into()),
-                            }),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    support::tensor_value(name, elem as i32, Some(dims))
 }
 
 /// The table's bytes: `ROWS × WIDTH` little-endian f32.

@@ -4,7 +4,7 @@
 //! second session under require-complete reads no source byte, packs
 //! nothing and computes identical outputs.
 
-mod common;
+use crate::support;
 
 use std::path::Path;
 
@@ -28,7 +28,7 @@ fn run(session: &RuntimeSession) -> Vec<(String, Tensor)> {
 
 #[test]
 fn a_complete_cache_serves_every_real_model() {
-    let all = common::real_models();
+    let all = support::real_models();
     assert!(all.len() >= 27, "{} models", all.len());
     let cache = tempfile::tempdir().unwrap();
     for path in &all {

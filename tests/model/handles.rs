@@ -3,17 +3,17 @@
 //! of the model's folder, a FIFO, another file) is never read, and a data
 //! file that is not a regular file is a typed error at open, not a hang.
 
-mod common;
+use crate::support;
 
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{Init, tempdir, write_data, write_model};
 use onnx_prepared::Error;
 use onnx_prepared::model::{
     ExternalDataError as X, FileSource, MmapSource, Model, PayloadSource, read_to_vec,
 };
+use support::{Init, tempdir, write_data, write_model};
 
 /// A [2, 4] f32 tensor: 32 bytes.
 const DIMS: &[i64] = &[2, 4];

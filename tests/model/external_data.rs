@@ -1,15 +1,15 @@
 //! Model::open validates every `external_data` entry, each failure its own
 //! typed error naming the tensor, and reads no payload byte doing so.
 
-mod common;
+use crate::support;
 
-use common::{Init, tempdir, write_data, write_model};
 use onnx_prepared::Error;
 use onnx_prepared::model::proto::tensor_proto::{DataLocation, DataType};
 use onnx_prepared::model::{
     Checksum, ExternalDataError as X, FileSource, Model, ModelError as M, PayloadSource,
     WeightSource, read_to_vec,
 };
+use support::{Init, tempdir, write_data, write_model};
 
 /// A [2, 4] f32 tensor: 32 bytes.
 const DIMS: &[i64] = &[2, 4];
@@ -126,7 +126,7 @@ fn hugging_face_cache_layout_loads() {
     write_data(&blobs, "3f2a", BYTES);
     std::fs::write(
         blobs.join("9c1b"),
-        common::model_bytes(&ext(&[("location", "model.data")])),
+        support::model_bytes(&ext(&[("location", "model.data")])),
     )
     .unwrap();
     std::os::unix::fs::symlink("../../blobs/9c1b", snap.join("model.onnx")).unwrap();

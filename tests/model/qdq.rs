@@ -3,11 +3,11 @@
 //! object: it becomes one object in the MatMulNBits layout, and the result
 //! equals dequantize-then-matmul computed here in f64.
 
-mod common;
+use crate::support;
 
 use onnx_prepared::model::proto::{
     AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TypeProto, ValueInfoProto, attribute_proto, type_proto,
+    ValueInfoProto, attribute_proto,
 };
 use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
@@ -29,27 +29,7 @@ fn int_attr(name: &str, v: i64) -> AttributeProto {
 }
 
 fn value(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(onnx_prepared::model::proto::TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| onnx_prepared::model::proto::tensor_shape_proto::Dimension {
-                            value: Some(
-                                onnx_prepared::model::proto::tensor_shape_proto::dimension::Value::DimValue(d),
-                            ),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    support::tensor_value(name, 1, Some(&support::fixed(dims)))
 }
 
 /// The 4-bit value of element `i` (in [-8, 7] signed, [0, 15] unsigned).
@@ -136,7 +116,7 @@ fn model(signed: bool, zero_points: bool) -> ModelProto {
 #[test]
 fn qdq_weights_become_prepacked_objects() {
     for (signed, zero_points) in [(true, false), (true, true), (false, true), (false, false)] {
-        let dir = common::tempdir();
+        let dir = support::tempdir();
         let path = dir.path().join("qdq.onnx");
         std::fs::write(&path, model(signed, zero_points).encode_to_vec()).unwrap();
         let resolved =

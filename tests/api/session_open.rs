@@ -3,21 +3,16 @@
 //! `RuntimeSession::new`: the same plan and the same outputs as those four
 //! calls, and the errors of the step that failed.
 
-mod common;
+use crate::support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use crate::support::fixtures;
 use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::{PlanDump, PreparedExecutionPlan};
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 use onnx_prepared::{Error, ErrorKind};
 use onnx_prepared_kernels::{CpuFeatures, Tensor};
-
-fn fixtures() -> PathBuf {
-    let dir = onnx_prepared_fixtures::default_dir();
-    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
-    dir
-}
 
 /// Deterministic kernels: one thread per parallel region in both sessions.
 fn options(cpu: CpuFeatures) -> SessionOptions {
@@ -83,7 +78,7 @@ fn open_matches_the_four_calls_on_gemm_chain() {
 #[test]
 fn open_matches_the_four_calls_on_tiny_llm() {
     let path = fixtures().join("tiny-llm.onnx");
-    let inputs = common::tiny_llm_prefill(4);
+    let inputs = support::tiny_llm_prefill(4);
     assert_same(&path, CpuFeatures::detect(), &inputs);
 }
 
@@ -98,7 +93,7 @@ fn open_uses_the_session_options_resolve() {
 
 #[test]
 fn open_fails_like_model_open() {
-    let dir = common::tempdir();
+    let dir = support::tempdir();
     let missing = dir.path().join("missing.onnx");
     let opened = RuntimeSession::open(&missing, SessionOptions::default()).unwrap_err();
     let direct = Error::from(Model::open(&missing).unwrap_err());

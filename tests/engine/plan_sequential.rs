@@ -2,10 +2,11 @@
 //! store: DirectReplay's outputs bit for bit, steps that wait for exactly
 //! their requirements, unused weights never read, preparation bytes returned.
 
-mod common;
+use crate::support;
 
 use std::sync::Arc;
 
+use crate::support::fixture;
 use onnx_prepared::Error;
 use onnx_prepared::arena::{Domain, MemoryBudget};
 use onnx_prepared::exec::{
@@ -17,12 +18,6 @@ use onnx_prepared::model::{
 };
 use onnx_prepared::plan::PreparedExecutionPlan;
 use onnx_prepared_kernels::{CpuFeatures, Tensor};
-
-fn fixture(name: &str) -> std::path::PathBuf {
-    let dir = onnx_prepared_fixtures::default_dir();
-    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
-    dir.join(format!("{name}.onnx"))
-}
 
 fn state(path: &std::path::Path, source: Arc<dyn PayloadSource>) -> PreparedExecutionState {
     let model = Model::open(path).unwrap();
@@ -90,7 +85,7 @@ fn tiny_llm_matches_direct_replay_and_loads_layer_by_layer() {
     let file = FileSource::open(&model).unwrap();
     let source: Arc<dyn PayloadSource> = Arc::new(file);
     let s = state(&path, source.clone());
-    let owned = common::tiny_llm_prefill(8);
+    let owned = support::tiny_llm_prefill(8);
     let inputs: Vec<(&str, &Tensor)> = owned.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let mut inv = InvocationState::default();
     let got = s.run(&mut inv, &inputs).unwrap();
@@ -113,12 +108,12 @@ fn tiny_llm_matches_direct_replay_and_loads_layer_by_layer() {
 
 #[test]
 fn unused_initializer_is_never_read() {
-    use common::{Init, write_data};
     use onnx_prepared::model::proto::{Message, ModelProto, TypeProto, ValueInfoProto, type_proto};
-    let dir = common::tempdir();
+    use support::{Init, write_data};
+    let dir = support::tempdir();
     write_data(dir.path(), "w.bin", 64);
     let mut proto = ModelProto::decode(
-        &common::model_bytes(&[
+        &support::model_bytes(&[
             Init::external("used", &[8], &[("location", "w.bin")]),
             Init::external("unused", &[8], &[("location", "w.bin"), ("offset", "32")]),
         ])[..],

@@ -1,7 +1,7 @@
 //! DirectReplay: typed input errors, re-lowering on new shapes, shared
 //! weights packed per layout, and a hot path that allocates nothing per node.
 
-mod common;
+mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use onnx_prepared::exec::{DirectReplay, DirectReplayOptions};
 use onnx_prepared::model::{FileSource, Model, PayloadSource};
 use onnx_prepared::{Error, ErrorKind};
 use onnx_prepared_kernels::{CpuFeatures, Tensor};
+use support::fixture;
 
 /// Counts allocations made by the current thread (other test threads do not
 /// disturb the count).
@@ -50,12 +51,6 @@ fn allocations_during(f: impl FnOnce()) -> u64 {
     let before = ALLOCS.with(|c| c.get());
     f();
     ALLOCS.with(|c| c.get()) - before
-}
-
-fn fixture(name: &str) -> std::path::PathBuf {
-    let dir = onnx_prepared_fixtures::default_dir();
-    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
-    dir.join(format!("{name}.onnx"))
 }
 
 fn replay(name: &str, threads: usize) -> DirectReplay {
@@ -240,7 +235,7 @@ fn unsupported_operators_are_listed_together() {
         }),
         ..Default::default()
     };
-    let dir = common::tempdir();
+    let dir = support::tempdir();
     let path = dir.path().join("dft.onnx");
     std::fs::write(&path, model.encode_to_vec()).unwrap();
     let model = Model::open(&path).unwrap();

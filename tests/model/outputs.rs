@@ -2,13 +2,13 @@
 //! payload manifest and every way of running returns its values —
 //! streaming, after `prepare`, and direct replay.
 
-mod common;
+use crate::support;
 
 use onnx_prepared::exec::{DirectReplay, DirectReplayOptions};
 use onnx_prepared::model::proto::tensor_proto::DataLocation;
 use onnx_prepared::model::proto::{
     GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
-    TensorProto, TypeProto, ValueInfoProto, type_proto,
+    TensorProto, ValueInfoProto,
 };
 use onnx_prepared::model::{FileSource, Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
@@ -19,17 +19,7 @@ use std::sync::Arc;
 const W: [f32; 6] = [1.5, -2.0, 0.25, 8.0, -0.5, 3.0];
 
 fn value(name: &str) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: None,
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    support::tensor_value(name, 1, None)
 }
 
 /// How the graph holds the external weight output `w`.
@@ -159,7 +149,7 @@ fn run(session: &RuntimeSession, shape: Shape) -> Vec<(String, Tensor)> {
 #[test]
 fn an_external_weight_output_streams() {
     for shape in SHAPES {
-        let dir = common::tempdir();
+        let dir = support::tempdir();
         let path = write_model(dir.path(), shape);
         let s = session(&path);
         assert_eq!(run(&s, shape), expected(shape), "cold, {shape:?}");
@@ -170,7 +160,7 @@ fn an_external_weight_output_streams() {
 #[test]
 fn an_external_weight_output_runs_after_prepare() {
     for shape in SHAPES {
-        let dir = common::tempdir();
+        let dir = support::tempdir();
         let path = write_model(dir.path(), shape);
         let s = session(&path);
         s.prepare().unwrap();
@@ -182,7 +172,7 @@ fn an_external_weight_output_runs_after_prepare() {
 #[test]
 fn an_external_weight_output_runs_in_direct_replay() {
     for shape in SHAPES {
-        let dir = common::tempdir();
+        let dir = support::tempdir();
         let path = write_model(dir.path(), shape);
         let model = Model::open(&path).unwrap();
         let source = FileSource::open(&model).unwrap();

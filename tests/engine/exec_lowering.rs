@@ -5,13 +5,13 @@
 //! there leave their output in the input's buffer without a copy, and a
 //! hot run reads the caller's inputs in place.
 
-mod common;
+use crate::support;
 
 use onnx_prepared::Error;
 use onnx_prepared::error::ResolveError;
 use onnx_prepared::model::proto::{
     AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TypeProto, ValueInfoProto, attribute_proto, type_proto,
+    ValueInfoProto, attribute_proto,
 };
 use onnx_prepared::model::{Model, ResolveOptions, ResolvedModel};
 use onnx_prepared::plan::PreparedExecutionPlan;
@@ -19,17 +19,7 @@ use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
 use onnx_prepared_kernels::{Tensor, TensorData};
 
 fn value(name: &str, elem_type: i32) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(elem_type),
-                shape: None,
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    support::tensor_value(name, elem_type, None)
 }
 
 fn node(
@@ -97,7 +87,7 @@ fn session_with_outputs(
         }),
         ..Default::default()
     };
-    let dir = common::tempdir();
+    let dir = support::tempdir();
     let path = dir.path().join("m.onnx");
     std::fs::write(&path, model.encode_to_vec()).unwrap();
     let resolved =

@@ -9,32 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use onnx_prepared::model::proto::tensor_shape_proto::{Dimension, dimension};
+use crate::support;
 use onnx_prepared::model::proto::{
-    GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto,
-    ValueInfoProto, type_proto,
+    GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, ValueInfoProto,
 };
 
 fn value(name: &str, dims: Option<&[i64]>) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: dims.map(|dims| TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&n| Dimension {
-                            value: Some(dimension::Value::DimValue(n)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    support::tensor_value(name, 1, dims.map(support::fixed).as_deref())
 }
 
 /// `y = Relu(x)` with `x: [dims]`.

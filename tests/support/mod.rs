@@ -1,4 +1,5 @@
-//! Small hand-built models for the model-loading tests.
+//! What the test binaries share: the default fixture models, small
+//! hand-built models for the model-loading tests, tiny-llm inputs and runs.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -192,4 +193,56 @@ pub fn real_models() -> Vec<PathBuf> {
         .collect();
     out.sort();
     out
+}
+
+/// The default fixtures' folder, with every fixture written (verified when
+/// already there).
+pub fn fixtures() -> PathBuf {
+    let dir = onnx_prepared_fixtures::default_dir();
+    onnx_prepared_fixtures::ensure_all(&dir).expect("fixtures");
+    dir
+}
+
+/// The default fixture `name` (`gemm-chain`, `tiny-llm`, ...).
+pub fn fixture(name: &str) -> PathBuf {
+    fixtures().join(format!("{name}.onnx"))
+}
+
+/// A tensor graph input or output `name` of ONNX element type `elem`
+/// (`1`: float) with `dims` (`Ok(n)` fixed, `Err(name)` symbolic; `None`:
+/// no shape).
+pub fn tensor_value(
+    name: &str,
+    elem: i32,
+    dims: Option<&[Result<i64, &str>]>,
+) -> onnx_prepared::model::proto::ValueInfoProto {
+    use onnx_prepared::model::proto::tensor_shape_proto::{Dimension, dimension};
+    use onnx_prepared::model::proto::{TensorShapeProto, TypeProto, ValueInfoProto, type_proto};
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: dims.map(|dims| TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|d| Dimension {
+                            value: Some(match d {
+                                Ok(n) => dimension::Value::DimValue(*n),
+                                Err(p) => dimension::Value::DimParam((*p).into()),
+                            }),
+                            ..Default::default()
+                        })
+                        .collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Fixed dims for [`tensor_value`].
+pub fn fixed(dims: &[i64]) -> Vec<Result<i64, &'static str>> {
+    dims.iter().map(|&n| Ok(n)).collect()
 }

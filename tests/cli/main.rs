@@ -1,0 +1,10 @@
+//! Tests of the `onnx-prepared` binary: bench, cache, generate, inspect, hostile arguments.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bench;
+mod cache;
+mod generate;
+mod hostile;
+mod inspect;

@@ -1,0 +1,14 @@
+//! Tests of the model layer: metadata-only loading, external data, payload sources, checksums, resolution.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod attributes;
+mod checksums;
+mod external_data;
+mod handles;
+mod hostile_files;
+mod outputs;
+mod payload_faults;
+mod qdq;
+mod tiny_llm;
