@@ -103,7 +103,7 @@ pub enum RunError {
     #[error(transparent)]
     Prepare(#[from] PrepareError),
     /// Opening or resolving the model failed (an executor that loads its
-    /// own model: [`DirectReplay`](super::DirectReplay)).
+    /// own model: `DirectReplay`).
     #[error(transparent)]
     Load(#[from] LoadError),
     /// The plan cannot be built.

@@ -1,7 +1,7 @@
 //! What the scheduler knows of a task: its id, the workers that run it and
 //! its priority. Plans number their tasks with these ids.
 
-/// Index of a task in its graph (a plan's task table, or a [`TaskGraph`](super::TaskGraph)).
+/// Index of a task in its graph (a plan's task table, or a scheduler `TaskGraph`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TaskId(pub u32);
 
