@@ -26,7 +26,7 @@ use onnx_prepared_kernels::{
 use onnx_prepared_proto::NodeProto;
 use sha2::{Digest, Sha256};
 
-use super::probe::{ProbeView, embedded_tensor, hash_source, probe_evaluate};
+use super::probe::{Known, ProbeView, embedded_tensor, hash_source, probe_evaluate};
 use super::{
     InlineId, Operand, PreparedKey, Requirement, RequirementIndex, ResolveOptions, ResolvedNode,
     SOURCE_LAYOUT, ValueId, scope_of,
@@ -36,17 +36,6 @@ use crate::model::{
     Dim, GraphInput, LoadError, Model, NodeAttributes, ResolveError, UnsupportedOperator, WeightId,
     WeightSource,
 };
-
-/// What resolution knows about a name.
-#[derive(Clone)]
-pub(super) enum Known {
-    /// A graph input or node output, with its probed type and shape.
-    Value(ValueId, ElementType, Vec<usize>),
-    /// An inline constant.
-    Inline(InlineId),
-    /// An initializer not loaded at resolution.
-    Weight(WeightId),
-}
 
 /// The graph outputs by name, with what each is.
 pub(super) type GraphOutputs = Vec<(String, Known)>;

@@ -5,15 +5,25 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use onnx_prepared_kernels::{InputInfo, Operator, OutputInfo, Sequential, Tensor};
+use onnx_prepared_kernels::{ElementType, InputInfo, Operator, OutputInfo, Sequential, Tensor};
 use sha2::Digest;
 use sha2::Sha256;
 
-use super::ValueId;
-use super::phases::Known;
+use super::{InlineId, ValueId};
 use crate::model::LoadError;
 use crate::model::ResolveError;
 use crate::model::{Model, WeightDescriptor, WeightId, WeightSource};
+
+/// What resolution knows about a name.
+#[derive(Clone)]
+pub(super) enum Known {
+    /// A graph input or node output, with its probed type and shape.
+    Value(ValueId, ElementType, Vec<usize>),
+    /// An inline constant.
+    Inline(InlineId),
+    /// An initializer not loaded at resolution.
+    Weight(WeightId),
+}
 
 /// Shapes, types and values resolution can show a kernel for one input;
 /// `None` for a value whose probe failed.
