@@ -26,6 +26,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_module_cycles import sccs  # noqa: E402  (one strongly-connected-components search)
+
 # Bottom to top. A module may use the modules of the layers below its own.
 LAYERS = [
     ["sync", "limits", "durable"],
@@ -100,39 +103,6 @@ def edges(src, skip=()):
     return found
 
 
-def cycles(graph):
-    """Strongly connected components of more than one node (Tarjan)."""
-    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
-    sys.setrecursionlimit(10000)
-
-    def visit(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
-
-
 def check(src, layers=None, skip=()):
     found = edges(src, skip)
     modules = {e[0] for e in found} | {
@@ -141,12 +111,12 @@ def check(src, layers=None, skip=()):
         if f not in ("lib.rs", "main.rs") and (f.endswith(".rs") or os.path.isdir(os.path.join(src, f)))
     }
     modules -= set(skip)
-    graph = {}
+    graph = {m: set() for m in modules}
     for a, b, _, _ in found:
         if b in modules:
             graph.setdefault(a, set()).add(b)
     bad = 0
-    for comp in cycles(graph):
+    for comp in sorted(sorted(c) for c in sccs(graph)):
         print(f"{src}: import cycle between top-level modules {{{', '.join(comp)}}}")
         bad += 1
     if layers is not None:
