@@ -1,7 +1,8 @@
 //! Files published whole (cold path): a temp file created new next to the
 //! target, written, fsynced, then renamed — so a reader (or a process
 //! killed midway) sees the old file or the new one, never a part. The
-//! prepared cache, `.npz` outputs and `run --stats` use it.
+//! prepared cache, `.npz` outputs and `run --stats` use it. And what a
+//! file *is* when it is checked: [`FileIdentity`].
 
 use std::fs::File;
 use std::io::Write;
@@ -66,4 +67,85 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&temp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&temp);
     })
+}
+
+/// Which file an open handle shows and whether its bytes may have changed,
+/// as far as the file system tells (`fstat` on the handle, never a path):
+/// device, inode, size, modification time and status-change time.
+///
+/// The status-change time (`ctime`) is what makes this an identity: every
+/// write, truncation or `utime` of the inode sets it to the current time,
+/// and no unprivileged call can set it back — so a file rewritten in place
+/// with its size and modification time restored (`cp -p`, `rsync -a`,
+/// `tar` extraction, normalized build timestamps) has another identity.
+/// A file copied elsewhere has another device or inode. Equal identities
+/// mean the same bytes unless the clock went backwards or someone wrote
+/// the block device under the file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl FileIdentity {
+    /// The identity of the file `file` has open (`fstat`, about 1 µs).
+    ///
+    /// # Errors
+    /// `fstat` fails.
+    pub fn of(file: &File) -> std::io::Result<Self> {
+        Ok(Self::from_metadata(&file.metadata()?))
+    }
+
+    /// The identity `meta` (of an open handle) describes.
+    pub fn from_metadata(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// The size in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A stable text key of the identity (`dev:ino:len:mtime:ctime`), for
+    /// keys recorded on disk.
+    pub fn key(&self) -> String {
+        format!(
+            "{}:{}:{}:{}:{}",
+            self.dev, self.ino, self.len, self.mtime_ns, self.ctime_ns
+        )
+    }
+
+    /// What differs from `other`, in words (for error messages).
+    pub fn difference(&self, other: &Self) -> String {
+        let mut what = Vec::new();
+        if (self.dev, self.ino) != (other.dev, other.ino) {
+            what.push("another file".to_owned());
+        }
+        if self.len != other.len {
+            what.push(format!("size {} -> {}", self.len, other.len));
+        }
+        if self.mtime_ns != other.mtime_ns {
+            what.push("modification time".to_owned());
+        }
+        if self.ctime_ns != other.ctime_ns {
+            what.push("status-change time (written or touched)".to_owned());
+        }
+        what.join(", ")
+    }
 }

@@ -28,7 +28,12 @@ pub use error::KernelError;
 pub use op::{
     Attributes, CpuFeatures, InputInfo, KernelOptions, NodeSpec, Operator, OutputInfo, Prepack,
     RowPacking,
-};
+ validate_common};
 pub use packed::{PackedPart, PackedWeight};
+
+/// A hash of this crate's sources, fixed at build time: two builds with
+/// other kernel or packer sources have other values (a prepared object
+/// packed by one is never used by the other).
+pub const SOURCE_HASH: &str = env!("ONNX_PREPARED_KERNELS_SOURCE_HASH");
 pub use par::{ParallelFor, Sequential, for_each_chunk_mut};
 pub use tensor::{DataMut, DataRef, SharedBytes, Tensor, TensorData, ZeroedBlock, element_count};

@@ -199,6 +199,19 @@ pub trait Prepack: Send + Sync + Debug {
         let _ = shapes;
         None
     }
+    /// Checks that `packed` is an object this packing makes from sources
+    /// of these shapes (in `consumes` order): its layout, header and part
+    /// sizes — what a kernel would otherwise find wrong only when it runs.
+    /// A runtime calls it on an object it did not pack itself (one read
+    /// from a prepared cache) before using it. The default checks the
+    /// layout and, where [`packed_bytes`](Self::packed_bytes) knows it,
+    /// the size.
+    ///
+    /// # Errors
+    /// [`KernelError::Invalid`] saying what does not match.
+    fn validate(&self, packed: &PackedWeight, shapes: &[&[usize]]) -> Result<(), KernelError> {
+        validate_common(self.layout(), self.packed_bytes(shapes), packed)
+    }
     /// A packing that takes its sources a range of rows at a time, for
     /// sources of these shapes and element types (in `consumes` order, as
     /// [`Prepack::prepare`] would receive them), so that a runtime can read
@@ -212,6 +225,34 @@ pub trait Prepack: Send + Sync + Debug {
         let _ = sources;
         None
     }
+}
+
+/// The checks every [`Prepack::validate`] makes: the layout is `layout`,
+/// and the object has `bytes` bytes when they are known.
+///
+/// # Errors
+/// [`KernelError::Invalid`] saying what does not match.
+pub fn validate_common(
+    layout: &str,
+    bytes: Option<usize>,
+    packed: &PackedWeight,
+) -> Result<(), KernelError> {
+    let bad = |detail: String| KernelError::Invalid {
+        op: "Prepack",
+        detail: format!("packed weight `{}`: {detail}", packed.layout),
+    };
+    if packed.layout != layout {
+        return Err(bad(format!("not of layout `{layout}`")));
+    }
+    if let Some(bytes) = bytes
+        && packed.byte_len() != bytes
+    {
+        return Err(bad(format!(
+            "{} bytes where this packing makes {bytes}",
+            packed.byte_len()
+        )));
+    }
+    Ok(())
 }
 
 /// A packing fed a range of rows at a time ([`Prepack::in_rows`]). Each

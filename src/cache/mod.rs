@@ -55,22 +55,25 @@
 //! ```
 
 mod files;
+mod lookup;
 pub mod maintain;
 mod manifest;
 mod payload;
+mod persist;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use onnx_prepared_kernels::{CpuFeatures, PackedWeight, SharedBytes, Tensor};
+use onnx_prepared_kernels::{CpuFeatures, PackedWeight, Tensor};
 use sha2::{Digest, Sha256};
 
-pub use files::PAUSE_ENV;
+pub use files::{COMMIT_LOCK, PAUSE_ENV, RESUME_ENV};
 pub use manifest::{CacheEntry, EntryKey, FORMAT_VERSION, Manifest};
 pub use payload::{Decoded, decode as decode_payload, encode_packed, encode_tensor};
 
-use crate::model::{Model, Requirement, WeightDescriptor, WeightSource};
+use crate::model::{Model, PayloadError, Requirement, WeightDescriptor, WeightSource};
+use crate::durable::FileIdentity;
 use crate::sync::{AtomicU64, AtomicUsize, Lock, Ordering};
 
 /// Largest companion model read (it holds metadata only).
@@ -147,6 +150,10 @@ pub enum CacheError {
         /// What is wrong.
         detail: String,
     },
+    /// A source's data file changed since it was verified: its object is
+    /// not persisted.
+    #[error("prepared cache: not persisted: {0}")]
+    Source(#[from] PayloadError),
     /// A payload does not match its entry.
     #[error("prepared cache: entry `{entry}`: {detail}")]
     BadEntry {
@@ -215,6 +222,8 @@ pub struct PersistJob {
     source_lineage: String,
     name: String,
     object: PersistObject,
+    /// The data file of each external source, with the source's name.
+    files: Vec<(crate::model::ExternalFile, String)>,
 }
 
 /// The object a [`PersistJob`] writes.
@@ -255,7 +264,14 @@ pub struct PreparedCache {
     persisted: Lock<BTreeMap<EntryKey, CacheEntry>>,
     /// Payload files whose checksum this process verified, by checksum
     /// and file identity.
-    checked: Lock<BTreeSet<(u128, files::FileIdentity)>>,
+    checked: Lock<BTreeSet<(u128, FileIdentity)>>,
+    /// Payloads are copied into memory instead of mapped.
+    copy_in: bool,
+    /// Why the manifest on disk is not this build's to overwrite (damaged,
+    /// unreadable, a link, another format or model), if it is not.
+    foreign: Option<String>,
+    /// The payload folder, once opened.
+    payload_dir: Lock<Option<Arc<files::PayloadDir>>>,
     /// Serializes manifest commits within the process.
     commit: Lock<()>,
     /// Persist jobs submitted and not finished.
@@ -268,28 +284,71 @@ pub struct PreparedCache {
     writes: AtomicU64,
 }
 
-/// The kernels' ABI: the build, the CPU features packing targets and the
-/// payload format.
+/// The kernels' ABI: the crate version, a hash of the kernels' sources
+/// (so two builds with other packers never accept each other's payloads),
+/// the CPU features packing targets and the payload format.
 pub fn kernel_abi(cpu: CpuFeatures) -> String {
     format!(
-        "onnx-prepared-kernels {} / {cpu:?} / payload {FORMAT_VERSION}",
-        env!("CARGO_PKG_VERSION")
+        "onnx-prepared-kernels {} src {} / {cpu:?} / payload {FORMAT_VERSION}",
+        env!("CARGO_PKG_VERSION"),
+        onnx_prepared_kernels::SOURCE_HASH
     )
+}
+
+/// The manifest at `path` for the model `model_identity`: `None` when
+/// there is none.
+///
+/// # Errors
+/// It cannot be read (a link, not a regular file, too large, an I/O
+/// error), does not parse, or belongs to another format version or model.
+fn read_manifest(path: &Path, model_identity: &str) -> Result<Option<Manifest>, CacheError> {
+    let Some(bytes) = files::read_bounded(path, MAX_MANIFEST_BYTES)? else {
+        return Ok(None);
+    };
+    let m = Manifest::parse(&bytes, path)?;
+    if m.model_identity != model_identity {
+        return Err(CacheError::Corrupt {
+            path: path.to_owned(),
+            detail: format!(
+                "it belongs to model {}, not {model_identity}",
+                m.model_identity
+            ),
+        });
+    }
+    Ok(Some(m))
 }
 
 impl PreparedCache {
     /// Opens the cache in `dir` for `model` (packing for `cpu`): reads the
     /// companion model `<identity>.prepared.onnx` if it exists (metadata
-    /// only). `BuildIfMissing` creates `dir`.
+    /// only). `BuildIfMissing` creates `dir`. Payloads are mapped.
     ///
     /// # Errors
-    /// The companion model is structurally corrupt, or `dir` cannot be
-    /// created or read.
+    /// `dir` cannot be created; under `RequireComplete`, the companion
+    /// model cannot be read or is not one this build reads (under the
+    /// other policies that is a miss, reported in the diagnostics).
     pub fn open(
         dir: &Path,
         policy: PreparedModelPolicy,
         model: &Model,
         cpu: CpuFeatures,
+    ) -> Result<Arc<Self>, CacheError> {
+        Self::open_with(dir, policy, model, cpu, false)
+    }
+
+    /// [`open`](Self::open), copying each payload into memory when it is
+    /// read instead of mapping it when `copy_in` (for cache folders other
+    /// programs write: a mapped payload truncated while in use faults the
+    /// process, a copied one cannot).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_with(
+        dir: &Path,
+        policy: PreparedModelPolicy,
+        model: &Model,
+        cpu: CpuFeatures,
+        copy_in: bool,
     ) -> Result<Arc<Self>, CacheError> {
         if policy == PreparedModelPolicy::BuildIfMissing {
             std::fs::create_dir_all(dir).map_err(|source| CacheError::Io {
@@ -301,33 +360,32 @@ impl PreparedCache {
         let model_identity = format!("{:032x}", model.identity());
         let manifest_path = dir.join(format!("{model_identity}.prepared.onnx"));
         let mut diagnostics = Vec::new();
-        let generation = if policy == PreparedModelPolicy::Disabled {
-            Manifest::default()
+        let (generation, foreign) = if policy == PreparedModelPolicy::Disabled {
+            (Manifest::default(), None)
         } else {
-            match files::read_bounded(&manifest_path, MAX_MANIFEST_BYTES)? {
-                None => Manifest::default(),
-                Some(bytes) => Manifest::parse(&bytes, &manifest_path)?,
+            match read_manifest(&manifest_path, &model_identity) {
+                Ok(m) => (m.unwrap_or_default(), None),
+                Err(e) if policy == PreparedModelPolicy::RequireComplete => return Err(e),
+                Err(e) => {
+                    diagnostics.push(format!(
+                        "{e}; the cache is not used for this model and its manifest is not overwritten"
+                    ));
+                    (Manifest::default(), Some(e.to_string()))
+                }
             }
         };
-        if !generation.model_identity.is_empty() && generation.model_identity != model_identity {
-            return Err(CacheError::Corrupt {
-                path: manifest_path,
-                detail: format!(
-                    "it belongs to model {}, not {model_identity}",
-                    generation.model_identity
-                ),
-            });
-        }
         for (name, why) in &generation.rejected {
             diagnostics.push(format!("cache entry `{name}` ignored: {why}"));
         }
+        // A recorded digest belongs to the data file's identity as the
+        // model opened it (device, inode, size, modification and
+        // status-change times): a file written or touched since has
+        // another key, so no recorded digest applies to it.
         let data_file_keys = model
             .external_files()
             .iter()
             .map(|f| {
-                let canonical = f.path().to_string_lossy();
-                let stamp = files::stamp(f.path()).unwrap_or_default();
-                let key = format!("{canonical}\n{stamp}");
+                let key = f.identity().key();
                 format!("{:016x}", xxhash_rust::xxh3::xxh3_64(key.as_bytes()))
             })
             .collect();
@@ -343,6 +401,9 @@ impl PreparedCache {
             written: Lock::new(Vec::new()),
             persisted: Lock::new(BTreeMap::new()),
             checked: Lock::new(BTreeSet::new()),
+            copy_in,
+            foreign,
+            payload_dir: Lock::new(None),
             commit: Lock::new(()),
             outstanding: AtomicUsize::new(0),
             diagnostics: Lock::new(diagnostics),
@@ -414,13 +475,20 @@ impl PreparedCache {
         }
         match d.source() {
             WeightSource::Embedded { bytes } => Some(Sha256::digest(bytes).into()),
-            WeightSource::External { file, .. } => {
-                let key = self.recorded_key(d, file.index());
-                self.recorded
-                    .with(|r| r.get(&key).copied())
-                    .or_else(|| self.generation.source_digests.get(&key).copied())
-            }
+            WeightSource::External { .. } => self.recorded_digest(d),
         }
+    }
+
+    /// The digest a read recorded for `d` (this process or an earlier one,
+    /// for the data file's identity now).
+    fn recorded_digest(&self, d: &WeightDescriptor) -> Option<[u8; 32]> {
+        let WeightSource::External { file, .. } = d.source() else {
+            return None;
+        };
+        let key = self.recorded_key(d, file.index());
+        self.recorded
+            .with(|r| r.get(&key).copied())
+            .or_else(|| self.generation.source_digests.get(&key).copied())
     }
 
     /// The key of `d`'s recorded digest: its data file's key and its name.
@@ -429,18 +497,45 @@ impl PreparedCache {
         format!("{file}:{}", d.name())
     }
 
-    /// Whether a read of `d` should compute its digest (the cache writes
-    /// and no trusted digest is known).
+    /// Whether a read of `d` should compute its digest: the cache writes
+    /// and no trusted digest is known (it is then recorded), or the digest
+    /// the cache trusts for `d` was recorded by a read rather than
+    /// declared (it is then compared: a source read for any reason is
+    /// checked against what entries were keyed on).
     pub fn wants_digest(&self, d: &WeightDescriptor) -> bool {
-        self.policy == PreparedModelPolicy::BuildIfMissing && self.digest_of(d).is_none()
+        if self.policy == PreparedModelPolicy::Disabled || d.declares_digest() {
+            return false;
+        }
+        let recorded = self.recorded_digest(d).is_some();
+        recorded || (self.policy == PreparedModelPolicy::BuildIfMissing && self.digest_of(d).is_none())
     }
 
-    /// Records the digest a read computed for `d`.
-    pub fn record_digest(&self, d: &WeightDescriptor, digest: [u8; 32]) {
-        if let WeightSource::External { file, .. } = d.source() {
-            let key = self.recorded_key(d, file.index());
-            self.recorded.with(|r| r.insert(key, digest));
+    /// Records the digest a read computed for `d`, or compares it with the
+    /// one recorded before.
+    ///
+    /// # Errors
+    /// [`PayloadError::DigestChanged`]: the bytes differ from the recorded
+    /// digest (the data file was changed in place keeping its identity).
+    pub fn record_digest(&self, d: &WeightDescriptor, digest: [u8; 32]) -> Result<(), PayloadError> {
+        let WeightSource::External { file, .. } = d.source() else {
+            return Ok(());
+        };
+        if let Some(recorded) = self.recorded_digest(d)
+            && recorded != digest
+        {
+            self.report(format!(
+                "source `{}` changed under its recorded digest; entries keyed on it are not used",
+                d.name()
+            ));
+            return Err(PayloadError::DigestChanged {
+                tensor: d.name().to_owned(),
+                recorded: manifest::hex(&recorded),
+                actual: manifest::hex(&digest),
+            });
         }
+        let key = self.recorded_key(d, file.index());
+        self.recorded.with(|r| r.insert(key, digest));
+        Ok(())
     }
 
     /// The entry key and readable lineage of `r`, or the first source
@@ -472,127 +567,10 @@ impl PreparedCache {
         ))
     }
 
-    /// The compatible entry for `r` in the generation this process opened
-    /// or among the entries it persisted since, or why there is none (no
-    /// payload byte is read; the payload file's size is checked).
-    pub fn lookup(&self, model: &Model, r: &Requirement) -> Result<CacheEntry, Miss> {
-        if self.policy == PreparedModelPolicy::Disabled {
-            return Err(Miss::Absent);
-        }
-        let (key, _) = self.lineage(model, r)?;
-        let e = match self.generation.entries.get(&key) {
-            Some(e) => e.clone(),
-            None => self
-                .persisted
-                .with(|p| p.get(&key).cloned())
-                .ok_or(Miss::Absent)?,
-        };
-        if e.kernel_abi != self.kernel_abi {
-            return Err(Miss::Incompatible(format!(
-                "packed for `{}`, this build packs for `{}`",
-                e.kernel_abi, self.kernel_abi
-            )));
-        }
-        if e.format_version != FORMAT_VERSION {
-            return Err(Miss::Incompatible(format!(
-                "format version {}, this build reads {FORMAT_VERSION}",
-                e.format_version
-            )));
-        }
-        let path = self.dir.join(&e.location);
-        match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.is_file() && m.len() == e.length => Ok(e),
-            Ok(m) => {
-                let why = format!(
-                    "payload `{}` has {} bytes, the entry {}",
-                    e.location,
-                    m.len(),
-                    e.length
-                );
-                self.report(format!("cache entry `{}` ignored: {why}", e.name));
-                Err(Miss::Corrupt(why))
-            }
-            Err(_) => {
-                let why = format!("payload `{}` is missing", e.location);
-                self.report(format!("cache entry `{}` ignored: {why}", e.name));
-                Err(Miss::Corrupt(why))
-            }
-        }
-    }
-
     /// Counts a planned hit or miss.
     pub fn count_planned(&self, hit: bool) {
         let c = if hit { &self.hits } else { &self.misses };
         c.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Reads, checks and decodes `r`'s payload.
-    ///
-    /// # Errors
-    /// The entry is gone, or its payload is missing, short, fails its
-    /// checksum or does not decode to an object of the entry's layout.
-    pub fn read(&self, model: &Model, r: &Requirement) -> Result<Decoded, CacheError> {
-        let bad = |detail: String| CacheError::BadEntry {
-            entry: r.name.clone(),
-            detail,
-        };
-        let e = self.lookup(model, r).map_err(|m| bad(m.to_string()))?;
-        let path = self.dir.join(&e.location);
-        let mapped = files::map_payload(&path, e.length)?
-            .ok_or_else(|| bad(format!("payload `{}` is missing", e.location)))?;
-        let bytes = mapped.bytes();
-        self.packed_bytes_read
-            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        if bytes.len() as u64 != e.length {
-            return Err(bad(format!(
-                "payload has {} bytes, the entry {}",
-                bytes.len(),
-                e.length
-            )));
-        }
-        // Every page is checked before any byte is used in place — once
-        // per file this process maps: a payload restored after an
-        // eviction maps the same checked file again (same identity) and
-        // is not hashed again.
-        let checked = (e.checksum, mapped.identity());
-        if !self.checked.with(|c| c.contains(&checked)) {
-            let sum = xxhash_rust::xxh3::xxh3_128(bytes);
-            if sum != e.checksum {
-                return Err(bad(format!(
-                    "payload checksum {sum:032x} does not match the entry's {:032x}",
-                    e.checksum
-                )));
-            }
-            self.checked.with(|c| c.insert(checked));
-        }
-        let decoded = payload::decode_shared(mapped)?;
-        let layout_ok = match &decoded {
-            Decoded::Tensor(t) => {
-                let source = &model.weights()[r.sources[0].index()];
-                r.prepack.is_none()
-                    && t.dtype() == source.element_type().compute()
-                    && t.shape()
-                        .iter()
-                        .map(|&x| x as u64)
-                        .eq(source.dims().iter().copied())
-            }
-            Decoded::Packed(p) => r.prepack.as_ref().is_some_and(|k| k.layout() == p.layout),
-        };
-        if !layout_ok {
-            return Err(bad("the payload is not an object of this layout".into()));
-        }
-        let in_place: u64 = match &decoded {
-            Decoded::Packed(p) => p
-                .parts
-                .iter()
-                .filter(|part| part.is_mapped())
-                .filter_map(|part| part.dtype().byte_len(part.len() as u64))
-                .sum(),
-            Decoded::Tensor(t) if t.is_shared() => t.byte_len() as u64,
-            Decoded::Tensor(_) => 0,
-        };
-        self.bytes_in_place.fetch_add(in_place, Ordering::Relaxed);
-        Ok(decoded)
     }
 
     /// Reports a damaged entry found while reading (the object is then
@@ -601,122 +579,4 @@ impl PreparedCache {
         self.report(format!("{e}; built from its sources instead"));
     }
 
-    /// A job persisting `object` as `r`'s entry, under `BuildIfMissing`
-    /// when every source has a trusted digest by now.
-    pub fn persist_job(
-        self: &Arc<Self>,
-        model: &Model,
-        r: &Requirement,
-        object: PersistObject,
-    ) -> Option<PersistJob> {
-        if self.policy != PreparedModelPolicy::BuildIfMissing {
-            return None;
-        }
-        match self.lineage(model, r) {
-            Ok((key, source_lineage)) => {
-                self.outstanding.fetch_add(1, Ordering::SeqCst);
-                Some(PersistJob {
-                    store: self.clone(),
-                    key,
-                    source_lineage,
-                    name: r.name.clone(),
-                    object,
-                })
-            }
-            Err(miss) => {
-                self.report(format!("`{}` not persisted: {miss}", r.name));
-                None
-            }
-        }
-    }
-
-    /// Commits a new manifest generation: what is on disk now, plus every
-    /// entry and digest this process added (protocol "write" steps 3–4).
-    pub fn commit(&self) -> Result<(), CacheError> {
-        self.commit.with(|_| {
-            let written = self.written.with(std::mem::take);
-            let recorded = self.recorded.with(|r| r.clone());
-            let mut m = match files::read_bounded(&self.manifest_path, MAX_MANIFEST_BYTES) {
-                Ok(Some(bytes)) => Manifest::parse(&bytes, &self.manifest_path)
-                    .ok()
-                    .filter(|m| m.model_identity == self.model_identity)
-                    .unwrap_or_default(),
-                _ => Manifest::default(),
-            };
-            m.model_identity = self.model_identity.clone();
-            m.rejected.clear();
-            if written.is_empty()
-                && recorded
-                    .iter()
-                    .all(|(k, v)| m.source_digests.get(k) == Some(v))
-            {
-                return Ok(());
-            }
-            for e in written {
-                m.entries.insert(e.key.clone(), e);
-            }
-            m.source_digests.extend(recorded);
-            // The payloads' names are durable before a manifest names them.
-            let payloads = self.dir.join(manifest::PAYLOAD_DIR);
-            if payloads.is_dir() {
-                files::sync_dir(&payloads)?;
-            }
-            files::publish_manifest(&self.manifest_path, &m.to_bytes())
-        })
-    }
-}
-
-impl PersistJob {
-    /// Writes the payload; then, when no other job of the store is still
-    /// pending, a new manifest generation (the commit runs as the job is
-    /// dropped, so a job dropped unrun still lets the others commit).
-    ///
-    /// # Errors
-    /// The payload could not be written; nothing half-written becomes
-    /// visible (the failure is also in the store's diagnostics).
-    pub fn run(self) -> Result<(), CacheError> {
-        let result = self.write();
-        if let Err(e) = &result {
-            self.store.report(format!("cache write failed: {e}"));
-        }
-        result
-    }
-
-    fn write(&self) -> Result<(), CacheError> {
-        let bytes = match &self.object {
-            PersistObject::Tensor(t) => encode_tensor(t),
-            PersistObject::Packed(p) => encode_packed(p),
-        };
-        let checksum = xxhash_rust::xxh3::xxh3_128(&bytes);
-        let location = CacheEntry::location_for(checksum);
-        let (dir, name) = location.split_once('/').expect("payloads/<name>");
-        files::publish_payload(&self.store.dir.join(dir), name, &bytes, checksum)?;
-        let entry = CacheEntry {
-            key: self.key.clone(),
-            source_lineage: self.source_lineage.clone(),
-            location: location.clone(),
-            length: bytes.len() as u64,
-            checksum,
-            kernel_abi: self.store.kernel_abi.clone(),
-            format_version: FORMAT_VERSION.into(),
-            name: self.name.clone(),
-        };
-        self.store
-            .persisted
-            .with(|p| p.insert(entry.key.clone(), entry.clone()));
-        self.store.written.with(|w| w.push(entry));
-        self.store.writes.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-}
-
-/// The last pending job of a store commits its manifest.
-impl Drop for PersistJob {
-    fn drop(&mut self) {
-        if self.store.outstanding.fetch_sub(1, Ordering::SeqCst) == 1
-            && let Err(e) = self.store.commit()
-        {
-            self.store.report(format!("cache write failed: {e}"));
-        }
-    }
 }

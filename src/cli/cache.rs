@@ -58,6 +58,9 @@ pub fn main(command: CacheCommand) -> Result<(), Box<dyn std::error::Error>> {
             for p in &report.removed {
                 println!("removed {}", p.display());
             }
+            for k in &report.kept {
+                println!("{k}");
+            }
             println!(
                 "{} file(s) removed, {} damaged entr{} dropped",
                 report.removed.len(),

@@ -365,6 +365,36 @@ pub enum PayloadError {
         /// Digest of the bytes read (hex).
         actual: String,
     },
+    /// The data file changed since it was opened and verified (written in
+    /// place, truncated, touched): its bytes are no longer the ones every
+    /// check and every digest refer to.
+    #[error(
+        "tensor `{tensor}`: data file {path} changed since it was verified ({what}); \
+         open the model again to use the new file"
+    )]
+    DataFileChanged {
+        /// The tensor.
+        tensor: String,
+        /// The data file.
+        path: PathBuf,
+        /// What changed.
+        what: String,
+    },
+    /// A source's bytes do not match the digest recorded when it was read
+    /// before (the prepared cache keyed entries on that digest).
+    #[error(
+        "tensor `{tensor}`: its bytes (sha256 {actual}) differ from the digest {recorded} \
+         recorded when they were read before: the data file was changed in place; \
+         open the model again"
+    )]
+    DigestChanged {
+        /// The tensor.
+        tensor: String,
+        /// The recorded digest (hex).
+        recorded: String,
+        /// The digest of the bytes read now (hex).
+        actual: String,
+    },
     /// A fault injected on purpose by [`super::FaultInjectingSource`].
     #[error("tensor `{tensor}`: injected read failure")]
     Injected {

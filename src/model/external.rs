@@ -283,6 +283,7 @@ impl ExternalFiles {
             location: location.to_owned(),
             path: canonical.clone(),
             size: meta.len(),
+            identity: crate::durable::FileIdentity::from_metadata(&meta),
             handle: Arc::new(handle),
         });
         self.by_path.insert(canonical, id);

@@ -22,7 +22,7 @@ use memmap2::Mmap;
 use onnx_prepared_kernels::SharedBytes;
 
 use super::LoadError;
-use super::{Model, PayloadError, WeightDescriptor, WeightId, WeightSource};
+use super::{ExternalFile, Model, PayloadError, WeightDescriptor, WeightId, WeightSource};
 use crate::sync::{AtomicU64, Latch, Ordering};
 
 /// Reads weight payloads.
@@ -55,6 +55,20 @@ pub trait PayloadSource: Send + Sync + std::fmt::Debug {
         let mut all = vec![0; usize::try_from(weight.byte_len()).unwrap_or(usize::MAX)];
         self.read(id, &mut all)?;
         buf.copy_from_slice(&all[range]);
+        Ok(())
+    }
+
+    /// Checks that weight `id`'s data file is still the file the model
+    /// opened (its [`FileIdentity`](crate::durable::FileIdentity): one
+    /// `fstat`). Every whole read checks after reading; a caller that
+    /// reads ranges (rows of a table, pieces) checks once per batch of
+    /// reads. The default (a source with nothing on disk) always agrees.
+    ///
+    /// # Errors
+    /// [`PayloadError::DataFileChanged`]: written in place, truncated or
+    /// touched since the model was opened.
+    fn check_unchanged(&self, id: WeightId) -> Result<(), PayloadError> {
+        let _ = id;
         Ok(())
     }
 
@@ -223,6 +237,7 @@ impl<'a> PieceReader<'a> {
                 expected: len,
             });
         }
+        self.source.check_unchanged(self.weight.id())?;
         let Some(hasher) = self.hasher else {
             return Ok(None);
         };
@@ -338,12 +353,30 @@ fn checked_range(
     }
 }
 
+/// [`PayloadSource::check_unchanged`] of weight `id` among `weights`
+/// stored in `files`.
+fn check_file(
+    weights: &[WeightDescriptor],
+    files: &[ExternalFile],
+    id: WeightId,
+) -> Result<(), PayloadError> {
+    let weight = weights
+        .get(id.index())
+        .ok_or(PayloadError::UnknownWeight { id: id.0 })?;
+    match weight.source() {
+        WeightSource::Embedded { .. } => Ok(()),
+        WeightSource::External { file, .. } => files
+            .get(file.index())
+            .map_or(Ok(()), |f| f.check_unchanged(weight.name())),
+    }
+}
+
 /// Positioned reads (`pread`) on the model's handle of each external data
 /// file.
 #[derive(Debug)]
 pub struct FileSource {
     weights: Arc<[WeightDescriptor]>,
-    files: Vec<(Arc<File>, PathBuf)>,
+    files: Vec<ExternalFile>,
     counters: ReadCounters,
 }
 
@@ -353,11 +386,7 @@ impl FileSource {
     /// # Errors
     /// None today; kept fallible for sources that acquire resources.
     pub fn open(model: &Model) -> Result<Self, LoadError> {
-        let files = model
-            .external_files()
-            .iter()
-            .map(|f| (Arc::clone(f.handle()), f.path().to_path_buf()))
-            .collect();
+        let files = model.external_files().to_vec();
         let weights = model.shared_weights();
         Ok(Self {
             counters: ReadCounters::new(weights.len()),
@@ -382,7 +411,12 @@ impl PayloadSource for FileSource {
             }
             WeightSource::External { file, offset, .. } => (*file, *offset),
         };
-        self.pread(weight, file, offset, buf)
+        self.pread(weight, file, offset, buf)?;
+        self.check_unchanged(id)
+    }
+
+    fn check_unchanged(&self, id: WeightId) -> Result<(), PayloadError> {
+        check_file(&self.weights, &self.files, id)
     }
 
     fn reads_ranges(&self) -> bool {
@@ -421,7 +455,8 @@ impl FileSource {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<(), PayloadError> {
-        let (handle, path) = &self.files[file.index()];
+        let f = &self.files[file.index()];
+        let (handle, path) = (f.handle(), f.path());
         let mut done = 0usize;
         let result = loop {
             if done == buf.len() {
@@ -431,7 +466,7 @@ impl FileSource {
                 Ok(0) => {
                     break Err(PayloadError::ShortRead {
                         tensor: weight.name().to_owned(),
-                        path: path.clone(),
+                        path: path.to_owned(),
                         read: done as u64,
                         expected: buf.len() as u64,
                     });
@@ -441,7 +476,7 @@ impl FileSource {
                 Err(source) => {
                     break Err(PayloadError::Io {
                         tensor: weight.name().to_owned(),
-                        path: path.clone(),
+                        path: path.to_owned(),
                         source,
                     });
                 }
@@ -503,6 +538,7 @@ impl SharedBytes for MappedFile {
 pub struct MmapSource {
     weights: Arc<[WeightDescriptor]>,
     maps: Vec<(Option<Arc<MappedFile>>, PathBuf)>,
+    files: Vec<ExternalFile>,
     counters: ReadCounters,
 }
 
@@ -543,6 +579,7 @@ impl MmapSource {
             counters: ReadCounters::new(weights.len()),
             weights,
             maps,
+            files: model.external_files().to_vec(),
         })
     }
 }
@@ -580,7 +617,11 @@ impl PayloadSource for MmapSource {
             }
         }
         self.counters.add(id, buf.len() as u64);
-        Ok(())
+        self.check_unchanged(id)
+    }
+
+    fn check_unchanged(&self, id: WeightId) -> Result<(), PayloadError> {
+        check_file(&self.weights, &self.files, id)
     }
 
     fn reads_ranges(&self) -> bool {
@@ -764,6 +805,10 @@ impl<S: PayloadSource> PayloadSource for FaultInjectingSource<S> {
         }
         self.counters.add(id, buf.len() as u64);
         Ok(())
+    }
+
+    fn check_unchanged(&self, id: WeightId) -> Result<(), PayloadError> {
+        self.inner.check_unchanged(id)
     }
 
     fn counters(&self) -> &ReadCounters {

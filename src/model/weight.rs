@@ -9,6 +9,7 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use super::{ElementType, PayloadError};
+use crate::durable::FileIdentity;
 
 /// Index of a weight in [`super::Model::weights`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -39,6 +40,8 @@ pub struct ExternalFile {
     pub(crate) location: String,
     pub(crate) path: PathBuf,
     pub(crate) size: u64,
+    /// The file's identity when it was opened (`fstat` of `handle`).
+    pub(crate) identity: FileIdentity,
     /// The file opened at validation (a regular file of `size` bytes then).
     pub(crate) handle: Arc<File>,
 }
@@ -62,6 +65,34 @@ impl ExternalFile {
     /// The handle opened at validation, shared by every payload source.
     pub(crate) fn handle(&self) -> &Arc<File> {
         &self.handle
+    }
+
+    /// The file's identity when the model was opened: what every digest
+    /// computed from its bytes, and every check of it, refers to.
+    pub fn identity(&self) -> &FileIdentity {
+        &self.identity
+    }
+
+    /// Checks that the file still has the identity it had when the model
+    /// was opened (one `fstat` of the handle, about 1 µs).
+    ///
+    /// # Errors
+    /// [`PayloadError::DataFileChanged`] naming `tensor` and what changed;
+    /// [`PayloadError::Io`] when `fstat` fails.
+    pub fn check_unchanged(&self, tensor: &str) -> Result<(), PayloadError> {
+        let now = FileIdentity::of(&self.handle).map_err(|source| PayloadError::Io {
+            tensor: tensor.to_owned(),
+            path: self.path.clone(),
+            source,
+        })?;
+        if now == self.identity {
+            return Ok(());
+        }
+        Err(PayloadError::DataFileChanged {
+            tensor: tensor.to_owned(),
+            path: self.path.clone(),
+            what: self.identity.difference(&now),
+        })
     }
 }
 

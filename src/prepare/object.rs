@@ -99,7 +99,15 @@ impl RowTable {
             .map(|&x| usize::try_from(x).ok())
             .collect::<Option<_>>()?;
         let stored = d.element_type();
-        (!dims.is_empty() && stored.byte_len(1).is_some()).then_some(Self {
+        // Rows start on byte boundaries (a 4-bit table with an odd row
+        // length does not: such a table is held whole instead).
+        let row: u64 = dims.iter().skip(1).map(|&x| x as u64).product();
+        let aligned = row
+            .checked_mul(2)
+            .and_then(|two| stored.byte_len(two))
+            .zip(stored.byte_len(row))
+            .is_some_and(|(two, one)| two == 2 * one);
+        (!dims.is_empty() && aligned).then_some(Self {
             source,
             weight,
             stored,
@@ -124,6 +132,9 @@ impl RowTable {
         let kernel = |detail: String| -> PrepareError {
             PrepareError::kernel(node, KernelError::Invalid { op: "Gather", detail })
         };
+        // The file is still the one verified (a rewrite in place would mix
+        // new rows with the layers prepared from the old ones).
+        self.source.check_unchanged(self.weight)?;
         let rows = self.dims[0];
         let picked = Picked::of(indices).ok_or_else(|| {
             kernel(format!("indices of type {}", indices.dtype().name()))

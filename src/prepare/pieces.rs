@@ -182,7 +182,7 @@ impl PieceSource<'_> {
         }
         for ((reader, w), want) in readers.into_iter().zip(sources).zip(wanted) {
             if let (Some(digest), true, Some(cache)) = (reader.finish()?, want, self.cache) {
-                cache.record_digest(w, digest);
+                cache.record_digest(w, digest)?;
             }
         }
         let packed = rows.finish().map_err(|source| PrepareError::kernel(requirement.name.clone(), source))?;

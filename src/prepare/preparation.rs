@@ -417,7 +417,7 @@ impl Producer {
         let len = weight.byte_len() as usize;
         let mut buffer = self.preparation.alloc_zeroed(len)?;
         read_verified(&*self.source, weight, &mut buffer, self.checksums)?;
-        self.record_digest(weight, &buffer);
+        self.record_digest(weight, &buffer)?;
         let dtype = weight.element_type();
         if dtype.compute() == dtype && Tensor::views_in_place(dtype) {
             // Stored as computed: the tensor views the read buffer itself
@@ -447,14 +447,17 @@ impl Producer {
     }
 
     /// When the prepared cache writes and knows no digest of `weight`,
-    /// computes one from the bytes just read and records it.
-    fn record_digest(&self, weight: &WeightDescriptor, bytes: &[u8]) {
+    /// computes one from the bytes just read and records it; when it
+    /// trusts a digest an earlier read recorded, checks the bytes against
+    /// it.
+    fn record_digest(&self, weight: &WeightDescriptor, bytes: &[u8]) -> Result<(), PrepareError> {
         if let Some(cache) = &self.cache
             && cache.wants_digest(weight)
         {
             use sha2::Digest;
-            cache.record_digest(weight, sha2::Sha256::digest(bytes).into());
+            cache.record_digest(weight, sha2::Sha256::digest(bytes).into())?;
         }
+        Ok(())
     }
 
     /// `weight` used in place from the source's shared bytes (a read-only
@@ -481,7 +484,8 @@ impl Producer {
             return Ok(None);
         };
         verify(weight, raw, self.checksums)?;
-        self.record_digest(weight, raw);
+        self.source.check_unchanged(weight.id())?;
+        self.record_digest(weight, raw)?;
         self.source.counters().add(weight.id(), len as u64);
         Ok(Some(tensor))
     }
@@ -582,7 +586,7 @@ impl Producer {
                 wanted.is_some(),
             )?;
             if let (Some(cache), Some(digest)) = (wanted, digest) {
-                cache.record_digest(weight, digest);
+                cache.record_digest(weight, digest)?;
             }
             // Checked: its pages leave the process (rows fault back in).
             self.source.release(w);

@@ -9,7 +9,8 @@
 //! types, dims and digests. A source without a digest is identified by
 //! its data file's location, range and size, which only name the same
 //! bytes within one model folder: such keys also carry the data files'
-//! canonical paths and stamps.
+//! identities (`FileIdentity`: device, inode, size, modification and
+//! status-change times, from the handle the model opened).
 
 use std::sync::Arc;
 
@@ -41,7 +42,7 @@ impl SharedObject {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct SharedKey {
     key: PreparedKey,
-    /// Canonical data file paths and stamps, when a source has no digest.
+    /// Data file identities, when a source has no digest.
     files: Option<String>,
 }
 
@@ -55,13 +56,11 @@ impl SharedKey {
                 continue;
             }
             if let WeightSource::External { file, .. } = d.source() {
+                // The file as opened: the same identity (device, inode,
+                // size, modification and status-change times) means the
+                // same bytes; a file written or touched since is another.
                 let f = &model.external_files()[file.index()];
-                let stamp = std::fs::metadata(f.path())
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_nanos());
-                files.push(format!("{}@{stamp}", f.path().display()));
+                files.push(f.identity().key());
             }
         }
         Self {

@@ -220,7 +220,13 @@ impl RuntimeSession {
         let model = Model::open(path)?;
         let cache = match (&options.cache_dir, options.cache_policy) {
             (Some(dir), policy) if policy != PreparedModelPolicy::Disabled => Some(
-                PreparedCache::open(dir, policy, &model, options.resolve.cpu)?,
+                PreparedCache::open_with(
+                    dir,
+                    policy,
+                    &model,
+                    options.resolve.cpu,
+                    options.cache_copy_in,
+                )?,
             ),
             _ => None,
         };

@@ -78,6 +78,18 @@ pub struct SessionOptions {
     /// What the session does with the prepared cache (default
     /// [`PreparedModelPolicy::Disabled`]).
     pub(crate) cache_policy: PreparedModelPolicy,
+    /// Copy each prepared-cache payload into memory when it is read
+    /// instead of mapping it (default `false`: mapped and used in place,
+    /// no copy). Every payload is checked before use either way (file
+    /// identity, checksum, the packing's validation), and one truncated or
+    /// rewritten before it is read is a miss, never a crash. The one
+    /// hazard of the default: another program truncating a payload file
+    /// *while this session holds it mapped* faults the process (SIGBUS)
+    /// when a kernel touches a lost page — a private mapping would not
+    /// prevent it. The runtime itself never writes a payload in place.
+    /// Set this for cache folders other programs write or clean; it costs
+    /// one read of each payload and the memory of the copy.
+    pub(crate) cache_copy_in: bool,
     /// Share prepared objects through the process-wide prepared store
     /// (default `false`): a sharing session whose model needs an object
     /// another live sharing session published (same sources, layout and
@@ -141,6 +153,7 @@ impl Default for SessionOptions {
             resolve: ResolveOptions::default(),
             cache_dir: None,
             cache_policy: PreparedModelPolicy::Disabled,
+            cache_copy_in: false,
             share_prepared: false,
             map_weights: false,
             resident_tables: false,
@@ -211,6 +224,9 @@ settings! {
     /// [`PreparedModelPolicy::Disabled`]; see
     /// [`SessionOptions::with_cache_dir`]).
     cache_policy, with_cache_policy: PreparedModelPolicy;
+    /// Copy prepared-cache payloads into memory instead of mapping them
+    /// (for cache folders other programs write; see the field's docs).
+    cache_copy_in, with_cache_copy_in: bool;
     /// Share prepared objects with other sharing sessions of the process.
     share_prepared, with_share_prepared: bool;
     /// Map external data read-only and use aligned weights in place.

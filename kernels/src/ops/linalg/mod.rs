@@ -189,6 +189,10 @@ fn store_result(
 /// First header word of an f32 panel packing.
 const F32_MAGIC: u64 = 0x6632_7061_6e65_6c01;
 
+/// The version of the f32 panel format, part of every layout key: a change
+/// to what the packing writes raises it.
+const F32_PACK_VERSION: u32 = 1;
+
 /// Words of an f32 panel packing's `U64` header.
 const F32_HEADER_WORDS: usize = 6;
 
@@ -204,7 +208,11 @@ impl F32PanelPrepack {
     fn new(prefix: &str, trans_b: Option<bool>, isa: Isa) -> Self {
         let trans = trans_b.map_or(String::new(), |t| format!("-transB{}", t as u8));
         Self {
-            layout: format!("{prefix}-f32{trans}-nr{}-{}", isa.f32_nr(), isa.name()),
+            layout: format!(
+                "{prefix}-f32{trans}-nr{}-{}-v{F32_PACK_VERSION}",
+                isa.f32_nr(),
+                isa.name()
+            ),
             trans_b: trans_b.unwrap_or(false),
             isa,
         }
@@ -253,6 +261,30 @@ impl Prepack for F32PanelPrepack {
             layout: self.layout.clone(),
             parts: vec![TensorData::U64(header).into(), panels],
         })
+    }
+
+    fn validate(&self, packed: &PackedWeight, shapes: &[&[usize]]) -> Result<(), KernelError> {
+        crate::validate_common(&self.layout, self.packed_bytes(shapes), packed)?;
+        let view = f32_panels(packed, "MatMul")?;
+        let expected = match shapes {
+            &[&[r, c]] if self.trans_b => (c, r),
+            &[&[r, c]] => (r, c),
+            _ => (usize::MAX, usize::MAX),
+        };
+        if view.isa != self.isa || view.trans_b != self.trans_b || (view.k, view.n) != expected {
+            return Err(KernelError::Invalid {
+                op: "MatMul",
+                detail: format!(
+                    "packed weight `{}`: packed for K = {}, N = {} on {}, not {expected:?} on {}",
+                    packed.layout,
+                    view.k,
+                    view.n,
+                    view.isa.name(),
+                    self.isa.name()
+                ),
+            });
+        }
+        Ok(())
     }
 
     fn packed_bytes(&self, shapes: &[&[usize]]) -> Option<usize> {

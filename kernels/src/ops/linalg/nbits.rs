@@ -182,6 +182,11 @@ impl Prepack for NBitsPrepack {
             .contains(&shapes.len())
             .then(|| q4::packed_object_bytes(&self.p, self.isa, shapes.len() == 3))
     }
+
+    fn validate(&self, packed: &PackedWeight, shapes: &[&[usize]]) -> Result<(), KernelError> {
+        crate::validate_common(&self.layout, self.packed_bytes(shapes), packed)?;
+        q4::validate(packed, &self.p, self.isa)
+    }
 }
 
 impl NBitsPrepack {

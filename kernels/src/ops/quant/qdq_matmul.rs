@@ -354,6 +354,11 @@ impl Prepack for QdqPrepack {
             )
         })
     }
+
+    fn validate(&self, packed: &PackedWeight, shapes: &[&[usize]]) -> Result<(), KernelError> {
+        crate::validate_common(&self.layout, self.packed_bytes(shapes), packed)?;
+        q4::validate(packed, &self.op.params(self.kernel_block), self.isa)
+    }
 }
 
 /// `y[r] = a[r] * dequantize(W)` with a scalar loop (block sizes the q4

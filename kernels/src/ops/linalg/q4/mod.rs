@@ -74,6 +74,11 @@ pub(crate) struct QuantRows<'a> {
 }
 
 /// The layout key of a 4-bit packing.
+/// The version of the 4-bit packed format, part of every layout key: a
+/// change to what [`pack`] writes raises it, so an object packed by an
+/// older build is never taken for one of this layout.
+pub(crate) const PACK_VERSION: u32 = 1;
+
 pub(crate) fn layout(
     block_size: usize,
     zero_points: Option<crate::ElementType>,
@@ -84,7 +89,7 @@ pub(crate) fn layout(
         Some(t) => t.name().to_string(),
     };
     format!(
-        "matmul-nbits-q4-b{block_size}-zp{zp}-t{}-{}",
+        "matmul-nbits-q4-b{block_size}-zp{zp}-t{}-{}-v{PACK_VERSION}",
         isa.q4_tile(),
         isa.name()
     )
@@ -418,6 +423,24 @@ pub(crate) fn packed_bytes(p: &NBitsParams, isa: Isa, zero_points: bool) -> usiz
     let cols = p.n.div_ceil(t).saturating_mul(t);
     let per_block = (p.block_size / 2).saturating_add(4 * (1 + zero_points as usize));
     cols.saturating_mul(p.blocks()).saturating_mul(per_block)
+}
+
+/// Checks that `packed` is a 4-bit packing for `p` on `isa` (header,
+/// parts and their sizes), as [`view`] would before a kernel reads it.
+pub(crate) fn validate(packed: &PackedWeight, p: &NBitsParams, isa: Isa) -> Result<(), KernelError> {
+    let (packed_isa, _) = view(packed, p)?;
+    if packed_isa != isa {
+        return Err(KernelError::Invalid {
+            op: "MatMulNBits",
+            detail: format!(
+                "packed weight `{}`: packed for {}, this packing targets {}",
+                packed.layout,
+                packed_isa.name(),
+                isa.name()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Reads a packed weight for `p`, checking it was made for these
