@@ -27,8 +27,8 @@ pub use dtype::ElementType;
 pub use error::KernelError;
 pub use op::{
     Attributes, CpuFeatures, InputInfo, KernelOptions, NodeSpec, Operator, OutputInfo, Prepack,
-    RowPacking,
- validate_common};
+    RowPacking, validate_common,
+};
 pub use packed::{PackedPart, PackedWeight};
 
 /// A hash of this crate's sources, fixed at build time: two builds with

@@ -188,7 +188,8 @@ pub fn lock_dir(dir: &Path, exclusive: bool) -> Result<CacheLock, CacheError> {
 /// file is created if missing and never followed if it is a link).
 pub fn lock_commit(dir: &Path) -> Result<CacheLock, CacheError> {
     let path = dir.join(COMMIT_LOCK);
-    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let flags =
+        OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let fd = rustix::fs::open(&path, flags, Mode::from_raw_mode(0o644))
         .map_err(|e| io(&path, "open")(e.into()))?;
     flock(fd, FlockOperation::LockExclusive, &path)
@@ -308,8 +309,9 @@ impl PayloadDir {
         }
         let identity = FileIdentity::from_metadata(&meta);
         let bytes = if copy_in {
-            let mut block = onnx_prepared_kernels::ZeroedBlock::zeroed(length as usize, super::payload::ALIGN)
-                .ok_or_else(|| io(&path, "read")(std::io::ErrorKind::OutOfMemory.into()))?;
+            let mut block =
+                onnx_prepared_kernels::ZeroedBlock::zeroed(length as usize, super::payload::ALIGN)
+                    .ok_or_else(|| io(&path, "read")(std::io::ErrorKind::OutOfMemory.into()))?;
             read_exact_at(&file, block.bytes_mut()).map_err(io(&path, "read"))?;
             PayloadBytes::Copied(block)
         } else {
@@ -381,10 +383,12 @@ impl PayloadDir {
     /// `.<name>.<pid>.<n>.tmp` of this folder.
     fn write_temp(&self, name: &str, bytes: &[u8]) -> Result<String, CacheError> {
         let pid = std::process::id();
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         for n in 0u32.. {
             let temp = format!(".{name}.{pid}.{n}.tmp");
-            let mut f = match rustix::fs::openat(&self.fd, &temp, flags, Mode::from_raw_mode(0o644)) {
+            let mut f = match rustix::fs::openat(&self.fd, &temp, flags, Mode::from_raw_mode(0o644))
+            {
                 Ok(fd) => File::from(fd),
                 Err(rustix::io::Errno::EXIST) => continue,
                 Err(e) => return Err(io(&self.path, "write a temp file")(e.into())),
@@ -397,7 +401,9 @@ impl PayloadDir {
                 }
             };
         }
-        Err(io(&self.path, "write a temp file")(std::io::Error::other("no unused temp file name")))
+        Err(io(&self.path, "write a temp file")(std::io::Error::other(
+            "no unused temp file name",
+        )))
     }
 
     /// Removes file `name` of the folder (never follows a link: a link is
@@ -422,7 +428,10 @@ impl PayloadDir {
                 continue;
             }
             let regular = rustix::fs::statat(&self.fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
-                .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile);
+                .is_ok_and(|st| {
+                    rustix::fs::FileType::from_raw_mode(st.st_mode)
+                        == rustix::fs::FileType::RegularFile
+                });
             names.push((name, regular));
         }
         names.sort();

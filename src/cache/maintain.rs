@@ -171,7 +171,9 @@ fn companion_name(name: &str) -> bool {
 }
 
 fn is_hex32(s: &str) -> bool {
-    s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Whether `name` is a payload file name this runtime writes.
@@ -211,9 +213,10 @@ pub fn prune(dir: &Path) -> Result<PruneReport, CacheError> {
             Ok(m) => m,
             Err(why) => {
                 all_read = false;
-                report
-                    .kept
-                    .push(format!("{}: kept, it cannot be read: {why}", c.path.display()));
+                report.kept.push(format!(
+                    "{}: kept, it cannot be read: {why}",
+                    c.path.display()
+                ));
                 continue;
             }
         };

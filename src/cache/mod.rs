@@ -72,8 +72,8 @@ pub use files::{COMMIT_LOCK, PAUSE_ENV, RESUME_ENV};
 pub use manifest::{CacheEntry, EntryKey, FORMAT_VERSION, Manifest};
 pub use payload::{Decoded, decode as decode_payload, encode_packed, encode_tensor};
 
-use crate::model::{Model, PayloadError, Requirement, WeightDescriptor, WeightSource};
 use crate::durable::FileIdentity;
+use crate::model::{Model, PayloadError, Requirement, WeightDescriptor, WeightSource};
 use crate::sync::{AtomicU64, AtomicUsize, Lock, Ordering};
 
 /// Largest companion model read (it holds metadata only).
@@ -507,7 +507,8 @@ impl PreparedCache {
             return false;
         }
         let recorded = self.recorded_digest(d).is_some();
-        recorded || (self.policy == PreparedModelPolicy::BuildIfMissing && self.digest_of(d).is_none())
+        recorded
+            || (self.policy == PreparedModelPolicy::BuildIfMissing && self.digest_of(d).is_none())
     }
 
     /// Records the digest a read computed for `d`, or compares it with the
@@ -516,7 +517,11 @@ impl PreparedCache {
     /// # Errors
     /// [`PayloadError::DigestChanged`]: the bytes differ from the recorded
     /// digest (the data file was changed in place keeping its identity).
-    pub fn record_digest(&self, d: &WeightDescriptor, digest: [u8; 32]) -> Result<(), PayloadError> {
+    pub fn record_digest(
+        &self,
+        d: &WeightDescriptor,
+        digest: [u8; 32],
+    ) -> Result<(), PayloadError> {
         let WeightSource::External { file, .. } = d.source() else {
             return Ok(());
         };
@@ -578,5 +583,4 @@ impl PreparedCache {
     pub fn report_damaged(&self, e: &CacheError) {
         self.report(format!("{e}; built from its sources instead"));
     }
-
 }

@@ -69,7 +69,6 @@ impl PreparedCache {
         }
     }
 
-
     /// Commits a new manifest generation: what is on disk now, plus every
     /// entry and digest this process added (protocol "write" steps 3–4),
     /// under the cache's locks. On failure the entries stay pending.
@@ -140,7 +139,6 @@ impl PreparedCache {
         files::publish_manifest(&self.manifest_path, &m.to_bytes())
     }
 }
-
 
 impl PersistJob {
     /// Writes the payload; then, when no other job of the store is still

@@ -24,6 +24,11 @@ pub struct CacheArgs {
     /// What to do with the cache: disabled, read-only, build-if-missing (default with --cache) or require-complete.
     #[arg(long = "cache-policy", value_name = "POLICY", value_parser = parse_policy)]
     pub policy: Option<PreparedModelPolicy>,
+    /// Copy cache payloads into memory instead of mapping them (for a
+    /// cache folder other programs write: a mapped payload truncated while
+    /// in use would fault the process).
+    #[arg(long = "cache-copy-in")]
+    pub copy_in: bool,
 }
 
 fn parse_policy(s: &str) -> Result<PreparedModelPolicy, String> {
@@ -60,7 +65,9 @@ impl CacheArgs {
             Some(dir) => options.with_cache_dir(dir),
             None => options.without_cache(),
         };
-        Ok(options.with_cache_policy(policy))
+        Ok(options
+            .with_cache_policy(policy)
+            .with_cache_copy_in(self.copy_in))
     }
 }
 

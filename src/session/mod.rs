@@ -219,15 +219,15 @@ impl RuntimeSession {
     pub fn open(path: impl AsRef<Path>, options: SessionOptions) -> Result<Self, Error> {
         let model = Model::open(path)?;
         let cache = match (&options.cache_dir, options.cache_policy) {
-            (Some(dir), policy) if policy != PreparedModelPolicy::Disabled => Some(
-                PreparedCache::open_with(
+            (Some(dir), policy) if policy != PreparedModelPolicy::Disabled => {
+                Some(PreparedCache::open_with(
                     dir,
                     policy,
                     &model,
                     options.resolve.cpu,
                     options.cache_copy_in,
-                )?,
-            ),
+                )?)
+            }
             _ => None,
         };
         let resolved = ResolvedModel::resolve(model, &options.resolve)?;

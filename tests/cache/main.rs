@@ -6,3 +6,4 @@ mod support;
 mod corruption;
 mod real_models;
 mod reuse;
+mod trust;

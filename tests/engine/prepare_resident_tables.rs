@@ -117,7 +117,43 @@ fn a_data_file_cut_under_a_served_table_is_a_typed_error() {
     assert_eq!(err.kind(), ErrorKind::Payload, "{err}");
     assert!(err.to_string().contains("embed.weight"), "{err}");
 
-    // The same bytes back: the session serves the rows again.
+    // The same bytes back: the file was still written since it was
+    // verified, so the session keeps refusing it; a new session serves it.
     std::fs::write(&data, &bytes).unwrap();
-    assert_eq!(support::f32_bits(&run_ids(&session, &ids).unwrap()), want);
+    let err = run_ids(&session, &ids).unwrap_err();
+    assert!(
+        err.to_string().contains("changed since it was verified"),
+        "{err}"
+    );
+    assert_eq!(
+        support::f32_bits(&run_ids(&open(&model, true), &ids).unwrap()),
+        want
+    );
+}
+
+#[test]
+fn a_data_file_rewritten_in_place_under_a_served_table_is_a_typed_error() {
+    let dir = support::tempdir();
+    let model = support::tiny_llm_in(dir.path());
+    let data = model.with_extension("data");
+    let session = open(&model, true);
+    let ids = [3, 1, 4, 1, 5, 9, 2, 6];
+    run_ids(&session, &ids).unwrap();
+    // Same size, other bytes, the modification time put back (`cp -p`,
+    // `rsync --inplace -t`): the rows would silently mix new embeddings
+    // with layers prepared from the old file.
+    let mtime = std::fs::metadata(&data).unwrap().modified().unwrap();
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+    let f = std::fs::OpenOptions::new().write(true).open(&data).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &bytes, 0).unwrap();
+    f.set_modified(mtime).unwrap();
+    drop(f);
+    let err = run_ids(&session, &ids).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Payload, "{err}");
+    assert!(err.to_string().contains("embed.weight"), "{err}");
+    assert!(
+        err.to_string().contains("changed since it was verified"),
+        "{err}"
+    );
 }

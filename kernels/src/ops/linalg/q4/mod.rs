@@ -427,7 +427,11 @@ pub(crate) fn packed_bytes(p: &NBitsParams, isa: Isa, zero_points: bool) -> usiz
 
 /// Checks that `packed` is a 4-bit packing for `p` on `isa` (header,
 /// parts and their sizes), as [`view`] would before a kernel reads it.
-pub(crate) fn validate(packed: &PackedWeight, p: &NBitsParams, isa: Isa) -> Result<(), KernelError> {
+pub(crate) fn validate(
+    packed: &PackedWeight,
+    p: &NBitsParams,
+    isa: Isa,
+) -> Result<(), KernelError> {
     let (packed_isa, _) = view(packed, p)?;
     if packed_isa != isa {
         return Err(KernelError::Invalid {
