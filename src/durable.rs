@@ -81,6 +81,11 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// A file copied elsewhere has another device or inode. Equal identities
 /// mean the same bytes unless the clock went backwards or someone wrote
 /// the block device under the file system.
+///
+/// One change of `ctime` leaves the bytes alone: a change of the link
+/// count (the path removed, or another file renamed over it, while the
+/// handle keeps the old inode open). [`same_contents`](Self::same_contents)
+/// tells it apart by the link count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FileIdentity {
     dev: u64,
@@ -88,6 +93,7 @@ pub struct FileIdentity {
     len: u64,
     mtime_ns: i128,
     ctime_ns: i128,
+    nlink: u64,
 }
 
 impl FileIdentity {
@@ -109,7 +115,19 @@ impl FileIdentity {
             len: meta.len(),
             mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
             ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+            nlink: meta.nlink(),
         }
+    }
+
+    /// Whether a file that had identity `self` when checked may still hold
+    /// the same bytes with identity `now`: the same inode, size and
+    /// modification time, and a status-change time that is the same or
+    /// moved with the link count (the path unlinked or renamed over; the
+    /// handle's bytes are untouched). Any write, truncation, `utime` or
+    /// mode change in place is a change.
+    pub fn same_contents(&self, now: &Self) -> bool {
+        (self.dev, self.ino, self.len, self.mtime_ns) == (now.dev, now.ino, now.len, now.mtime_ns)
+            && (self.ctime_ns == now.ctime_ns || self.nlink != now.nlink)
     }
 
     /// The size in bytes.
@@ -122,8 +140,8 @@ impl FileIdentity {
         self.len == 0
     }
 
-    /// A stable text key of the identity (`dev:ino:len:mtime:ctime`), for
-    /// keys recorded on disk.
+    /// A stable text key of the identity (`dev:ino:len:mtime:ctime`, not
+    /// the link count), for keys recorded on disk.
     pub fn key(&self) -> String {
         format!(
             "{}:{}:{}:{}:{}",

@@ -147,7 +147,7 @@ impl PartialEq for PackedPart {
 /// key that names every parameter that changed the bytes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PackedWeight {
-    /// The layout key, e.g. `matmul-nbits-q4-b32-avx2`.
+    /// The layout key, e.g. `matmul-nbits-q4-v1-b32-zp0-t8-avx2`.
     pub layout: String,
     /// The packed parts (typed, so kernels read them without casts).
     pub parts: Vec<PackedPart>,

@@ -54,7 +54,7 @@ fn matmul_2d(label: &str, cpu: CpuFeatures) {
                 let nr = if label == "avx512" { 32 } else { 16 };
                 assert_eq!(
                     layout.as_deref(),
-                    Some(&*format!("matmul-f32-nr{nr}-{label}"))
+                    Some(&*format!("matmul-f32-v1-nr{nr}-{label}"))
                 );
             }
         }

@@ -139,7 +139,7 @@ fn check_nbits(label: &str, cpu: CpuFeatures, case: &NBitsCase, par: &dyn Parall
         assert_close(&got, &want, TOL, &ctx);
         if let Some(layout) = layout {
             assert!(
-                layout.starts_with(&format!("matmul-nbits-q4-b{}-", case.p.block_size)),
+                layout.starts_with(&format!("matmul-nbits-q4-v1-b{}-", case.p.block_size)),
                 "{ctx}"
             );
             assert!(layout.ends_with(label), "{ctx}");

@@ -276,7 +276,7 @@ fn qdq_matmul_packs_int4_like_matmul_nbits() {
         assert_eq!(
             packed.layout,
             format!(
-                "qdq-{}4-bs32-matmul-nbits-q4-b32-zp{zp}-t8-portable",
+                "qdq-{}4-bs32-matmul-nbits-q4-v1-b32-zp{zp}-t8-portable",
                 if signed { "s" } else { "u" }
             )
         );

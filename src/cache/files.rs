@@ -332,7 +332,7 @@ impl PayloadDir {
         // change between the open and the map (or during the copy) is a
         // miss, never bytes of another file under this identity.
         let after = FileIdentity::of(&file).map_err(io(&path, "stat"))?;
-        if after != identity {
+        if !identity.same_contents(&after) {
             return Err(CacheError::Corrupt {
                 path,
                 detail: format!("changed while read ({})", identity.difference(&after)),

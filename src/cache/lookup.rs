@@ -69,7 +69,9 @@ impl PreparedCache {
                 .with(|p| p.get(&key).cloned())
                 .ok_or(Miss::Absent)?,
         };
-        if e.kernel_abi != self.kernel_abi {
+        // A source tensor's payload depends on the payload format only; a
+        // packed object's on the kernels that packed it.
+        if r.prepack.is_some() && e.kernel_abi != self.kernel_abi {
             return Err(Miss::Incompatible(format!(
                 "packed for `{}`, this build packs for `{}`",
                 e.kernel_abi, self.kernel_abi

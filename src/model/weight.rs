@@ -85,7 +85,7 @@ impl ExternalFile {
             path: self.path.clone(),
             source,
         })?;
-        if now == self.identity {
+        if self.identity.same_contents(&now) {
             return Ok(());
         }
         Err(PayloadError::DataFileChanged {

@@ -232,6 +232,60 @@ fn two_processes_building_one_cache_both_succeed() {
     assert_eq!(stats["prepacks"], 0);
 }
 
+/// Two writers with different entries (portable and native packed
+/// layouts) committing at once: the first one pauses with the manifest
+/// read and its new generation written to a temp file; the second one
+/// runs meanwhile. Both keep their entries: each serves a later
+/// require-complete process of its kind.
+#[test]
+fn two_writers_committing_at_once_keep_both_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_llm_in(dir.path());
+    let cache = dir.path().join("cache");
+    let resume = dir.path().join("resume");
+    let with = |mut args: Vec<String>, portable: bool| {
+        if portable {
+            args.insert(1, "--portable".into());
+        }
+        args
+    };
+    let a_args = with(run_args(&model, &cache, "build-if-missing", &dir.path().join("a")), true);
+    let mut a = bin()
+        .args(&a_args)
+        .env(PAUSE_ENV, "manifest-temp")
+        .env(onnx_prepared::cache::RESUME_ENV, &resume)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = a.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    loop {
+        let line = lines.next().expect("the first writer pauses").unwrap();
+        if line.contains("cache write paused at manifest-temp") {
+            break;
+        }
+    }
+    let b_args = with(run_args(&model, &cache, "build-if-missing", &dir.path().join("b")), false);
+    let mut b = bin()
+        .args(&b_args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The second writer reaches its commit while the first holds its own.
+    std::thread::sleep(Duration::from_millis(1500));
+    std::fs::write(&resume, b"").unwrap();
+    assert!(a.wait().unwrap().success());
+    assert!(b.wait().unwrap().success());
+    verify(&cache);
+    for portable in [true, false] {
+        let out = dir.path().join(format!("check-{portable}"));
+        let stats = run_ok(&with(run_args(&model, &cache, "require-complete", &out), portable));
+        assert_eq!(stats["prepacks"], 0, "portable {portable}");
+    }
+}
+
 #[test]
 fn cache_flags_are_checked() {
     let dir = tempfile::tempdir().unwrap();

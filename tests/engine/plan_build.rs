@@ -99,7 +99,7 @@ fn tiny_llm_has_four_packed_requirements_per_block_and_a_layer_chain() {
     let packed = |r: RequirementId| {
         p.requirements().key[r.0 as usize]
             .layout
-            .starts_with("matmul-nbits-q4-b32")
+            .starts_with("matmul-nbits-q4-v1-b32")
     };
     for b in 0..blocks {
         let needs: Vec<RequirementId> = p

@@ -18,9 +18,9 @@
 //!
 //! | key | parts |
 //! |---|---|
-//! | `matmul-f32-nr{NR}-{isa}` | header, `B` panels `[ceil(N/NR)][K][NR]` |
-//! | `gemm-f32-transB{0,1}-nr{NR}-{isa}` | same; `transB` is normalized away but named, since the source bytes are read differently |
-//! | `matmul-nbits-q4-b{bs}-zp{0,u8,f32,f16}-t{T}-{isa}` | header, weights regrouped into column tiles, scales, `-zp * scale` (layout in `q4/mod.rs`) |
+//! | `matmul-f32-v1-nr{NR}-{isa}` | header, `B` panels `[ceil(N/NR)][K][NR]` |
+//! | `gemm-f32-v1-transB{0,1}-nr{NR}-{isa}` | same; `transB` is normalized away but named, since the source bytes are read differently |
+//! | `matmul-nbits-q4-v1-b{bs}-zp{0,u8,f32,f16}-t{T}-{isa}` | header, weights regrouped into column tiles, scales, `-zp * scale` (layout in `q4/mod.rs`) |
 //!
 //! `NR` is 32 for AVX-512 and 16 for AVX2 and portable. Every packed weight
 //! starts with a `U64` header naming its kernel family and dimensions;
@@ -209,7 +209,7 @@ impl F32PanelPrepack {
         let trans = trans_b.map_or(String::new(), |t| format!("-transB{}", t as u8));
         Self {
             layout: format!(
-                "{prefix}-f32{trans}-nr{}-{}-v{F32_PACK_VERSION}",
+                "{prefix}-f32-v{F32_PACK_VERSION}{trans}-nr{}-{}",
                 isa.f32_nr(),
                 isa.name()
             ),

@@ -1,7 +1,7 @@
 //! 4-bit weights (`MatMulNBits`, bits = 4): the packed layout, its packing
 //! (cold path) and the products on it (hot path).
 //!
-//! # Packed layout `matmul-nbits-q4-b{B}-zp{Z}-t{T}-{isa}`
+//! # Packed layout `matmul-nbits-q4-v1-b{B}-zp{Z}-t{T}-{isa}`
 //!
 //! Columns are grouped in tiles of `T` (16 for AVX-512: one `zmm` of lanes;
 //! 8 for AVX2 and portable). Parts:
@@ -89,7 +89,7 @@ pub(crate) fn layout(
         Some(t) => t.name().to_string(),
     };
     format!(
-        "matmul-nbits-q4-b{block_size}-zp{zp}-t{}-{}-v{PACK_VERSION}",
+        "matmul-nbits-q4-v{PACK_VERSION}-b{block_size}-zp{zp}-t{}-{}",
         isa.q4_tile(),
         isa.name()
     )
