@@ -325,7 +325,7 @@ fn charge_inputs(inputs: &[(&GraphInput, &Vec<usize>)]) -> Result<Reservation, E
                 .iter()
                 .map(|(i, shape)| format!("`{}` {shape:?}", i.name))
                 .collect();
-            format!("generated inputs {}", names.join(", "))
+            format!("generating the inputs {}", names.join(", "))
         }
     };
     Ok(Ceiling::process().charge(Domain::Io, what, bytes.unwrap_or(usize::MAX))?)

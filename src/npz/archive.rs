@@ -103,7 +103,7 @@ pub(super) fn read_npz_from(
                 limit,
             })?;
         let bytes = usize::try_from(total).unwrap_or(usize::MAX);
-        let what = || format!("the arrays of {} up to `{name}`", path.display());
+        let what = || format!("reading the arrays of {} up to `{name}`", path.display());
         match &mut charge {
             Some(held) => ceiling.resize(held, what, bytes).map_err(memory)?,
             None => charge = Some(ceiling.charge(Domain::Io, what, bytes).map_err(memory)?),
