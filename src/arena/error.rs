@@ -43,7 +43,7 @@ pub enum ArenaError {
     },
     /// A request sized by a model, an input or a flag is above a ceiling
     /// that no budget raises (the process's allocation ceiling,
-    /// [`crate::arena::Ceiling`], or another limit in [`crate::limits`]);
+    /// `arena::Ceiling`, or another limit in [`crate::limits`]);
     /// nothing was allocated.
     #[error(
         "{what} needs {requested} bytes, above the ceiling of {limit} bytes for the {domain} domain"
@@ -59,7 +59,7 @@ pub enum ArenaError {
         limit: usize,
     },
     /// A request sized by a model, an input or a flag fits under the
-    /// process's allocation ceiling ([`crate::arena::Ceiling`]) but other
+    /// process's allocation ceiling (`arena::Ceiling`) but other
     /// requests of the process hold too much of it now; nothing was
     /// allocated.
     #[error(

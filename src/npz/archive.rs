@@ -9,7 +9,7 @@
 //! 2. Refuse the array unless the zip entry's uncompressed size is exactly
 //!    header plus data (a bomb or a lying header disagrees), unless the
 //!    arrays so far fit in the limit, and unless the process's allocation
-//!    ceiling ([`Ceiling`]) takes them all: a refusal allocates nothing.
+//!    ceiling (`arena::Ceiling`) takes them all: a refusal allocates nothing.
 //! 3. Allocate the data once (fallibly) and inflate into it, refusing a
 //!    stream that ends early or runs on; types that can be used in place
 //!    become tensors over those bytes, with no second copy.
