@@ -42,8 +42,9 @@ pub enum ArenaError {
         requested: usize,
     },
     /// A request sized by a model, an input or a flag is above a ceiling
-    /// that no budget raises ([`crate::limits::default_allocation_ceiling`]
-    /// or another limit in [`crate::limits`]); nothing was allocated.
+    /// that no budget raises (the process's allocation ceiling,
+    /// `arena::Ceiling`, or another limit in [`crate::limits`]);
+    /// nothing was allocated.
     #[error(
         "{what} needs {requested} bytes, above the ceiling of {limit} bytes for the {domain} domain"
     )]
@@ -54,6 +55,25 @@ pub enum ArenaError {
         what: String,
         /// The bytes asked for (`usize::MAX` when the size overflows).
         requested: usize,
+        /// The ceiling.
+        limit: usize,
+    },
+    /// A request sized by a model, an input or a flag fits under the
+    /// process's allocation ceiling (`arena::Ceiling`) but other
+    /// requests of the process hold too much of it now; nothing was
+    /// allocated.
+    #[error(
+        "{what} needs {requested} bytes for the {domain} domain, but {live} of the {limit}-byte allocation ceiling are held by other requests"
+    )]
+    CeilingHeld {
+        /// The domain the bytes were for.
+        domain: Domain,
+        /// What asked, for the message.
+        what: String,
+        /// The bytes asked for.
+        requested: usize,
+        /// Bytes of the ceiling held at the time.
+        live: usize,
         /// The ceiling.
         limit: usize,
     },
@@ -76,6 +96,7 @@ impl ArenaError {
             ArenaError::OverBudget { domain, .. }
             | ArenaError::AllocationFailed { domain, .. }
             | ArenaError::AboveCeiling { domain, .. }
+            | ArenaError::CeilingHeld { domain, .. }
             | ArenaError::TooLarge { domain, .. } => *domain,
         }
     }

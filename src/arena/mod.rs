@@ -12,6 +12,10 @@
 //! | [`Domain::Execution`] | the activation plan of a lowering | activation buffers of one input-shape set (laid out once, reused by every run of those shapes) and room for the largest kernel temporary | lowering a new input-shape set, checked before any buffer is allocated | the context lowers other shapes or is dropped |
 //! | [`Domain::Io`] | a context's outputs | final outputs that cross the runtime boundary | the end of a run, before the outputs are written | the caller takes the outputs or drops the context |
 //!
+//! Allocations sized by a model, an input or a flag also charge the one
+//! process-wide [`Ceiling`] (see its protocol), shared by every budget,
+//! session and call of the process.
+//!
 //! The mutable KV-cache is caller-owned and outside every domain; disk
 //! persistence is a cache tier, not an arena.
 //!
@@ -58,6 +62,7 @@
 //!   refusal as "retry when bytes are returned".
 
 mod budget;
+mod ceiling;
 mod domain;
 mod error;
 mod preparation;
@@ -66,6 +71,7 @@ mod prepared;
 pub use budget::{
     BudgetLimits, BudgetReport, DomainReport, MemoryBudget, ReleaseWatcher, Reservation, UNLIMITED,
 };
+pub use ceiling::Ceiling;
 pub use domain::Domain;
 pub use error::ArenaError;
 pub use preparation::{PREPARATION_ALIGN, PreparationArena, PreparationBuffer};

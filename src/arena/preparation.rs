@@ -7,7 +7,7 @@ use std::ops::{Deref, DerefMut};
 
 use onnx_prepared_kernels::{SharedBytes, ZeroedBlock};
 
-use super::{ArenaError, Domain, MemoryBudget, Reservation};
+use super::{ArenaError, Ceiling, Domain, MemoryBudget, Reservation};
 
 /// The alignment of every [`PreparationBuffer`]'s first byte: a cache line,
 /// and the alignment of tensors in external data files
@@ -31,29 +31,34 @@ impl PreparationArena {
     }
 
     /// A zeroed buffer of `len` bytes whose first byte is
-    /// [`PREPARATION_ALIGN`]-aligned, charged until it is dropped.
+    /// [`PREPARATION_ALIGN`]-aligned, charged (to this arena's budget and to
+    /// the process's [`Ceiling`]) until it is dropped. A size the ceiling
+    /// refuses, or memory the system refuses, is an error, never an abort.
     pub fn alloc_zeroed(&self, len: usize) -> Result<PreparationBuffer, ArenaError> {
-        let ceiling = crate::limits::default_allocation_ceiling();
-        if len > ceiling {
-            return Err(ArenaError::AboveCeiling {
-                domain: Domain::Preparation,
-                what: "a preparation buffer".into(),
-                requested: len,
-                limit: ceiling,
-            });
-        }
+        self.alloc_zeroed_under(&Ceiling::process(), len)
+    }
+
+    /// [`alloc_zeroed`](Self::alloc_zeroed) charging `ceiling`.
+    pub fn alloc_zeroed_under(
+        &self,
+        ceiling: &Ceiling,
+        len: usize,
+    ) -> Result<PreparationBuffer, ArenaError> {
+        let shared = ceiling.charge(Domain::Preparation, || "a preparation buffer".into(), len)?;
         let reservation = self.budget.reserve(Domain::Preparation, len)?;
         // Large blocks are mappings backed by huge pages where the system
         // has them: a read into fresh memory faults 2 MiB at a time.
         let Some(storage) = ZeroedBlock::zeroed(len, PREPARATION_ALIGN) else {
-            return Err(ArenaError::TooLarge {
+            return Err(ArenaError::AllocationFailed {
                 domain: Domain::Preparation,
-                len,
-                element_bytes: 1,
+                requested: len,
             });
         };
         Ok(PreparationBuffer {
-            storage,
+            storage: ChargedBlock {
+                block: storage,
+                _ceiling: shared,
+            },
             reservation,
         })
     }
@@ -74,8 +79,15 @@ impl PreparationArena {
 /// preparation domain.
 #[must_use = "dropping a preparation buffer frees it at once"]
 pub struct PreparationBuffer {
-    storage: ZeroedBlock,
+    storage: ChargedBlock,
     reservation: Reservation,
+}
+
+/// A block and its charge to the process's [`Ceiling`], returned when the
+/// bytes are freed (with the block, even once shared).
+struct ChargedBlock {
+    block: ZeroedBlock,
+    _ceiling: Reservation,
 }
 
 impl PreparationBuffer {
@@ -99,18 +111,18 @@ impl PreparationBuffer {
 
 /// A filled [`PreparationBuffer`]'s bytes, shared read-only
 /// ([`PreparationBuffer::into_shared`]).
-struct FilledBuffer(ZeroedBlock);
+struct FilledBuffer(ChargedBlock);
 
 impl SharedBytes for FilledBuffer {
     fn bytes(&self) -> &[u8] {
-        self.0.bytes()
+        self.0.block.bytes()
     }
 }
 
 impl fmt::Debug for FilledBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FilledBuffer")
-            .field("len", &self.0.bytes().len())
+            .field("len", &self.0.block.bytes().len())
             .finish_non_exhaustive()
     }
 }
@@ -119,13 +131,13 @@ impl Deref for PreparationBuffer {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        self.storage.bytes()
+        self.storage.block.bytes()
     }
 }
 
 impl DerefMut for PreparationBuffer {
     fn deref_mut(&mut self) -> &mut [u8] {
-        self.storage.bytes_mut()
+        self.storage.block.bytes_mut()
     }
 }
 
@@ -144,7 +156,7 @@ impl AsMut<[u8]> for PreparationBuffer {
 impl fmt::Debug for PreparationBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PreparationBuffer")
-            .field("len", &self.storage.bytes().len())
+            .field("len", &self.storage.block.bytes().len())
             .field("reservation", &self.reservation)
             .finish()
     }
@@ -177,6 +189,31 @@ mod tests {
         drop(buffers);
         assert_eq!(arena.live_bytes(), 0);
         assert_eq!(budget.live(Domain::Preparation), 0);
+    }
+
+    #[test]
+    fn buffers_share_the_ceiling_until_freed_even_when_shared() {
+        let budget = MemoryBudget::unlimited();
+        let arena = PreparationArena::new(&budget);
+        let ceiling = Ceiling::new(1000);
+        assert!(matches!(
+            arena.alloc_zeroed_under(&ceiling, 1001),
+            Err(ArenaError::AboveCeiling { .. })
+        ));
+        let first = arena.alloc_zeroed_under(&ceiling, 800).unwrap();
+        assert!(matches!(
+            arena.alloc_zeroed_under(&ceiling, 300),
+            Err(ArenaError::CeilingHeld { live: 800, .. })
+        ));
+        assert_eq!(budget.live(Domain::Preparation), 800);
+        // Shared bytes keep their ceiling charge; the budget's goes with
+        // the reservation.
+        let (bytes, reservation) = first.into_shared();
+        drop(reservation);
+        assert_eq!(ceiling.live(), 800);
+        drop(bytes);
+        assert_eq!(ceiling.live(), 0);
+        let _second = arena.alloc_zeroed_under(&ceiling, 300).unwrap();
     }
 
     #[test]

@@ -23,6 +23,7 @@ use onnx_prepared_kernels::{DataMut, Tensor};
 
 pub use generate::{Generated, KvCache, genai_kv_cache, generate, generate_with};
 
+use crate::arena::{Ceiling, Domain, Reservation};
 use crate::exec::RunError;
 use crate::model::{Dim, GraphInput};
 pub use crate::model::{InputRole, input_role, kv_cache_pairs};
@@ -295,7 +296,9 @@ pub fn input_shape(input: &GraphInput, len: Lengths, others: &[(String, usize)])
 /// One input for `len`, filled by role: `ids` (or random ids below
 /// `vocab`), a mask of ones, positions `P..P + T`, `seqlens_k` and
 /// `total_sequence_length`, a causal `attn_bias`; other floats uniform in
-/// [-1, 1), other integers in [0, 10), booleans alternating.
+/// [-1, 1), other integers in [0, 10), booleans alternating. Its bytes are
+/// charged to the process's allocation ceiling while it is built: a size
+/// past it is a typed error before anything is allocated.
 pub fn input_tensor(
     input: &GraphInput,
     len: Lengths,
@@ -305,18 +308,39 @@ pub fn input_tensor(
     rng: &mut Rng,
 ) -> Result<Tensor, Error> {
     let shape = input_shape(input, len, others);
-    let role = input_role(&input.name);
-    let bytes = crate::model::tensor_bytes(input.dtype, &shape);
-    let ceiling = crate::limits::default_allocation_ceiling();
-    if bytes > ceiling {
-        return Err(crate::arena::ArenaError::AboveCeiling {
-            domain: crate::arena::Domain::Io,
-            what: format!("generated input `{}` of shape {shape:?}", input.name),
-            requested: bytes,
-            limit: ceiling,
+    let _charge = charge_inputs(&[(input, &shape)])?;
+    fill_input(input, shape, len, ids, vocab, rng)
+}
+
+/// Charges the bytes of `inputs` (each with its shape) together to the
+/// process's allocation ceiling, in the I/O domain.
+fn charge_inputs(inputs: &[(&GraphInput, &Vec<usize>)]) -> Result<Reservation, Error> {
+    let bytes = inputs.iter().try_fold(0usize, |sum, (input, shape)| {
+        sum.checked_add(crate::model::tensor_bytes(input.dtype, shape))
+    });
+    let what = || match inputs {
+        [(input, shape)] => format!("generated input `{}` of shape {shape:?}", input.name),
+        _ => {
+            let names: Vec<String> = inputs
+                .iter()
+                .map(|(i, shape)| format!("`{}` {shape:?}", i.name))
+                .collect();
+            format!("generating the inputs {}", names.join(", "))
         }
-        .into());
-    }
+    };
+    Ok(Ceiling::process().charge(Domain::Io, what, bytes.unwrap_or(usize::MAX))?)
+}
+
+/// [`input_tensor`] of `shape`, charged by the caller.
+fn fill_input(
+    input: &GraphInput,
+    shape: Vec<usize>,
+    len: Lengths,
+    ids: Option<&[i64]>,
+    vocab: usize,
+    rng: &mut Rng,
+) -> Result<Tensor, Error> {
+    let role = input_role(&input.name);
     let mut t = Tensor::zeros(input.dtype, shape.clone()).map_err(|source| RunError::Kernel {
         node: format!("generated input `{}`", input.name),
         source,
@@ -408,13 +432,22 @@ pub fn generated_inputs(
     }
     let others = &others;
     let mut rng = Rng::default();
+    // Every input is sized and charged before the first is allocated.
+    let shapes: Vec<Vec<usize>> = resolved
+        .inputs()
+        .iter()
+        .map(|i| input_shape(i, len, others))
+        .collect();
+    let sized: Vec<(&GraphInput, &Vec<usize>)> = resolved.inputs().iter().zip(&shapes).collect();
+    let _charge = charge_inputs(&sized)?;
     resolved
         .inputs()
         .iter()
-        .map(|i| {
+        .zip(shapes)
+        .map(|(i, shape)| {
             Ok((
                 i.name.clone(),
-                input_tensor(i, len, others, None, vocab, &mut rng)?,
+                fill_input(i, shape, len, None, vocab, &mut rng)?,
             ))
         })
         .collect()

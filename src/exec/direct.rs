@@ -16,7 +16,7 @@ use std::sync::Arc;
 use onnx_prepared_kernels::{CpuFeatures, ParallelFor, Sequential, Tensor};
 
 use crate::prepare::PreparedObject;
-use super::lowering::{Lowered, ceiling_gate, lower_all, order_inputs};
+use super::lowering::{CeilingGate, Lowered, lower_all, order_inputs};
 use crate::prepare::preparation::{Held, Producer};
 use super::RunError;
 use crate::arena::MemoryBudget;
@@ -56,6 +56,9 @@ pub struct DirectReplay {
     /// Graph inputs whose values decide shapes (discovered at lowering).
     value_inputs: HashSet<usize>,
     lowered: Option<Lowered>,
+    /// The lowering's activation buffers, charged to the process's
+    /// allocation ceiling.
+    ceiling: Option<crate::arena::Reservation>,
     /// `threads - 1` CPU workers (not pinned, no I/O workers) that help
     /// the caller's thread in kernels' parallel regions, leased per run.
     pool: Option<WorkerPool>,
@@ -106,6 +109,7 @@ impl DirectReplay {
             objects,
             value_inputs: HashSet::new(),
             lowered: None,
+            ceiling: None,
             pool: (threads > 1)
                 .then(|| {
                     WorkerPool::try_new(WorkerPoolOptions {
@@ -161,13 +165,12 @@ impl DirectReplay {
             .is_some_and(|l| l.matches(&ordered, &self.value_inputs))
         {
             self.lowered = None;
-            let gate = ceiling_gate(crate::limits::default_allocation_ceiling());
-            self.lowered = Some(lower_all(
-                &self.resolved,
-                &ordered,
-                &mut self.value_inputs,
-                &gate,
-            )?);
+            self.ceiling = None;
+            let ceiling = CeilingGate::process();
+            let gate = |what: &str, bytes: usize| ceiling.check(what, bytes);
+            let lowered = lower_all(&self.resolved, &ordered, &mut self.value_inputs, &gate)?;
+            self.ceiling = Some(ceiling.into_charge(lowered.buffer_bytes())?);
+            self.lowered = Some(lowered);
         }
         let Self {
             resolved,

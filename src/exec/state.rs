@@ -26,7 +26,7 @@ use onnx_prepared_kernels::{ParallelFor, Sequential, Tensor};
 
 use crate::prepare::{PrepareError, PreparedObject};
 use crate::prepare::gate::BudgetGate;
-use super::lowering::{Lowered, Objects, ceiling_gate, check_input, lower_all, order_inputs};
+use super::lowering::{CeilingGate, Lowered, Objects, check_input, lower_all, order_inputs};
 use crate::prepare::residency::{StepProtection, UnpersistedEviction};
 use crate::prepare::preparation::{Held, Producer, ResidentObject};
 use super::RunError;
@@ -57,6 +57,8 @@ pub struct InvocationState {
     lowered: Option<Lowered>,
     value_inputs: HashSet<usize>,
     execution: Option<Reservation>,
+    /// The same bytes charged to the process's allocation ceiling.
+    ceiling: Option<Reservation>,
     /// The next step a suspendable run replays.
     next_step: usize,
     /// While the run waits: its step's needs, protected from eviction.
@@ -245,14 +247,16 @@ impl PreparedExecutionState {
         }
         invocation.lowered = None;
         invocation.execution = None;
+        invocation.ceiling = None;
         let ordered: Vec<&Tensor> = (0..count).map(input).collect();
         // Nothing is allocated before it is charged: each request of the
         // lowering (its folded constants so far, then every buffer and
-        // temporary) resizes one reservation, held while it allocates.
-        let ceiling = ceiling_gate(crate::limits::default_allocation_ceiling());
+        // temporary) resizes one reservation of the session's budget and
+        // one of the process's ceiling, held while it allocates.
+        let ceiling = CeilingGate::process();
         let held: Lock<Option<Reservation>> = Lock::new(None);
         let gate = |what: &str, bytes: usize| -> Result<(), RunError> {
-            ceiling(what, bytes)?;
+            ceiling.check(what, bytes)?;
             held.with(|h| match h {
                 Some(r) => r.resize(bytes),
                 None => self
@@ -279,6 +283,7 @@ impl PreparedExecutionState {
                 .budget()
                 .reserve(Domain::Execution, lowered.buffer_bytes())?,
         };
+        invocation.ceiling = Some(ceiling.into_charge(lowered.buffer_bytes())?);
         invocation.execution = Some(charge);
         invocation.lowered = Some(lowered);
         Ok(())

@@ -278,7 +278,11 @@ fn read_model_file(path: &Path) -> Result<Bytes, ModelError> {
         return Err(too_large(size));
     }
     // The file may grow after the stat: read one byte past the limit at most.
-    let mut buffer = Vec::with_capacity(size as usize);
+    // Up to 2 GiB: the system may refuse it (an error, never an abort).
+    let mut buffer = Vec::new();
+    buffer
+        .try_reserve_exact(size as usize)
+        .map_err(|_| io(std::io::ErrorKind::OutOfMemory.into()))?;
     file.take(MAX_MODEL_FILE_BYTES + 1)
         .read_to_end(&mut buffer)
         .map_err(io)?;
@@ -292,7 +296,7 @@ fn read_model_file(path: &Path) -> Result<Bytes, ModelError> {
 /// it is decoded.
 fn check_wire(path: &Path, bytes: &[u8]) -> Result<(), ModelError> {
     let counts = wire::scan(bytes);
-    let ceiling = crate::limits::default_allocation_ceiling() as u64;
+    let ceiling = crate::arena::Ceiling::process().limit() as u64;
     let refuse = |what, count, limit| {
         Err(ModelError::TooComplex {
             path: path.to_path_buf(),

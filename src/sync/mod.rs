@@ -25,6 +25,10 @@ pub use free_list::FreeList;
 
 #[cfg(not(loom))]
 pub use std::sync::Arc;
+/// A value set once per process (the allocation ceiling's budget). Not
+/// modelled by loom: under `cfg(loom)` nothing in the crate names it.
+#[cfg(not(loom))]
+pub use std::sync::OnceLock;
 #[cfg(not(loom))]
 use std::sync::atomic as imp;
 #[cfg(not(loom))]

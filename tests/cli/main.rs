@@ -1,4 +1,5 @@
-//! Tests of the `onnx-prepared` binary: bench, cache, generate, inspect, hostile arguments.
+//! Tests of the `onnx-prepared` binary: bench, cache, generate, inspect, hostile arguments,
+//! memory limits.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -8,3 +9,4 @@ mod cache;
 mod generate;
 mod hostile;
 mod inspect;
+mod memory;

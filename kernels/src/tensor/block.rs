@@ -35,18 +35,24 @@ enum Storage {
 
 impl ZeroedBlock {
     /// `len` zero bytes whose first byte's address is a multiple of `align`
-    /// (a power of two); `None` when `align` is not one or the size with
-    /// its slack overflows.
+    /// (a power of two); `None` when `align` is not one, the size with its
+    /// slack overflows, or the system has not the memory (never an abort:
+    /// sizes come from models and inputs).
     pub fn zeroed(len: usize, align: usize) -> Option<Self> {
         if !align.is_power_of_two() {
             return None;
         }
-        if len >= LARGE
-            && let Some(block) = Self::mapped(len, align.max(LARGE))
-        {
-            return Some(block);
+        if len >= LARGE {
+            // A large block the system will not map is not asked of the
+            // heap either: the allocator would map it the same way.
+            return Self::mapped(len, align.max(LARGE));
         }
-        let buf = vec![0u8; len.checked_add(align - 1)?].into_boxed_slice();
+        let size = len.checked_add(align - 1)?;
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(size).ok()?;
+        // Small (under `LARGE`): writing the zeros costs little.
+        buf.resize(size, 0u8);
+        let buf = buf.into_boxed_slice();
         // Moving the box never moves its heap block: `start` stays valid.
         let start = buf.as_ptr().addr().wrapping_neg() % align;
         Some(Self {
@@ -57,7 +63,7 @@ impl ZeroedBlock {
     }
 
     /// An anonymous mapping with room for `len` bytes from an `align`
-    /// boundary; `None` if the system refuses it (the heap is used then).
+    /// boundary; `None` if the system refuses it.
     fn mapped(len: usize, align: usize) -> Option<Self> {
         let map = memmap2::MmapMut::map_anon(len.checked_add(align - 1)?).ok()?;
         let start = map.as_ptr().addr().wrapping_neg() % align;
@@ -143,5 +149,8 @@ mod tests {
     fn impossible_requests_are_refused() {
         assert!(ZeroedBlock::zeroed(10, 3).is_none());
         assert!(ZeroedBlock::zeroed(usize::MAX, 64).is_none());
+        // More than any address space holds: refused, not an abort.
+        assert!(ZeroedBlock::zeroed(usize::MAX / 2, 64).is_none());
+        assert!(ZeroedBlock::zeroed(1 << 62, 64).is_none());
     }
 }

@@ -66,20 +66,50 @@ impl Objects for [PreparedObject] {
 /// the error. Called with growing totals; an `Err` stops the lowering.
 pub(crate) type AllocationGate<'a> = &'a dyn Fn(&str, usize) -> Result<(), Error>;
 
-/// The gate of an executor without a budget: `ceiling` bytes (usually
-/// [`crate::limits::default_allocation_ceiling`]).
-pub(crate) fn ceiling_gate(ceiling: usize) -> impl Fn(&str, usize) -> Result<(), Error> {
-    move |what, bytes| {
-        if bytes > ceiling {
-            return Err(crate::arena::ArenaError::AboveCeiling {
-                domain: crate::arena::Domain::Execution,
-                what: what.to_owned(),
-                requested: bytes,
-                limit: ceiling,
-            }
-            .into());
+/// The process's [`Ceiling`](crate::arena::Ceiling) as a lowering's gate:
+/// each request resizes one charge to the growing total, held while the
+/// lowering allocates; [`into_charge`](Self::into_charge) keeps it, sized
+/// to the activation buffers, for as long as the lowering is kept.
+pub(crate) struct CeilingGate {
+    ceiling: crate::arena::Ceiling,
+    held: crate::sync::Lock<Option<crate::arena::Reservation>>,
+}
+
+impl CeilingGate {
+    /// A gate charging the process's ceiling.
+    pub(crate) fn process() -> Self {
+        Self {
+            ceiling: crate::arena::Ceiling::process(),
+            held: crate::sync::Lock::new(None),
         }
+    }
+
+    /// Charges `bytes` in all for the lowering (`what` names the request).
+    pub(crate) fn check(&self, what: &str, bytes: usize) -> Result<(), Error> {
+        let what = || what.to_owned();
+        self.held.with(|held| match held {
+            Some(r) => self.ceiling.resize(r, what, bytes),
+            None => self
+                .ceiling
+                .charge(crate::arena::Domain::Execution, what, bytes)
+                .map(|r| *held = Some(r)),
+        })?;
         Ok(())
+    }
+
+    /// The charge, resized to `bytes` (the lowering's activation buffers).
+    pub(crate) fn into_charge(self, bytes: usize) -> Result<crate::arena::Reservation, Error> {
+        let held = self.held.with(Option::take);
+        let what = || "the activation buffers".to_owned();
+        Ok(match held {
+            Some(mut r) => {
+                self.ceiling.resize(&mut r, what, bytes)?;
+                r
+            }
+            None => self
+                .ceiling
+                .charge(crate::arena::Domain::Execution, what, bytes)?,
+        })
     }
 }
 

@@ -357,7 +357,7 @@ impl<'m> Resolver<'m> {
         let ceiling = self
             .options
             .fold_limit
-            .min(crate::limits::default_allocation_ceiling());
+            .min(crate::arena::Ceiling::process().limit());
         if self.folded_bytes > ceiling {
             return Err(crate::arena::ArenaError::AboveCeiling {
                 domain: crate::arena::Domain::Preparation,

@@ -2,13 +2,19 @@
 //! of `onnx-prepared run`, through which outside tools (ONNX Runtime
 //! parity, the ONNX backend node tests) exchange tensors with the runtime.
 
-use std::io::{Read, Seek, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 
-use crate::limits::{MAX_NPY_HEADER_BYTES, MAX_NPZ_BYTES};
+use crate::limits::MAX_NPY_HEADER_BYTES;
 use onnx_prepared_kernels::{DataRef, ElementType, Tensor, TensorData};
+
+mod archive;
+#[cfg(test)]
+mod tests;
+
+pub use archive::read_npz;
 
 /// Reading or writing an `.npz` failed.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +63,15 @@ pub enum NpzError {
         path: PathBuf,
         /// The limit.
         limit: u64,
+    },
+    /// The arrays' memory could not be charged to the process's allocation
+    /// ceiling, or obtained from the system; nothing more was read.
+    #[error("{path}: {source}")]
+    Memory {
+        /// The file.
+        path: PathBuf,
+        /// Why the memory was refused.
+        source: crate::arena::ArenaError,
     },
     /// An array's dtype has no runtime representation.
     #[error("array `{name}` has dtype `{descr}`, which onnx-prepared does not read")]
@@ -232,28 +247,60 @@ fn parse_header(header: &str) -> Result<Header<'_>, String> {
     }
 }
 
-/// Parses one `.npy` file.
-pub fn read_npy(name: &str, bytes: &[u8]) -> Result<Tensor, NpzError> {
-    let bad = |detail: &str| NpzError::BadArray {
+/// Where the data of a `.npy` starts, and what it holds.
+struct NpyLayout {
+    dtype: ElementType,
+    shape: Vec<usize>,
+    /// Bytes of magic, version, length and header before the data.
+    data_offset: usize,
+    /// Bytes of data the shape and dtype need.
+    data_len: usize,
+}
+
+fn bad_array(name: &str, detail: &str) -> NpzError {
+    NpzError::BadArray {
         name: name.to_owned(),
         detail: detail.to_owned(),
-    };
-    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return Err(bad("missing the \\x93NUMPY magic"));
     }
-    let (header_len, offset) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+}
+
+/// The bytes of a `.npy` before its header dict (magic, version, header
+/// length), and the header's length; `None` when `bytes` is too short to
+/// tell.
+fn npy_preamble(name: &str, bytes: &[u8]) -> Result<Option<(usize, usize)>, NpzError> {
+    if bytes.len() < 8 {
+        return Ok(None);
+    }
+    if &bytes[..6] != b"\x93NUMPY" {
+        return Err(bad_array(name, "missing the \\x93NUMPY magic"));
+    }
+    let (offset, header_len) = match bytes[6] {
+        1 if bytes.len() >= 10 => (10, u16::from_le_bytes([bytes[8], bytes[9]]) as usize),
         2 | 3 if bytes.len() >= 12 => (
-            u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize,
             12,
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
         ),
-        v => return Err(bad(&format!("unsupported .npy version {v}"))),
+        1..=3 => return Ok(None),
+        v => {
+            return Err(bad_array(name, &format!("unsupported .npy version {v}")));
+        }
     };
     if header_len > MAX_NPY_HEADER_BYTES {
-        return Err(bad(&format!(
-            "header of {header_len} bytes is longer than {MAX_NPY_HEADER_BYTES}"
-        )));
+        return Err(bad_array(
+            name,
+            &format!("header of {header_len} bytes is longer than {MAX_NPY_HEADER_BYTES}"),
+        ));
     }
+    Ok(Some((offset, header_len)))
+}
+
+/// The layout a `.npy`'s header declares; `bytes` holds at least the
+/// header (the data may follow).
+fn npy_layout(name: &str, bytes: &[u8]) -> Result<NpyLayout, NpzError> {
+    let bad = |detail: &str| bad_array(name, detail);
+    let Some((offset, header_len)) = npy_preamble(name, bytes)? else {
+        return Err(bad("missing the \\x93NUMPY magic"));
+    };
     let header = bytes
         .get(offset..offset + header_len)
         .and_then(|h| std::str::from_utf8(h).ok())
@@ -272,20 +319,41 @@ pub fn read_npy(name: &str, bytes: &[u8]) -> Result<Tensor, NpzError> {
         name: name.to_owned(),
         descr: descr.to_owned(),
     })?;
-    let count =
-        onnx_prepared_kernels::element_count(&shape).ok_or_else(|| bad("shape overflows"))?;
-    let byte_len = dtype
-        .byte_len(count as u64)
-        .ok_or_else(|| bad("shape overflows"))? as usize;
-    let body = &bytes[offset + header_len..];
-    if body.len() != byte_len {
-        return Err(bad(&format!(
-            "holds {} data bytes, shape {shape:?} needs {byte_len}",
-            body.len()
-        )));
+    let data_len = onnx_prepared_kernels::element_count(&shape)
+        .and_then(|count| dtype.byte_len(count as u64))
+        .and_then(|len| usize::try_from(len).ok())
+        .ok_or_else(|| bad(&format!("shape {shape:?} overflows")))?;
+    Ok(NpyLayout {
+        dtype,
+        shape,
+        data_offset: offset + header_len,
+        data_len,
+    })
+}
+
+/// Parses one `.npy` file.
+pub fn read_npy(name: &str, bytes: &[u8]) -> Result<Tensor, NpzError> {
+    let layout = npy_layout(name, bytes)?;
+    let body = &bytes[layout.data_offset..];
+    if body.len() != layout.data_len {
+        return Err(bad_array(
+            name,
+            &format!(
+                "holds {} data bytes, shape {:?} needs {}",
+                body.len(),
+                layout.shape,
+                layout.data_len
+            ),
+        ));
     }
-    let data = TensorData::from_le_bytes(dtype, body).ok_or_else(|| bad("undecodable data"))?;
-    Tensor::new(shape, data).map_err(|e| bad(&e.to_string()))
+    decode(name, layout, body)
+}
+
+/// The tensor of `layout` from its data bytes (copied).
+fn decode(name: &str, layout: NpyLayout, body: &[u8]) -> Result<Tensor, NpzError> {
+    let data = TensorData::from_le_bytes(layout.dtype, body)
+        .ok_or_else(|| bad_array(name, "undecodable data"))?;
+    Tensor::new(layout.shape, data).map_err(|e| bad_array(name, &e.to_string()))
 }
 
 /// Encodes one tensor as `.npy` (version 1.0).
@@ -383,67 +451,6 @@ fn non_regular_kind(file_type: std::fs::FileType) -> Option<&'static str> {
     }
 }
 
-/// Reads every array of an `.npz` (stored or deflated), in archive order.
-/// The path must be a regular file (a FIFO or a device is refused before it
-/// is opened, so reading never blocks); each array and all of them together
-/// decompress to at most [`MAX_NPZ_BYTES`] (and the default allocation
-/// ceiling), so a deflate bomb is an error.
-pub fn read_npz(path: &Path) -> Result<Vec<(String, Tensor)>, NpzError> {
-    let io = |source| NpzError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let regular = |meta: std::fs::Metadata| match non_regular_kind(meta.file_type()) {
-        None => Ok(()),
-        Some(kind) => Err(NpzError::NotRegularFile {
-            path: path.to_path_buf(),
-            kind,
-            hint: "",
-        }),
-    };
-    regular(std::fs::metadata(path).map_err(io)?)?;
-    let file = std::fs::File::open(path).map_err(io)?;
-    // The path may have been swapped between the check and the open.
-    regular(file.metadata().map_err(io)?)?;
-    let limit = MAX_NPZ_BYTES.min(crate::limits::default_allocation_ceiling() as u64);
-    read_npz_from(path, file, limit)
-}
-
-fn read_npz_from(
-    path: &Path,
-    reader: impl Read + Seek,
-    limit: u64,
-) -> Result<Vec<(String, Tensor)>, NpzError> {
-    let mut archive = zip::ZipArchive::new(reader).map_err(|e| zip_err(path, e))?;
-    let mut arrays = Vec::new();
-    let mut left = limit;
-    for i in 0..archive.len() {
-        let entry = archive.by_index(i).map_err(|e| zip_err(path, e))?;
-        let Some(name) = entry.name().strip_suffix(".npy").map(str::to_owned) else {
-            continue;
-        };
-        // The declared size is only a hint (a bomb lies): read at most one
-        // byte past what is left, and refuse if that byte came.
-        let mut bytes = Vec::with_capacity(entry.size().min(left).min(1 << 30) as usize);
-        entry
-            .take(left.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(|source| NpzError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        left = left
-            .checked_sub(bytes.len() as u64)
-            .ok_or_else(|| NpzError::TooLarge {
-                path: path.to_path_buf(),
-                limit,
-            })?;
-        let tensor = read_npy(&name, &bytes)?;
-        arrays.push((name, tensor));
-    }
-    Ok(arrays)
-}
-
 /// Writes `arrays` as an uncompressed `.npz` (what `numpy.savez` writes).
 ///
 /// * `path` absent or a regular file: atomically, a new temporary file in
@@ -514,87 +521,4 @@ fn write_zip(
         })?;
     }
     zip.finish().map_err(|e| zip_err(path, e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_fields() {
-        let h = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }  \n";
-        assert_eq!(
-            parse_header(h),
-            Ok(Header {
-                descr: "<f4",
-                fortran_order: false,
-                shape: vec![2, 3]
-            })
-        );
-        let h = "{\"descr\":\"|u1\",\"shape\":(7,),\"fortran_order\":True}";
-        assert_eq!(parse_header(h).unwrap().shape, vec![7]);
-        assert_eq!(
-            parse_header("{'descr': '<i8', 'fortran_order': False, 'shape': ()}")
-                .unwrap()
-                .shape,
-            Vec::<usize>::new()
-        );
-    }
-
-    #[test]
-    fn npy_round_trip_every_type() {
-        let cases = [
-            Tensor::from_f32(vec![2, 2], vec![1.0, -2.5, 3.0, 0.0]).unwrap(),
-            Tensor::from_i64(vec![3], vec![-1, 0, 1 << 40]).unwrap(),
-            Tensor::new(vec![], TensorData::I32(vec![7])).unwrap(),
-            Tensor::new(vec![2], TensorData::Bool(vec![true, false])).unwrap(),
-            Tensor::new(vec![0, 4], TensorData::U8(vec![])).unwrap(),
-        ];
-        for t in cases {
-            let bytes = write_npy("x", &t).unwrap();
-            assert_eq!(read_npy("x", &bytes).unwrap(), t);
-        }
-    }
-
-    #[test]
-    fn malformed_npy_is_an_error() {
-        assert!(matches!(
-            read_npy("x", b"garbage!!!!!"),
-            Err(NpzError::BadArray { .. })
-        ));
-        let mut bytes =
-            write_npy("x", &Tensor::from_f32(vec![2], vec![1.0, 2.0]).unwrap()).unwrap();
-        bytes.pop();
-        assert!(matches!(
-            read_npy("x", &bytes),
-            Err(NpzError::BadArray { .. })
-        ));
-    }
-
-    /// A deflated entry whose array decompresses past the limit is an
-    /// error once the limit is read, whatever sizes the archive declares.
-    #[test]
-    fn a_deflate_bomb_stops_at_the_limit() {
-        let zeros = Tensor::new(vec![1 << 22], TensorData::U8(vec![0; 1 << 22])).unwrap();
-        let npy = write_npy("x", &zeros).unwrap();
-        let mut cursor = std::io::Cursor::new(Vec::new());
-        {
-            let mut zip = zip::ZipWriter::new(&mut cursor);
-            let options = zip::write::SimpleFileOptions::default()
-                .compression_method(zip::CompressionMethod::Deflated);
-            zip.start_file("x.npy", options).unwrap();
-            zip.write_all(&npy).unwrap();
-            zip.finish().unwrap();
-        }
-        let archive = cursor.into_inner();
-        assert!(archive.len() < 1 << 16, "{} bytes", archive.len());
-        let path = Path::new("bomb.npz");
-        let read = |limit| read_npz_from(path, std::io::Cursor::new(&archive), limit);
-        assert!(matches!(
-            read(1 << 20),
-            Err(NpzError::TooLarge { limit, .. }) if limit == 1 << 20
-        ));
-        // Under a limit it can hold, the same archive reads.
-        assert_eq!(read(1 << 23).unwrap()[0].1, zeros);
-    }
 }

@@ -1,5 +1,9 @@
 //! Every capacity and threshold of the runtime, in one place (cold path).
 
+mod memory;
+
+pub use memory::{MemoryLimits, SystemRoots};
+
 /// Largest `.onnx` file [`crate::model::Model::open`] accepts: protobuf
 /// messages are limited to 2 GiB, and large weights belong in external data.
 pub const MAX_MODEL_FILE_BYTES: u64 = (1 << 31) - 1;
@@ -87,30 +91,22 @@ pub const PACK_IN_PIECES_MIN_BYTES: u64 = 128 << 10;
 /// systems, or `/proc/meminfo` unreadable).
 pub const FALLBACK_PHYSICAL_MEMORY_BYTES: u64 = 8 << 30;
 
-/// The default ceiling on the bytes one allocation request sized by a model,
-/// an input or a flag may ask for when no lower `MemoryBudget`
-/// limit applies: half the machine's physical memory (`MemTotal` in
-/// `/proc/meminfo`, else [`FALLBACK_PHYSICAL_MEMORY_BYTES`]). A lowering's
-/// activation buffers and folded values together, one generated or decoded
-/// input, one preparation buffer: each is checked against it before anything
-/// is allocated, so a request the allocator could not serve is a typed error
-/// instead of an abort (or of the kernel's out-of-memory killer).
+/// The ceiling on the bytes that allocations sized by a model, an input or
+/// a flag may hold together, in the whole process: half of the least of
+/// the machine's physical memory (`MemTotal` in `/proc/meminfo`, else
+/// [`FALLBACK_PHYSICAL_MEMORY_BYTES`]), the memory limit of the process's
+/// cgroup (v2 `memory.max`, v1 `memory.limit_in_bytes`) and its
+/// address-space limit (`RLIMIT_AS`); see [`MemoryLimits`].
+///
+/// This reads the system each call. The runtime reads it once, into the
+/// process-wide budget that concurrent requests charge and release
+/// (`arena::Ceiling::process`): a lowering's activation buffers and
+/// folded values, the generated or decoded inputs of a call, each
+/// preparation buffer. Each is charged before anything is allocated, so a
+/// request the allocator could not serve is a typed error instead of an
+/// abort (or of the kernel's out-of-memory killer).
 pub fn default_allocation_ceiling() -> usize {
-    let physical = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|info| {
-            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kib: u64 = line
-                .trim_start_matches("MemTotal:")
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse()
-                .ok()?;
-            kib.checked_mul(1024)
-        })
-        .unwrap_or(FALLBACK_PHYSICAL_MEMORY_BYTES);
-    usize::try_from(physical / 2).unwrap_or(usize::MAX)
+    MemoryLimits::of_this_process().ceiling()
 }
 
 /// Most bytes the values folded while resolving a model (nodes whose inputs
