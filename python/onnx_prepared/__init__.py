@@ -120,7 +120,10 @@ class SessionOptions:
     * ``cache_dir``: the prepared cache's folder (packed weights written by
       one process, read by the next); ``cache_policy``: ``"disabled"``,
       ``"read-only"``, ``"build-if-missing"`` (the default with a
-      ``cache_dir``) or ``"require-complete"``;
+      ``cache_dir``) or ``"require-complete"``; ``cache_copy_in``: copy
+      each cache payload into memory instead of mapping it (for cache
+      folders other programs write: a mapped payload truncated while in
+      use would kill the process);
     * ``memory_limits``: bytes per memory domain, e.g.
       ``{"prepared": 64 << 20, "total": 256 << 20}`` (domains
       ``preparation``, ``prepared``, ``execution``, ``io``; ``total`` for
@@ -130,7 +133,9 @@ class SessionOptions:
     * ``resident_tables``: read large tables that only row gathers read
       (embeddings) whole and keep them in memory; by default a run reads
       the rows it picks from the model's data file and the table never
-      counts in the process's memory;
+      counts in the process's memory (a run after the data file was
+      written, truncated or touched in place fails with an error saying it
+      changed: open the model again);
     * ``portable``: scalar kernels and portable layouts instead of the CPU's
       SIMD ones;
     * ``int8_activations``: quantize MatMulNBits activations to int8 where
@@ -145,6 +150,7 @@ class SessionOptions:
         "log_severity_level",
         "cache_dir",
         "cache_policy",
+        "cache_copy_in",
         "memory_limits",
         "map_weights",
         "resident_tables",
@@ -161,6 +167,7 @@ class SessionOptions:
         self.log_severity_level = 2
         self.cache_dir = None
         self.cache_policy = None
+        self.cache_copy_in = False
         self.memory_limits = None
         self.map_weights = False
         self.resident_tables = False

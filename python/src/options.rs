@@ -106,7 +106,8 @@ pub fn session_options(options: Option<&Bound<'_, PyAny>>) -> PyResult<SessionOp
     }
     out = out
         .with_map_weights(extract::<bool>(options, "map_weights")?.unwrap_or(false))
-        .with_resident_tables(extract::<bool>(options, "resident_tables")?.unwrap_or(false));
+        .with_resident_tables(extract::<bool>(options, "resident_tables")?.unwrap_or(false))
+        .with_cache_copy_in(extract::<bool>(options, "cache_copy_in")?.unwrap_or(false));
     out = out.with_resolve(ResolveOptions {
         cpu: if extract::<bool>(options, "portable")?.unwrap_or(false) {
             CpuFeatures::portable()

@@ -249,7 +249,10 @@ fn two_writers_committing_at_once_keep_both_entries() {
         }
         args
     };
-    let a_args = with(run_args(&model, &cache, "build-if-missing", &dir.path().join("a")), true);
+    let a_args = with(
+        run_args(&model, &cache, "build-if-missing", &dir.path().join("a")),
+        true,
+    );
     let mut a = bin()
         .args(&a_args)
         .env(PAUSE_ENV, "manifest-temp")
@@ -266,7 +269,10 @@ fn two_writers_committing_at_once_keep_both_entries() {
             break;
         }
     }
-    let b_args = with(run_args(&model, &cache, "build-if-missing", &dir.path().join("b")), false);
+    let b_args = with(
+        run_args(&model, &cache, "build-if-missing", &dir.path().join("b")),
+        false,
+    );
     let mut b = bin()
         .args(&b_args)
         .stdout(Stdio::null())
@@ -281,7 +287,10 @@ fn two_writers_committing_at_once_keep_both_entries() {
     verify(&cache);
     for portable in [true, false] {
         let out = dir.path().join(format!("check-{portable}"));
-        let stats = run_ok(&with(run_args(&model, &cache, "require-complete", &out), portable));
+        let stats = run_ok(&with(
+            run_args(&model, &cache, "require-complete", &out),
+            portable,
+        ));
         assert_eq!(stats["prepacks"], 0, "portable {portable}");
     }
 }
