@@ -344,7 +344,8 @@ fn a_garbage_manifest_is_a_typed_corrupt_error_under_require_complete() {
         .collect();
     std::fs::write(&path, garbage).unwrap();
     // (Read-only and build-if-missing take it as a miss: `trust.rs`.)
-    for policy in [Policy::RequireComplete] {
+    {
+        let policy = Policy::RequireComplete;
         let err = RuntimeSession::open(&fx.model, options(&fx.cache, policy))
             .err()
             .unwrap_or_else(|| panic!("{policy:?}: a garbage manifest was accepted"));

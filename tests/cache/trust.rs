@@ -159,7 +159,8 @@ fn a_manifest_this_build_cannot_read_is_a_miss_and_never_overwritten() {
     let newer = onnx_prepared::model::proto::Message::encode_to_vec(&newer);
     let elsewhere = root.path().join("elsewhere.onnx");
     std::fs::write(&elsewhere, &good).unwrap();
-    let cases: [(&str, Box<dyn Fn()>); 3] = [
+    type Damage<'a> = Box<dyn Fn() + 'a>;
+    let cases: [(&str, Damage<'_>); 3] = [
         (
             "garbage",
             Box::new(|| std::fs::write(&manifest, b"\xff\x00 not a model").unwrap()),
@@ -381,7 +382,7 @@ fn caches_committing_at_once_keep_every_entry() {
         .map(|(i, r)| {
             let (model, r, dir, barrier) =
                 (model.clone(), r.clone(), cache_dir.clone(), barrier.clone());
-            std::thread::spawn(move || {
+            onnx_prepared::sync::thread::spawn(move || {
                 // One cache per thread: as separate processes would, they
                 // share nothing but the folder.
                 let cache = PreparedCache::open(&dir, Policy::BuildIfMissing, &model, cpu).unwrap();

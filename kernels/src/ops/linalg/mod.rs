@@ -266,9 +266,9 @@ impl Prepack for F32PanelPrepack {
     fn validate(&self, packed: &PackedWeight, shapes: &[&[usize]]) -> Result<(), KernelError> {
         crate::validate_common(&self.layout, self.packed_bytes(shapes), packed)?;
         let view = f32_panels(packed, "MatMul")?;
-        let expected = match shapes {
-            &[&[r, c]] if self.trans_b => (c, r),
-            &[&[r, c]] => (r, c),
+        let expected = match *shapes {
+            [&[r, c]] if self.trans_b => (c, r),
+            [&[r, c]] => (r, c),
             _ => (usize::MAX, usize::MAX),
         };
         if view.isa != self.isa || view.trans_b != self.trans_b || (view.k, view.n) != expected {
