@@ -157,3 +157,118 @@ fn a_data_file_rewritten_in_place_under_a_served_table_is_a_typed_error() {
         "{err}"
     );
 }
+
+/// A 4-bit table `[65536, 33]` (odd rows: a row ends mid-byte) gathered
+/// then cast to f32, its data in `table.bin`.
+fn int4_gather_model(dir: &std::path::Path) -> std::path::PathBuf {
+    use onnx_prepared::model::proto::tensor_proto::{DataLocation, DataType};
+    use onnx_prepared::model::proto::{
+        AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto,
+        StringStringEntryProto, TensorProto, attribute_proto::AttributeType,
+    };
+    const ROWS: usize = 65536;
+    const COLS: usize = 33;
+    // Element e holds (e % 15) - 7, two per byte, low nibble first.
+    let nibble = |e: usize| ((e % 15) as i8 - 7) as u8 & 0x0f;
+    let bytes: Vec<u8> = (0..(ROWS * COLS).div_ceil(2))
+        .map(|b| nibble(2 * b) | (nibble(2 * b + 1) << 4))
+        .collect();
+    std::fs::write(dir.join("table.bin"), &bytes).unwrap();
+    let kv = |k: &str, v: String| StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v),
+    };
+    let io = |name: &str, elem: DataType, dims: &[i64]| {
+        use onnx_prepared::model::proto::tensor_shape_proto::{Dimension, dimension};
+        use onnx_prepared::model::proto::{
+            TensorShapeProto, TypeProto, ValueInfoProto, type_proto,
+        };
+        ValueInfoProto {
+            name: Some(name.into()),
+            r#type: Some(TypeProto {
+                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                    elem_type: Some(elem as i32),
+                    shape: Some(TensorShapeProto {
+                        dim: dims
+                            .iter()
+                            .map(|&d| Dimension {
+                                value: Some(dimension::Value::DimValue(d)),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    }),
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    };
+    let graph = GraphProto {
+        name: Some("int4-gather".into()),
+        initializer: vec![TensorProto {
+            name: Some("table".into()),
+            data_type: Some(DataType::Int4 as i32),
+            dims: vec![ROWS as i64, COLS as i64],
+            data_location: Some(DataLocation::External as i32),
+            external_data: vec![
+                kv("location", "table.bin".into()),
+                kv("length", bytes.len().to_string()),
+            ],
+            ..Default::default()
+        }],
+        node: vec![
+            NodeProto {
+                op_type: Some("Gather".into()),
+                input: vec!["table".into(), "ids".into()],
+                output: vec!["rows".into()],
+                ..Default::default()
+            },
+            NodeProto {
+                op_type: Some("Cast".into()),
+                input: vec!["rows".into()],
+                output: vec!["out".into()],
+                attribute: vec![AttributeProto {
+                    name: Some("to".into()),
+                    r#type: Some(AttributeType::Int as i32),
+                    i: Some(DataType::Float as i64),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        ],
+        input: vec![io("ids", DataType::Int64, &[3])],
+        output: vec![io("out", DataType::Float, &[3, COLS as i64])],
+        ..Default::default()
+    };
+    let model = ModelProto {
+        ir_version: Some(11),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(23),
+        }],
+        graph: Some(graph),
+        ..Default::default()
+    };
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    path
+}
+
+#[test]
+fn a_4_bit_table_with_odd_rows_is_gathered_whole_not_by_rows() {
+    let dir = support::tempdir();
+    let model = int4_gather_model(dir.path());
+    let ids = [65535i64, 1, 2];
+    let want: Vec<f32> = ids
+        .iter()
+        .flat_map(|&r| (0..33).map(move |c| ((r as usize * 33 + c) % 15) as f32 - 7.0))
+        .collect();
+    for tables_from_source in [true, false] {
+        let session = open(&model, tables_from_source);
+        let out = session
+            .run_with([("ids", Tensor::from_i64(vec![3], ids.to_vec()).unwrap())])
+            .unwrap_or_else(|e| panic!("tables from source {tables_from_source}: {e}"));
+        let got = out.output("out").unwrap().as_f32().unwrap().to_vec();
+        assert_eq!(got, want, "tables from source {tables_from_source}");
+    }
+}
