@@ -182,7 +182,8 @@ fn check_object(model: &Model, r: &Requirement, decoded: &Decoded) -> Result<(),
         }
         (Decoded::Packed(p), Some(k)) => {
             let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-            k.validate(p, &refs)
+            onnx_prepared_kernels::check_packed(p)
+                .and_then(|()| k.validate(p, &refs))
                 .map_err(|e| format!("the packed object is not usable: {e}"))
         }
         _ => Err("the payload is not an object of this layout".into()),

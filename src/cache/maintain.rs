@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 use super::files::{PayloadDir, lock_dir, publish_manifest, read_bounded};
 use super::lookup::payload_name;
 use super::manifest::{CacheEntry, Manifest};
+use onnx_prepared_kernels::CpuFeatures;
+
 use super::{CacheError, MAX_MANIFEST_BYTES, payload};
 
 /// One companion model of a cache directory.
@@ -89,7 +91,24 @@ fn check_payload(payloads: &PayloadDir, e: &CacheEntry) -> Option<String> {
     if xxhash_rust::xxh3::xxh3_128(&bytes) != e.checksum {
         return Some(format!("payload `{}` fails its checksum", e.location));
     }
-    payload::decode(&bytes).err().map(|err| err.to_string())
+    match payload::decode(&bytes) {
+        Err(err) => Some(err.to_string()),
+        // A packed object this build's kernels could not use is as
+        // damaged as a flipped byte (the sources' shapes are checked at
+        // read, by the packing's `validate`); one packed by another build
+        // or for another CPU is not this build's to judge.
+        Ok(payload::Decoded::Packed(p))
+            if [CpuFeatures::detect(), CpuFeatures::portable()]
+                .into_iter()
+                .any(|cpu| e.kernel_abi == super::kernel_abi(cpu)) =>
+        {
+            onnx_prepared_kernels::check_packed(&p)
+                .err()
+                .map(|err| format!("payload `{}` is not usable: {err}", e.location))
+        }
+        Ok(payload::Decoded::Packed(_)) => None,
+        Ok(payload::Decoded::Tensor(_)) => None,
+    }
 }
 
 /// What [`verify`] found.

@@ -373,3 +373,66 @@ fn a_payload_outside_the_cache_dir_is_never_read() {
     });
     expect_planned_miss(&fx, |m| *m == Miss::Absent, Some(&fx.target.tensor));
 }
+
+/// A payload that decodes and passes its checksum but whose packed header
+/// names another shape: the packing's validation refuses it at read (so
+/// the object is rebuilt, never handed to a kernel that fails every run),
+/// and `cache verify` reports it.
+#[test]
+fn a_decodable_but_unusable_payload_is_a_miss_and_fails_verify() {
+    use onnx_prepared::cache::{Decoded, decode_payload, encode_packed, maintain};
+    use onnx_prepared_kernels::TensorData;
+    let fx = fixture();
+    let bytes = std::fs::read(&fx.target.payload).unwrap();
+    let Decoded::Packed(mut packed) = decode_payload(&bytes).unwrap() else {
+        panic!("the target is a packed object");
+    };
+    let TensorData::U64(mut header) = packed.parts[0].to_data() else {
+        panic!("a packed layout starts with its u64 header");
+    };
+    // The header's K: one more row than the panels hold.
+    header[2] += 1;
+    packed.parts[0] = TensorData::U64(header).into();
+    let damaged = encode_packed(&packed);
+    std::fs::write(&fx.target.payload, &damaged).unwrap();
+    let sum = xxhash_rust::xxh3::xxh3_128(&damaged);
+    edit_entry(&fx, |t| {
+        set(
+            &mut t.metadata_props,
+            "onnx_prepared.payload_checksum",
+            &format!("xxh3-128:{sum:032x}"),
+        );
+        set(&mut t.external_data, "length", &damaged.len().to_string());
+        t.dims = vec![damaged.len() as i64];
+    });
+    let report = maintain::verify(&fx.cache).unwrap();
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains("not usable"),
+        "{:?}",
+        report.problems
+    );
+
+    let s = open(&fx, Policy::RequireComplete);
+    let err = try_run(&s).expect_err("an unusable payload under require-complete");
+    assert!(err.to_string().contains(&fx.target.requirement), "{err}");
+    drop(s);
+    for policy in [Policy::ReadOnly, Policy::BuildIfMissing] {
+        let s = open(&fx, policy);
+        assert_eq!(try_run(&s).unwrap(), fx.reference, "{policy:?}");
+        s.flush_cache();
+        assert_eq!(
+            s.preparation_stats().prepacks,
+            1,
+            "{policy:?}: only it is packed"
+        );
+        let d = s.cache().unwrap().diagnostics();
+        assert!(
+            d.iter().any(|l| l.contains("not usable")),
+            "{policy:?}: {d:?}"
+        );
+    }
+    // Build-if-missing wrote a usable object under a new entry.
+    expect_complete(&fx);
+    assert!(maintain::verify(&fx.cache).unwrap().problems.is_empty());
+}

@@ -301,6 +301,39 @@ impl Prepack for F32PanelPrepack {
     }
 }
 
+/// Checks a packed weight of any layout this crate packs against its own
+/// header: the parts and their sizes agree with what the header says, and
+/// this CPU runs the layout's kernels — what a kernel would otherwise find
+/// wrong only when it runs. Without the sources at hand (a cache being
+/// verified on its own) this is what can be checked;
+/// [`Prepack::validate`](crate::Prepack::validate) also checks the object
+/// against the sources' shapes.
+///
+/// # Errors
+/// [`KernelError::Invalid`] saying what does not match, or a layout this
+/// crate does not pack.
+pub fn check_packed(packed: &PackedWeight) -> Result<(), KernelError> {
+    if let Some(result) = q4::check_self_consistent(packed) {
+        return result;
+    }
+    if packed
+        .parts
+        .first()
+        .and_then(|p| p.as_u64())
+        .and_then(|h| h.first())
+        == Some(&F32_MAGIC)
+    {
+        return f32_panels(packed, "MatMul").map(|_| ());
+    }
+    Err(KernelError::Invalid {
+        op: "Prepack",
+        detail: format!(
+            "packed weight `{}`: not a layout this build packs",
+            packed.layout
+        ),
+    })
+}
+
 /// A checked view of an f32 panel packing.
 #[derive(Debug, Clone, Copy)]
 struct F32Panels<'a> {

@@ -425,6 +425,31 @@ pub(crate) fn packed_bytes(p: &NBitsParams, isa: Isa, zero_points: bool) -> usiz
     cols.saturating_mul(p.blocks()).saturating_mul(per_block)
 }
 
+/// Checks a packed weight that carries this layout's magic word against
+/// the parameters its own header names (`None`: not a 4-bit packing).
+pub(crate) fn check_self_consistent(packed: &PackedWeight) -> Option<Result<(), KernelError>> {
+    let header = packed.parts.first()?.as_u64()?;
+    let &[magic, _, k, n, bs, _, _] = header else {
+        return None;
+    };
+    if magic != MAGIC {
+        return None;
+    }
+    let p = NBitsParams {
+        k: usize::try_from(k).ok()?,
+        n: usize::try_from(n).ok()?,
+        bits: 4,
+        block_size: usize::try_from(bs).ok()?,
+    };
+    if p.block_size == 0 || !p.block_size.is_power_of_two() {
+        return Some(Err(KernelError::Invalid {
+            op: "MatMulNBits",
+            detail: format!("packed weight `{}`: bad header", packed.layout),
+        }));
+    }
+    Some(view(packed, &p).map(|_| ()))
+}
+
 /// Checks that `packed` is a 4-bit packing for `p` on `isa` (header,
 /// parts and their sizes), as [`view`] would before a kernel reads it.
 pub(crate) fn validate(
