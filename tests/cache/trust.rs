@@ -403,3 +403,21 @@ fn caches_committing_at_once_keep_every_entry() {
     let m = Manifest::parse(&std::fs::read(&path).unwrap(), &path).unwrap();
     assert_eq!(m.entries.len(), n, "every writer's entry survived");
 }
+
+/// Sharing sessions of one process key an undigested source by its data
+/// file's identity: a session opened after the file was rewritten in place
+/// (mtime put back) builds its own objects instead of reusing the first
+/// session's, built from the old bytes.
+#[test]
+fn a_sharing_session_never_reuses_objects_of_a_rewritten_data_file() {
+    let (dir, model) = undigested_model();
+    let sharing = || SessionOptions::default().with_share_prepared(true);
+    let first = RuntimeSession::open(&model, sharing()).unwrap();
+    let before = run(&first).unwrap();
+    rewrite_keeping_mtime(&dir.path().join("model.onnx.data"));
+    let expected = run(&RuntimeSession::open(&model, SessionOptions::default()).unwrap()).unwrap();
+    assert_ne!(expected, before, "the data changed the outputs");
+    let second = RuntimeSession::open(&model, sharing()).unwrap();
+    assert_eq!(run(&second).unwrap(), expected, "no object of the old file was reused");
+    drop(first);
+}
