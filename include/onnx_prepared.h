@@ -477,7 +477,9 @@ OnnxpError *onnxp_options_set_map_weights(OnnxpOptions *options, bool map);
 // keeps them in memory (`resident` true), instead of reading the rows
 // each run picks from the model's data file (the default: such a table
 // never counts in the process's memory, and a run reads one row per
-// token).
+// token). Rows are read from the data file as it was verified: a run
+// after the file was written, truncated or touched in place fails with
+// an error saying it changed (open the model again).
 //
 // Thread safety: not with other calls on the same options.
 //
@@ -513,6 +515,19 @@ OnnxpError *onnxp_options_set_cache_dir(OnnxpOptions *options, const char *dir);
 // # Safety
 // `options` is NULL or live.
 OnnxpError *onnxp_options_set_cache_policy(OnnxpOptions *options, int32_t policy);
+
+// Copies each prepared-cache payload into memory when it is read
+// (`copy` true) instead of mapping it. Every payload is checked before
+// use either way, and one truncated or rewritten before it is read is a
+// miss; the hazard this removes: another program truncating a payload
+// file while the session holds it mapped kills the process (SIGBUS). Set
+// it for cache folders other programs write or clean.
+//
+// Thread safety: not with other calls on the same options.
+//
+// # Safety
+// `options` is NULL or live.
+OnnxpError *onnxp_options_set_cache_copy_in(OnnxpOptions *options, bool copy);
 
 // Runs the model on `context`'s inputs and returns once the outputs are
 // in `context` (read them with `onnxp_context_output`). A cold session

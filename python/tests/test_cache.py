@@ -51,3 +51,27 @@ def test_cache_policy_needs_a_folder_and_a_known_name(tiny_llm, tmp_path):
         onnx_prepared.InferenceSession(str(tiny_llm), one_thread(cache_policy="read-only"))
     with pytest.raises(ValueError, match="not disabled"):
         onnx_prepared.InferenceSession(str(tiny_llm), one_thread(cache_dir=str(tmp_path), cache_policy="sometimes"))
+
+
+def test_copied_in_payloads_survive_a_cache_emptied_under_the_session(tiny_llm, tmp_path):
+    cache = tmp_path / "cache"
+    feeds = tiny_llm_feeds(4)
+    first = onnx_prepared.InferenceSession(str(tiny_llm), one_thread(cache_dir=str(cache)))
+    want = first.run(None, feeds)
+    first.flush_cache()
+    del first
+
+    opts = one_thread(cache_dir=str(cache), cache_policy="read-only")
+    opts.cache_copy_in = True
+    sess = onnx_prepared.InferenceSession(str(tiny_llm), opts)
+    for g, w in zip(sess.run(None, feeds), want):
+        np.testing.assert_array_equal(g, w)
+    assert sess.stats()["source_bytes_read"] == 0
+    # Another program truncates every payload: mapped, the next runs would
+    # kill the process; copied in, they never look at the files again.
+    for p in (cache / "payloads").iterdir():
+        with open(p, "r+b") as f:
+            f.truncate(0)
+    for _ in range(2):
+        for g, w in zip(sess.run(None, feeds), want):
+            np.testing.assert_array_equal(g, w)
