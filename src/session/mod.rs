@@ -284,9 +284,7 @@ impl RuntimeSession {
         .map_err(plan_error)?;
         let budget = MemoryBudget::new(options.budget);
         let writer = match plan.cache() {
-            Some(_) => Some(Arc::new(
-                BackgroundWriter::new(pool.clone()).map_err(plan_error)?,
-            )),
+            Some(_) => Some(Arc::new(BackgroundWriter::new(&pool).map_err(plan_error)?)),
             None => None,
         };
         // Under a limit on prepared objects, the look-ahead window shrinks

@@ -418,6 +418,39 @@ fn a_sharing_session_never_reuses_objects_of_a_rewritten_data_file() {
     let expected = run(&RuntimeSession::open(&model, SessionOptions::default()).unwrap()).unwrap();
     assert_ne!(expected, before, "the data changed the outputs");
     let second = RuntimeSession::open(&model, sharing()).unwrap();
-    assert_eq!(run(&second).unwrap(), expected, "no object of the old file was reused");
+    assert_eq!(
+        run(&second).unwrap(),
+        expected,
+        "no object of the old file was reused"
+    );
     drop(first);
+}
+
+/// A session with a prepared cache, once dropped, leaves nothing behind:
+/// its cache (and the payloads it maps), plan and worker pool are freed —
+/// a long-running process opening sessions does not grow.
+#[test]
+fn a_dropped_session_frees_its_cache_and_pool() {
+    let (_root, model, cache, _manifest, _reference) = tiny_cache();
+    for policy in [Policy::ReadOnly, Policy::BuildIfMissing] {
+        for copy_in in [false, true] {
+            let s =
+                RuntimeSession::open(&model, options(&cache, policy).with_cache_copy_in(copy_in))
+                    .unwrap();
+            let (cache, pool) = (Arc::downgrade(s.cache().unwrap()), Arc::downgrade(s.pool()));
+            support::run_tiny_llm(&s);
+            s.prepare().unwrap();
+            drop(s);
+            assert_eq!(
+                cache.strong_count(),
+                0,
+                "{policy:?} {copy_in}: the cache is freed"
+            );
+            assert_eq!(
+                pool.strong_count(),
+                0,
+                "{policy:?} {copy_in}: the pool is freed"
+            );
+        }
+    }
 }
