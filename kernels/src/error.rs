@@ -38,6 +38,20 @@ pub enum KernelError {
         /// What the node stores: a type name, `no value` or `an unknown type`.
         found: &'static str,
     },
+    /// An attribute declares no type (`UNDEFINED`, the protobuf default) or
+    /// a type number ONNX does not define: ONNX Runtime refuses the node,
+    /// so its value is never typed by the field it sets.
+    #[error(
+        "attribute `{name}` declares type {declared}, not an attribute type (its value sets {holds})"
+    )]
+    UndeclaredAttributeType {
+        /// Attribute name.
+        name: String,
+        /// `UNDEFINED`, or `an unknown number` for a number ONNX lacks.
+        declared: &'static str,
+        /// The type of the field the value sets (`INT`...) or `no value`.
+        holds: &'static str,
+    },
     /// A node names the same attribute twice.
     #[error("attribute `{name}` appears more than once")]
     DuplicateAttribute {

@@ -331,6 +331,32 @@ fn unknown_and_legacy_attributes_are_rejected() {
 }
 
 #[test]
+fn unread_legacy_attributes_are_type_checked() {
+    // ONNX Runtime refuses a model whose attribute is declared with another
+    // type than its schema's, read or not; these legacy attributes change
+    // nothing here, but a wrong declared type is an error all the same.
+    let e = Node::new("Neg", 5).int("consumed_inputs", 0).build(1);
+    assert_eq!(attribute_error(e.unwrap_err()), "consumed_inputs");
+    let e = Node::new("Mul", 6).int("broadcast", 0).ints("axis", &[0]);
+    assert_eq!(attribute_error(e.build(2).unwrap_err()), "axis");
+    let e = Node::new("Equal", 6).ints("axis", &[0]).build(2);
+    assert_eq!(attribute_error(e.unwrap_err()), "axis");
+    let e = Node::new("Gemm", 6).float("broadcast", 0.0).build(2);
+    assert_eq!(attribute_error(e.unwrap_err()), "broadcast");
+    // Declared as their schema declares them, they are accepted.
+    Node::new("Neg", 5)
+        .ints("consumed_inputs", &[0])
+        .build(1)
+        .unwrap();
+    Node::new("Mul", 6)
+        .int("broadcast", 0)
+        .int("axis", 0)
+        .build(2)
+        .unwrap();
+    Node::new("Gemm", 6).int("broadcast", 0).build(2).unwrap();
+}
+
+#[test]
 fn broadcast_beyond_rank_limit_is_an_error() {
     // Alternating broadcast patterns cannot be merged: 9 strided dimensions.
     let a: Vec<usize> = (0..9).map(|i| if i % 2 == 0 { 2 } else { 1 }).collect();

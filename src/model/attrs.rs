@@ -1,10 +1,12 @@
 //! Node attributes as the kernels see them (cold path: resolution only).
 //!
 //! [`NodeAttributes`] is the one attribute reader of every operator: a node
-//! that names an attribute twice is refused when the reader is built, and a
-//! typed getter that finds its name stored with another type (Gemm `transB`
-//! as a FLOAT) or without a value is an error, never the operator's default.
-//! These are the checks ONNX Runtime applies through the ONNX schema.
+//! that names an attribute twice, or declares an attribute's type UNDEFINED
+//! (or a number ONNX does not define), is refused when the reader is built;
+//! a typed getter that finds its name declared with another type (Gemm
+//! `transB` as a FLOAT, Softmax `axis` as INTS) or without a value is an
+//! error, never the operator's default. These are the checks ONNX Runtime
+//! applies through the ONNX checker and schema.
 
 use std::collections::HashSet;
 
@@ -20,7 +22,9 @@ pub struct NodeAttributes<'a> {
 
 impl<'a> NodeAttributes<'a> {
     /// Attributes of `node`; [`KernelError::DuplicateAttribute`] when it
-    /// names one attribute twice.
+    /// names one attribute twice, [`KernelError::UndeclaredAttributeType`]
+    /// when one declares no attribute type (for every attribute, read by
+    /// the operator or not, as the ONNX checker refuses them).
     pub fn new(node: &'a NodeProto) -> Result<Self, KernelError> {
         let mut seen = HashSet::with_capacity(node.attribute.len());
         for a in &node.attribute {
@@ -30,13 +34,18 @@ impl<'a> NodeAttributes<'a> {
                     name: name.to_owned(),
                 });
             }
+            if let Err(declared) = declared_type(a) {
+                return Err(KernelError::UndeclaredAttributeType {
+                    name: name.to_owned(),
+                    declared,
+                    holds: field_type(a).map_or("no value", |t| t.as_str_name()),
+                });
+            }
         }
         Ok(Self { node })
     }
 
-    /// The attribute `name` when present, checked to hold `kind`: a stored
-    /// type other than `kind` is an error; an untyped attribute (type
-    /// UNDEFINED, written by old exporters) is typed by the field it sets.
+    /// The attribute `name` when present, checked to be declared `kind`.
     fn get(
         &self,
         name: &str,
@@ -50,29 +59,19 @@ impl<'a> NodeAttributes<'a> {
         else {
             return Ok(None);
         };
-        match stored_type(a) {
-            Ok(Some(t)) if t == kind => Ok(Some(a)),
-            // Nothing set and no type: an empty list, or a scalar without a
-            // value (refused by `value`).
-            Ok(None) => Ok(Some(a)),
-            found => Err(self.mismatch(name, kind, found)),
+        match declared_type(a) {
+            Ok(t) if t == kind => Ok(Some(a)),
+            Ok(t) => Err(self.mismatch(name, kind, t.as_str_name())),
+            // Refused by `new`.
+            Err(declared) => Err(self.mismatch(name, kind, declared)),
         }
     }
 
-    fn mismatch(
-        &self,
-        name: &str,
-        kind: AttributeType,
-        found: Result<Option<AttributeType>, i32>,
-    ) -> KernelError {
+    fn mismatch(&self, name: &str, kind: AttributeType, found: &'static str) -> KernelError {
         KernelError::AttributeType {
             name: name.to_owned(),
             expected: kind.as_str_name(),
-            found: match found {
-                Ok(Some(t)) => t.as_str_name(),
-                Ok(None) => "no value",
-                Err(_) => "an unknown type",
-            },
+            found,
         }
     }
 
@@ -88,7 +87,7 @@ impl<'a> NodeAttributes<'a> {
             None => Ok(None),
             Some(a) => match field(a) {
                 Some(v) => Ok(Some(v)),
-                None => Err(self.mismatch(name, kind, Ok(None))),
+                None => Err(self.mismatch(name, kind, "no value")),
             },
         }
     }
@@ -98,32 +97,37 @@ fn op_type(node: &NodeProto) -> String {
     node.op_type.clone().unwrap_or_default()
 }
 
-/// The type an attribute holds: its declared type, or for an untyped one
-/// the field it sets (`Ok(None)`: none). `Err`: an unknown type number.
-fn stored_type(a: &AttributeProto) -> Result<Option<AttributeType>, i32> {
-    match a.r#type {
-        Some(t) if t != AttributeType::Undefined as i32 => {
-            AttributeType::try_from(t).map(Some).map_err(|_| t)
-        }
-        _ => Ok([
-            (a.f.is_some(), AttributeType::Float),
-            (a.i.is_some(), AttributeType::Int),
-            (a.s.is_some(), AttributeType::String),
-            (a.t.is_some(), AttributeType::Tensor),
-            (a.g.is_some(), AttributeType::Graph),
-            (a.sparse_tensor.is_some(), AttributeType::SparseTensor),
-            (a.tp.is_some(), AttributeType::TypeProto),
-            (!a.floats.is_empty(), AttributeType::Floats),
-            (!a.ints.is_empty(), AttributeType::Ints),
-            (!a.strings.is_empty(), AttributeType::Strings),
-            (!a.tensors.is_empty(), AttributeType::Tensors),
-            (!a.graphs.is_empty(), AttributeType::Graphs),
-            (!a.sparse_tensors.is_empty(), AttributeType::SparseTensors),
-            (!a.type_protos.is_empty(), AttributeType::TypeProtos),
-        ]
-        .into_iter()
-        .find_map(|(set, t)| set.then_some(t))),
+/// The type `a` declares; `Err` (what it declares instead) for UNDEFINED,
+/// an absent type, or a number ONNX does not define.
+fn declared_type(a: &AttributeProto) -> Result<AttributeType, &'static str> {
+    match a.r#type.map(AttributeType::try_from) {
+        None | Some(Ok(AttributeType::Undefined)) => Err("UNDEFINED"),
+        Some(Ok(t)) => Ok(t),
+        Some(Err(_)) => Err("an unknown number"),
     }
+}
+
+/// The type of the first value field `a` sets (for the error of an
+/// attribute that declares no type); `None`: none.
+fn field_type(a: &AttributeProto) -> Option<AttributeType> {
+    [
+        (a.f.is_some(), AttributeType::Float),
+        (a.i.is_some(), AttributeType::Int),
+        (a.s.is_some(), AttributeType::String),
+        (a.t.is_some(), AttributeType::Tensor),
+        (a.g.is_some(), AttributeType::Graph),
+        (a.sparse_tensor.is_some(), AttributeType::SparseTensor),
+        (a.tp.is_some(), AttributeType::TypeProto),
+        (!a.floats.is_empty(), AttributeType::Floats),
+        (!a.ints.is_empty(), AttributeType::Ints),
+        (!a.strings.is_empty(), AttributeType::Strings),
+        (!a.tensors.is_empty(), AttributeType::Tensors),
+        (!a.graphs.is_empty(), AttributeType::Graphs),
+        (!a.sparse_tensors.is_empty(), AttributeType::SparseTensors),
+        (!a.type_protos.is_empty(), AttributeType::TypeProtos),
+    ]
+    .into_iter()
+    .find_map(|(set, t)| set.then_some(t))
 }
 
 impl Attributes for NodeAttributes<'_> {

@@ -143,6 +143,16 @@ impl Plan {
         self.out_len
     }
 
+    /// Whether each operand holds one value along the innermost collapsed
+    /// dimension (stride 0 there), as ONNX Runtime's broadcaster sees a
+    /// "scalar" operand per inner run; both when every dimension is 1.
+    pub(crate) fn inner_repeats(&self) -> (bool, bool) {
+        match self.rank.checked_sub(1) {
+            None => (true, true),
+            Some(d) => (self.a_strides[d] == 0, self.b_strides[d] == 0),
+        }
+    }
+
     /// Whether operand `a` is never repeated (it has the output's layout).
     pub(crate) fn a_is_full(&self) -> bool {
         self.a_len == self.out_len

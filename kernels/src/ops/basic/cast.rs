@@ -1,24 +1,54 @@
 //! Cast between the element types with a compute representation (hot path:
-//! one monomorphized loop per type pair). Float to integer truncates toward
-//! zero and saturates at the integer's range (NaN becomes 0), integer to
-//! integer wraps like C's `static_cast`, anything to bool is `!= 0`.
+//! one monomorphized loop per type pair). Integer to integer wraps like
+//! C's `static_cast`, anything to bool is `!= 0` (NaN is true), and float
+//! to integer is ONNX Runtime's x86-64 conversion ([`super::truncate`]):
+//! truncation toward zero, NaN and out-of-range values giving the integer
+//! indefinite, 8- and 16-bit targets the low bits of the 32-bit result.
+//!
+//! ONNX Runtime converts floats to `u32` in two ways: f32 and f64 sources
+//! run a vector loop over groups of four elements, bf16 over groups of
+//! eight, and the remaining `len % group` elements convert one by one
+//! ([`Conv::conv_tail`]); an f16 source converts every element one by one.
+//! The two differ for NaN, `-inf` and values below `i32::MIN` (2^31 against
+//! 0 or the low half of the 64-bit conversion) and for values from 2^32 up.
 
 use half::{bf16, f16};
 
 use super::common::{
     Attrs, Elem, check_inputs, check_len, input, output, required, typed, typed_mut,
 };
+use super::truncate::{FromFloat, u32_scalar};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
     Tensor,
 };
 
+/// How many elements ONNX Runtime's vector loop converts at a time from
+/// `source` (bf16 8, the others 4); the remainder goes through
+/// [`Conv::conv_tail`].
+fn vector_group(source: ElementType) -> usize {
+    match source {
+        ElementType::BF16 => 8,
+        _ => 4,
+    }
+}
+
 /// Conversion of one element to `D`.
 trait Conv<D> {
     fn conv(self) -> D;
+    /// The conversion of an element past the last whole group of
+    /// [`vector_group`] (only float to `u32` differs).
+    #[inline(always)]
+    fn conv_tail(self) -> D
+    where
+        Self: Sized,
+    {
+        self.conv()
+    }
 }
 
-macro_rules! conv_prim {
+/// Integer sources: `as` (wrapping to integers, rounding to floats).
+macro_rules! conv_int {
     ($s:ty => $($d:ty),*) => {
         $(
             impl Conv<$d> for $s {
@@ -36,66 +66,102 @@ macro_rules! conv_prim {
         }
         impl Conv<bool> for $s {
             #[inline(always)]
-            #[allow(clippy::float_cmp)]
-            fn conv(self) -> bool { self != (0 as $s) }
+            fn conv(self) -> bool { self != 0 }
         }
     };
 }
 
-macro_rules! conv_prims {
+macro_rules! conv_ints {
     ($($s:ty),*) => {
-        $( conv_prim!($s => f32, f64, i8, i16, i32, i64, u8, u16, u32, u64); )*
+        $( conv_int!($s => f32, f64, i8, i16, i32, i64, u8, u16, u32, u64); )*
     };
 }
 
-conv_prims!(i8, i16, i32, i64, u8, u16, u32, u64, f64);
+conv_ints!(i8, i16, i32, i64, u8, u16, u32, u64);
 
-// f32 to the half types converts directly (one rounding).
-impl Conv<f16> for f32 {
-    #[inline(always)]
-    fn conv(self) -> f16 {
-        f16::from_f32(self)
-    }
-}
-
-impl Conv<bf16> for f32 {
-    #[inline(always)]
-    fn conv(self) -> bf16 {
-        bf16::from_f32(self)
-    }
-}
-
-impl Conv<bool> for f32 {
-    #[inline(always)]
-    fn conv(self) -> bool {
-        self != 0.0
-    }
-}
-
-macro_rules! conv_f32_prims {
-    ($($d:ty),*) => {
+/// Float sources (`$s` converts to f64 exactly with `$wide`) to the integer
+/// types but `u32`.
+macro_rules! conv_float_to_int {
+    ($s:ty, $wide:expr => $($d:ty),*) => {
         $(
-            impl Conv<$d> for f32 {
+            impl Conv<$d> for $s {
                 #[inline(always)]
-                fn conv(self) -> $d { self as $d }
+                fn conv(self) -> $d { <$d>::from_float($wide(self)) }
             }
         )*
     };
 }
 
-conv_f32_prims!(f32, f64, i8, i16, i32, i64, u8, u16, u32, u64);
+conv_float_to_int!(f32, f64::from => i8, i16, i32, i64, u8, u16, u64);
+conv_float_to_int!(f64, std::convert::identity => i8, i16, i32, i64, u8, u16, u64);
+conv_float_to_int!(f16, f64::from => i8, i16, i32, i64, u8, u16, u64);
 
-// The half types convert through f32 (exact), bool through u8.
-impl<D> Conv<D> for f16
-where
-    f32: Conv<D>,
-{
+impl Conv<u32> for f32 {
     #[inline(always)]
-    fn conv(self) -> D {
-        self.to_f32().conv()
+    fn conv(self) -> u32 {
+        u32::from_float(self.into())
+    }
+    #[inline(always)]
+    fn conv_tail(self) -> u32 {
+        u32_scalar(self.into())
     }
 }
 
+impl Conv<u32> for f64 {
+    #[inline(always)]
+    fn conv(self) -> u32 {
+        u32::from_float(self)
+    }
+    #[inline(always)]
+    fn conv_tail(self) -> u32 {
+        u32_scalar(self)
+    }
+}
+
+impl Conv<u32> for f16 {
+    #[inline(always)]
+    fn conv(self) -> u32 {
+        u32_scalar(self.into())
+    }
+}
+
+/// Float sources to float types and bool.
+macro_rules! conv_float_to_float {
+    ($($s:ty => $f32:expr, $f64:expr, $half:expr, $bhalf:expr);*) => {
+        $(
+            impl Conv<f32> for $s {
+                #[inline(always)]
+                fn conv(self) -> f32 { $f32(self) }
+            }
+            impl Conv<f64> for $s {
+                #[inline(always)]
+                fn conv(self) -> f64 { $f64(self) }
+            }
+            impl Conv<f16> for $s {
+                #[inline(always)]
+                fn conv(self) -> f16 { $half(self) }
+            }
+            impl Conv<bf16> for $s {
+                #[inline(always)]
+                fn conv(self) -> bf16 { $bhalf(self) }
+            }
+            impl Conv<bool> for $s {
+                #[inline(always)]
+                fn conv(self) -> bool { f64::from(self) != 0.0 }
+            }
+        )*
+    };
+}
+
+// f32 to the half types converts directly (one rounding); f64 narrows as
+// `as` does; f16 widens exactly.
+conv_float_to_float!(
+    f32 => std::convert::identity, f64::from, f16::from_f32, bf16::from_f32;
+    f64 => |x| x as f32, std::convert::identity, f16::from_f64, bf16::from_f64;
+    f16 => f32::from, f64::from, std::convert::identity, |x: f16| bf16::from_f32(x.to_f32())
+);
+
+// bf16 converts through f32 (exact), in the same groups as f32.
 impl<D> Conv<D> for bf16
 where
     f32: Conv<D>,
@@ -103,6 +169,10 @@ where
     #[inline(always)]
     fn conv(self) -> D {
         self.to_f32().conv()
+    }
+    #[inline(always)]
+    fn conv_tail(self) -> D {
+        self.to_f32().conv_tail()
     }
 }
 
@@ -206,8 +276,14 @@ impl Cast {
 fn cast_to<S: Elem + Conv<D>, D: Elem>(x: &Tensor, y: &mut Tensor) -> Result<(), KernelError> {
     let (src, dst) = (typed::<S>("Cast", x)?, typed_mut::<D>("Cast", y)?);
     check_len("Cast", "output", dst.len(), src.len())?;
-    for (o, &v) in dst.iter_mut().zip(src) {
+    let whole = src.len() - src.len() % vector_group(S::DTYPE);
+    let (src_head, src_tail) = src.split_at(whole);
+    let (dst_head, dst_tail) = dst.split_at_mut(whole);
+    for (o, &v) in dst_head.iter_mut().zip(src_head) {
         *o = v.conv();
+    }
+    for (o, &v) in dst_tail.iter_mut().zip(src_tail) {
+        *o = v.conv_tail();
     }
     Ok(())
 }

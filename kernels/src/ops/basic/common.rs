@@ -367,6 +367,11 @@ impl<'a> Attrs<'a> {
                 });
             }
         }
+        // `consumed_inputs` (opset < 6) was an in-place hint no operator
+        // reads; its declared type (INTS) is still checked.
+        if names.iter().any(|n| n == "consumed_inputs") {
+            spec.attributes.ints("consumed_inputs")?;
+        }
         Ok(Self {
             op,
             attrs: spec.attributes,

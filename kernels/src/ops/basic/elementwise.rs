@@ -1,5 +1,5 @@
-//! Elementwise operators: Add, Sub, Mul, Div and Pow with NumPy
-//! broadcasting; Sigmoid, Neg, Sqrt, Reciprocal (hot path kernels, cold path
+//! Elementwise operators: Add, Sub, Mul and Div with NumPy broadcasting
+//! (Pow is in `pow`); Sigmoid, Neg, Sqrt, Reciprocal (hot path kernels, cold path
 //! construction and inference).
 
 use half::{bf16, f16};
@@ -38,13 +38,16 @@ impl BinaryKind {
 
 /// Checks the legacy (opset < 7) broadcasting attributes: only the default
 /// "no broadcast" form is accepted (NumPy broadcasting is a superset of it).
-fn legacy_broadcast(spec: &NodeSpec<'_>, op: &'static str) -> Result<(), KernelError> {
+pub(crate) fn legacy_broadcast(spec: &NodeSpec<'_>, op: &'static str) -> Result<(), KernelError> {
     let allowed: &[&'static str] = match spec.opset {
         ..6 => &["broadcast", "axis", "consumed_inputs"],
         6 => &["broadcast", "axis"],
         _ => &[],
     };
     let attrs = Attrs::new(spec, op, allowed)?;
+    // `axis` only places a broadcast operand, refused below; its declared
+    // type is still checked.
+    attrs.int("axis")?;
     match attrs.int("broadcast")? {
         None | Some(0) => Ok(()),
         Some(v) => Err(attrs.error(
@@ -226,215 +229,6 @@ impl Operator for Binary {
             E::U32 => binary_typed::<u32>(k, &plan, a, b, out, par),
             E::U64 => binary_typed::<u64>(k, &plan, a, b, out, par),
             dtype => Err(KernelError::UnsupportedType { op, dtype }),
-        }
-    }
-}
-
-/// An exponent element type of Pow.
-trait PowExp: Elem {
-    /// The value as f64.
-    fn as_f64(self) -> f64;
-    /// The value as an integer, for integer types (saturating u64).
-    fn as_int(self) -> Option<i64>;
-}
-
-macro_rules! impl_pow_exp {
-    (float: $($f:ty),*; int: $($i:ty),*) => {
-        $(
-            impl PowExp for $f {
-                #[inline(always)]
-                fn as_f64(self) -> f64 { self as f64 }
-                #[inline(always)]
-                fn as_int(self) -> Option<i64> { None }
-            }
-        )*
-        $(
-            impl PowExp for $i {
-                #[inline(always)]
-                fn as_f64(self) -> f64 { self as f64 }
-                #[inline(always)]
-                fn as_int(self) -> Option<i64> { Some(i64::try_from(self).unwrap_or(i64::MAX)) }
-            }
-        )*
-    };
-}
-
-impl_pow_exp!(float: f32, f64; int: i8, i16, i32, i64, u8, u16, u32, u64);
-
-/// Integer power with wrapping; negative exponents give the truncated
-/// reciprocal (1 for base 1, ±1 for base -1, else 0, including base 0).
-#[inline]
-fn int_pow(mut base: i64, exp: i64) -> i64 {
-    if exp < 0 {
-        return match base {
-            1 => 1,
-            -1 => {
-                if exp % 2 == 0 {
-                    1
-                } else {
-                    -1
-                }
-            }
-            _ => 0,
-        };
-    }
-    let mut e = exp as u64;
-    let mut acc: i64 = 1;
-    while e > 0 {
-        if e & 1 == 1 {
-            acc = acc.wrapping_mul(base);
-        }
-        base = base.wrapping_mul(base);
-        e >>= 1;
-    }
-    acc
-}
-
-/// A base element type of Pow.
-trait PowBase: Elem {
-    fn pow<E: PowExp>(self, e: E) -> Self;
-}
-
-impl PowBase for f32 {
-    #[inline(always)]
-    fn pow<E: PowExp>(self, e: E) -> Self {
-        if E::DTYPE == ElementType::F32 {
-            self.powf(e.as_f64() as f32)
-        } else {
-            (self as f64).powf(e.as_f64()) as f32
-        }
-    }
-}
-
-impl PowBase for f64 {
-    #[inline(always)]
-    fn pow<E: PowExp>(self, e: E) -> Self {
-        self.powf(e.as_f64())
-    }
-}
-
-macro_rules! impl_pow_base_int {
-    ($($t:ty),*) => {
-        $(
-            impl PowBase for $t {
-                #[inline(always)]
-                fn pow<E: PowExp>(self, e: E) -> Self {
-                    match e.as_int() {
-                        Some(k) => int_pow(self as i64, k) as $t,
-                        // Float exponent: computed in f64, truncated toward zero.
-                        None => (self as f64).powf(e.as_f64()) as $t,
-                    }
-                }
-            }
-        )*
-    };
-}
-
-impl_pow_base_int!(i32, i64);
-
-/// Pow (base types f32, f64, i32, i64; exponent any integer or f32/f64).
-#[derive(Debug)]
-pub(crate) struct Pow;
-
-impl Pow {
-    pub(crate) fn new(spec: &NodeSpec<'_>) -> Result<Self, KernelError> {
-        legacy_broadcast(spec, "Pow")?;
-        Ok(Self)
-    }
-}
-
-fn pow_typed<B: PowBase, E: PowExp>(
-    plan: &Plan,
-    a: &Tensor,
-    b: &Tensor,
-    out: &mut Tensor,
-) -> Result<(), KernelError> {
-    let (a, b, out) = (
-        typed::<B>("Pow", a)?,
-        typed::<E>("Pow", b)?,
-        typed_mut::<B>("Pow", out)?,
-    );
-    plan.run("Pow", a, b, out, |x, y| x.pow(y))
-}
-
-fn pow_exp<B: PowBase>(
-    plan: &Plan,
-    a: &Tensor,
-    b: &Tensor,
-    out: &mut Tensor,
-) -> Result<(), KernelError> {
-    use ElementType as E;
-    match b.dtype() {
-        E::F32 => pow_typed::<B, f32>(plan, a, b, out),
-        E::F64 => pow_typed::<B, f64>(plan, a, b, out),
-        E::I8 => pow_typed::<B, i8>(plan, a, b, out),
-        E::I16 => pow_typed::<B, i16>(plan, a, b, out),
-        E::I32 => pow_typed::<B, i32>(plan, a, b, out),
-        E::I64 => pow_typed::<B, i64>(plan, a, b, out),
-        E::U8 => pow_typed::<B, u8>(plan, a, b, out),
-        E::U16 => pow_typed::<B, u16>(plan, a, b, out),
-        E::U32 => pow_typed::<B, u32>(plan, a, b, out),
-        E::U64 => pow_typed::<B, u64>(plan, a, b, out),
-        dtype => Err(KernelError::UnsupportedType { op: "Pow", dtype }),
-    }
-}
-
-impl Operator for Pow {
-    fn name(&self) -> &'static str {
-        "Pow"
-    }
-
-    fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
-        use ElementType as E;
-        let inputs = check_inputs("Pow", inputs, 2, 2)?;
-        let (a, b) = (required("Pow", inputs, 0)?, required("Pow", inputs, 1)?);
-        if !matches!(a.dtype, E::F32 | E::F64 | E::I32 | E::I64) {
-            return Err(KernelError::UnsupportedType {
-                op: "Pow",
-                dtype: a.dtype,
-            });
-        }
-        if !matches!(
-            b.dtype,
-            E::F32 | E::F64 | E::I8 | E::I16 | E::I32 | E::I64 | E::U8 | E::U16 | E::U32 | E::U64
-        ) {
-            return Err(KernelError::UnsupportedType {
-                op: "Pow",
-                dtype: b.dtype,
-            });
-        }
-        let shape = broadcast_shape("Pow", a.shape, b.shape)?;
-        Plan::new("Pow", a.shape, b.shape)?;
-        Ok(vec![OutputInfo {
-            dtype: a.dtype,
-            shape,
-        }])
-    }
-
-    fn execute(
-        &self,
-        inputs: &[Option<&Tensor>],
-        _packed: Option<&PackedWeight>,
-        outputs: &mut [Tensor],
-        _par: &dyn ParallelFor,
-    ) -> Result<(), KernelError> {
-        use ElementType as E;
-        let (a, b) = (input("Pow", inputs, 0)?, input("Pow", inputs, 1)?);
-        let out = output("Pow", outputs, 0)?;
-        let plan = Plan::new("Pow", a.shape(), b.shape())?;
-        // Squaring (decomposed RMS/LayerNorm) is exact as a product.
-        if let (Some(x), Some(&[y])) = (a.as_f32(), b.as_f32())
-            && y == 2.0
-        {
-            let out = typed_mut::<f32>("Pow", out)?;
-            return plan.run("Pow", x, &[y], out, |x, _| x * x);
-        }
-        match a.dtype() {
-            E::F32 => pow_exp::<f32>(&plan, a, b, out),
-            E::F64 => pow_exp::<f64>(&plan, a, b, out),
-            E::I32 => pow_exp::<i32>(&plan, a, b, out),
-            E::I64 => pow_exp::<i64>(&plan, a, b, out),
-            dtype => Err(KernelError::UnsupportedType { op: "Pow", dtype }),
         }
     }
 }

@@ -4,12 +4,13 @@
 //! hot path (no allocation: strides live in fixed arrays of
 //! `MAX_RANK` entries).
 //!
-//! Files: `elementwise` (Add, Sub, Mul, Div, Pow, Sigmoid, Neg, Sqrt,
-//! Reciprocal) over `broadcast`; `softmax`; `norm` (LayerNormalization,
+//! Files: `elementwise` (Add, Sub, Mul, Div, Sigmoid, Neg, Sqrt,
+//! Reciprocal) and `pow` over `broadcast`; `softmax`; `norm` (LayerNormalization,
 //! RMSNormalization, SimplifiedLayerNormalization); `gather`; `transpose`;
 //! `slice`; `concat` (Concat, Split); `shape` (Reshape, Squeeze, Unsqueeze,
 //! Identity); `cast`; `constant`. `common` holds attribute access and typed
-//! tensor access, `real` the f32/f64 arithmetic trait.
+//! tensor access, `real` the f32/f64 arithmetic trait, `truncate` the
+//! float-to-integer conversion ONNX Runtime performs (Cast, Pow).
 
 pub(crate) mod broadcast;
 mod cast;
@@ -19,12 +20,14 @@ mod constant;
 pub(crate) mod elementwise;
 mod gather;
 pub(crate) mod norm;
+mod pow;
 pub(crate) mod real;
 mod shape;
 mod skip_norm;
 mod slice;
 mod softmax;
 mod transpose;
+mod truncate;
 
 use elementwise::{BinaryKind, UnaryKind};
 use norm::NormKind;
@@ -47,7 +50,7 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
         ("", "Sub") => boxed(elementwise::Binary::new(spec, BinaryKind::Sub)),
         ("", "Mul") => boxed(elementwise::Binary::new(spec, BinaryKind::Mul)),
         ("", "Div") => boxed(elementwise::Binary::new(spec, BinaryKind::Div)),
-        ("", "Pow") => boxed(elementwise::Pow::new(spec)),
+        ("", "Pow") => boxed(pow::Pow::new(spec)),
         ("", "Sigmoid") => boxed(elementwise::Unary::new(spec, UnaryKind::Sigmoid)),
         ("", "Neg") => boxed(elementwise::Unary::new(spec, UnaryKind::Neg)),
         ("", "Sqrt") => boxed(elementwise::Unary::new(spec, UnaryKind::Sqrt)),

@@ -44,6 +44,9 @@ impl Gemm {
                 }),
             }
         };
+        // Legacy `broadcast` (opset < 7) only allowed a broadcast C, which
+        // every opset now allows; its declared type is still checked.
+        at.int("broadcast")?;
         let p = GemmParams {
             alpha: at.float("alpha")?.unwrap_or(1.0),
             beta: at.float("beta")?.unwrap_or(1.0),

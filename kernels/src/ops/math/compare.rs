@@ -40,6 +40,9 @@ pub(crate) fn legacy_broadcast(spec: &NodeSpec<'_>, op: &'static str) -> Result<
         &[]
     };
     let attrs = Attrs::new(spec, op, allowed)?;
+    // `axis` only places a broadcast operand, refused below; its declared
+    // type is still checked.
+    attrs.int("axis")?;
     match attrs.int("broadcast")? {
         None | Some(0) => Ok(()),
         Some(v) => Err(attrs.error(
