@@ -10,6 +10,7 @@ mod attrs;
 mod dtype;
 mod error;
 mod external;
+mod fault;
 mod fold;
 mod inputs;
 pub mod inspect;
@@ -35,13 +36,13 @@ pub use error::{
     ExternalDataError, LoadError, ModelError, PayloadError, ResolveError, UnsupportedOperator,
 };
 pub(crate) use external::open_no_follow;
+pub use fault::{FaultInjectingSource, ReadFault};
 pub use fold::KernelFailure;
 pub(crate) use fold::{execute_caught, fold_node, folded_bytes, tensor_bytes};
 pub(crate) use inputs::graph_input;
 pub use inputs::{Dim, GraphInput};
 pub use payload::{
-    ChecksumPolicy, FaultInjectingSource, FileSource, MmapSource, PayloadSource, ReadCounters,
-    ReadFault, read_to_vec,
+    ChecksumPolicy, FileSource, MmapSource, PayloadSource, ReadCounters, read_to_vec,
 };
 pub(crate) use payload::{PieceReader, read_verified, verify, verify_in_pieces};
 pub(crate) use resolve::hash_source_identity;
