@@ -306,7 +306,7 @@ impl Prepack for F32PanelPrepack {
 /// this CPU runs the layout's kernels — what a kernel would otherwise find
 /// wrong only when it runs. Without the sources at hand (a cache being
 /// verified on its own) this is what can be checked;
-/// [`Prepack::validate`](crate::Prepack::validate) also checks the object
+/// [`Prepack::validate`] also checks the object
 /// against the sources' shapes.
 ///
 /// # Errors
