@@ -70,6 +70,8 @@ DEFAULT_OPS = (
     "Equal,Less,LessOrEqual,Greater,GreaterOrEqual,And,Or,Not,Xor,IsNaN,IsInf,"
     # math
     "Max,Min,Abs,Exp,Log,Cos,Sin,Tanh,Erf,Gelu,Relu,Clip,Floor,Ceil,Round,Mod,Sign,"
+    # activations
+    "LeakyRelu,Elu,Selu,Celu,HardSigmoid,HardSwish,Softplus,Softsign,Mish,ThresholdedRelu,Shrink,"
     # reductions
     "ReduceMean,ReduceSum,ReduceMax,ReduceMin,ReduceProd,ArgMax,ArgMin,"
     # attention and quantization

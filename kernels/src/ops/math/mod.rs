@@ -12,6 +12,7 @@
 
 #[macro_use]
 mod num;
+mod activation;
 mod arg;
 mod binary;
 mod compare;
@@ -83,6 +84,9 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
         "ReduceProd" => reduce(ReduceKind::Prod),
         "ArgMax" => boxed(arg::ArgExtremum::new(spec, true)),
         "ArgMin" => boxed(arg::ArgExtremum::new(spec, false)),
-        _ => return None,
+        other => {
+            let a = activation::Activation::parse(spec, other)?;
+            boxed(a.map(activation::ActivationOp))
+        }
     })
 }
