@@ -1,4 +1,4 @@
-//! Parameterized activations: values at points where each formula is
+//! Parameterized activations and global pools: values at points where each formula is
 //! exact by hand, the ONNX defaults of every attribute, and refusals.
 
 mod math_util;
@@ -118,4 +118,27 @@ fn integer_inputs_and_a_zero_celu_alpha_are_refused() {
         .build(1)
         .unwrap_err();
     assert!(err.to_string().contains("alpha"), "{err}");
+}
+
+#[test]
+fn global_pools_reduce_each_channel_to_one_value() {
+    // [N=1, C=2, 2, 3]: channel 0 is 0..6, channel 1 is -6..0.
+    let x: Vec<f32> = (0..6)
+        .map(|v| v as f32)
+        .chain((-6..0).map(|v| v as f32))
+        .collect();
+    for (op, want) in [
+        ("GlobalAveragePool", [2.5, -3.5]),
+        ("GlobalMaxPool", [5.0, -1.0]),
+    ] {
+        let y = Node::new(op, 1)
+            .run1(&[var(f32t(&[1, 2, 2, 3], &x))])
+            .unwrap();
+        assert_eq!(y.shape(), [1, 2, 1, 1], "{op}");
+        assert_eq!(y.as_f32().unwrap(), want, "{op}");
+    }
+    let err = Node::new("GlobalMaxPool", 1)
+        .run1(&[var(f32t(&[2, 3], &[0.0; 6]))])
+        .unwrap_err();
+    assert!(matches!(err, KernelError::Shape(_)), "{err}");
 }

@@ -17,6 +17,7 @@ mod arg;
 mod binary;
 mod compare;
 mod fast;
+mod global_pool;
 mod reduce;
 mod unary;
 
@@ -84,6 +85,8 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
         "ReduceProd" => reduce(ReduceKind::Prod),
         "ArgMax" => boxed(arg::ArgExtremum::new(spec, true)),
         "ArgMin" => boxed(arg::ArgExtremum::new(spec, false)),
+        "GlobalAveragePool" => boxed(global_pool::GlobalPool::new(spec, false)),
+        "GlobalMaxPool" => boxed(global_pool::GlobalPool::new(spec, true)),
         other => {
             let a = activation::Activation::parse(spec, other)?;
             boxed(a.map(activation::ActivationOp))
