@@ -30,6 +30,9 @@ pub fn operator_with(
     let families = [
         ops::index::lookup,
         ops::math::lookup,
+        ops::conv::lookup,
+        ops::image::lookup,
+        ops::normalize::lookup,
         ops::attention::lookup,
         ops::quant::lookup,
     ];

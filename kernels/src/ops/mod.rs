@@ -5,12 +5,17 @@
 //! (Gemm, MatMul, MatMulNBits), `index` (shape and indexing: Shape, Range,
 //! Expand, Gather/Scatter forms, Where, Pad...), `math` (comparison, logic,
 //! unary math, reductions), `attention` (fused attention, rotary
-//! embeddings, skip normalizations, quantized gathers) and `quant`
-//! (DequantizeLinear and quantized MatMul patterns).
+//! embeddings, skip normalizations, quantized gathers), `quant`
+//! (DequantizeLinear and quantized MatMul patterns), `conv` (convolution
+//! and pooling), `image` (resampling and spatial rearrangement) and
+//! `normalize` (channel and spatial normalizations).
 
 pub mod attention;
 pub mod basic;
+pub mod conv;
+pub mod image;
 pub mod index;
 pub mod linalg;
 pub mod math;
+pub mod normalize;
 pub mod quant;

@@ -36,7 +36,7 @@ mod matmul;
 mod nbits;
 pub(crate) mod q4;
 pub mod reference;
-mod sgemm;
+pub(crate) mod sgemm;
 mod shape;
 
 use isa::Isa;
