@@ -72,8 +72,8 @@ DEFAULT_OPS = (
     "Max,Min,Abs,Exp,Log,Cos,Sin,Tanh,Erf,Gelu,Relu,Clip,Floor,Ceil,Round,Mod,Sign,"
     # activations
     "LeakyRelu,Elu,Selu,Celu,HardSigmoid,HardSwish,Softplus,Softsign,Mish,ThresholdedRelu,Shrink,"
-    # pooling
-    "GlobalAveragePool,GlobalMaxPool,"
+    # convolution and pooling
+    "Conv,ConvTranspose,MaxPool,AveragePool,LpPool,GlobalAveragePool,GlobalMaxPool,"
     # reductions
     "ReduceMean,ReduceSum,ReduceMax,ReduceMin,ReduceProd,ArgMax,ArgMin,"
     # attention and quantization

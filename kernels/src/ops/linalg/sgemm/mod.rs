@@ -199,6 +199,29 @@ pub(crate) fn run(isa: Isa, prob: &Problem<'_>, out: &mut [f32], par: &dyn Paral
     }
 }
 
+/// Runs every batch of `prob` on the calling thread, writing through
+/// `out` (for callers that split a larger output between their own tasks).
+///
+/// # Safety
+/// `out` comes from a `&mut [f32]` that stays borrowed while this runs, and
+/// no other thread reads or writes the elements of it that `prob` writes
+/// (rows `0..m` x columns `0..n` at `ldc` from each batch's `C` offset).
+pub(crate) unsafe fn run_on_caller(isa: Isa, prob: &Problem<'_>, out: OutPtr) {
+    fn all<A: Arch>(prob: &Problem<'_>, out: OutPtr) {
+        if prob.m == 0 || prob.n == 0 {
+            return;
+        }
+        for batch in 0..prob.batches {
+            block::<A>(prob, batch, 0..prob.m, 0..prob.n.div_ceil(A::NR), out);
+        }
+    }
+    match isa {
+        Isa::Avx512 => all::<avx512::Avx512>(prob, out),
+        Isa::Avx2 => all::<avx2::Avx2>(prob, out),
+        Isa::Portable => all::<portable::Portable>(prob, out),
+    }
+}
+
 /// Below this many multiply-adds a product runs on the calling thread (a
 /// parallel region costs about a microsecond of hand-offs).
 pub(crate) const PARALLEL_MIN_MACS: usize = 1 << 17;

@@ -1,0 +1,438 @@
+//! Conv: `Y[n, m] = B[m] + sum over c in m's group and taps of
+//! W[m, c, k] * X[n, c, o * stride + k * dilation - pad]`, for 1-D, 2-D and
+//! 3-D windows, grouped and depthwise.
+//!
+//! f32 runs on the GEMM micro-kernels: a pointwise convolution (1×1, stride
+//! 1, no padding) multiplies the weights by the input read in place; any
+//! other window gathers a tile of output columns at a time into packed
+//! panels (`im2col`, never the whole image) that the tile's product reads;
+//! a depthwise convolution (one input and one output channel per group)
+//! runs its own direct kernel. f64, f16 and bf16 run the scalar reference
+//! loops (f64 accumulation), which are also the oracle of the f32 paths.
+
+use super::direct;
+use super::geometry::{Geometry, Window};
+use super::im2col;
+use crate::ops::basic::common::{
+    Attrs, check_inputs, checked_count, input, optional, output, required, typed, typed_mut,
+};
+use crate::ops::linalg::isa::Isa;
+use crate::ops::linalg::sgemm::{self, BSrc, OutPtr, Problem};
+use crate::{
+    CpuFeatures, DataMut, DataRef, ElementType, InputInfo, KernelError, NodeSpec, Operator,
+    OutputInfo, PackedWeight, ParallelFor, Tensor, for_each_chunk_mut,
+};
+
+const OP: &str = "Conv";
+
+/// Output columns of one im2col tile are chosen so that its panels hold
+/// about this many floats (256 KiB: the panels and the weights' rows they
+/// meet stay in L2).
+const TILE_FLOATS: usize = 64 * 1024;
+/// The most im2col tiles gathered at once (one per running task); what
+/// [`Operator::scratch_bytes`] charges.
+const MAX_TASKS: usize = 8;
+
+/// A Conv node: its window attributes and group count.
+#[derive(Debug)]
+pub(crate) struct Conv {
+    window: Window,
+    group: usize,
+    isa: Isa,
+}
+
+/// The shapes of one convolution, checked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConvShape {
+    pub(crate) batch: usize,
+    pub(crate) channels: usize,
+    pub(crate) maps: usize,
+    pub(crate) group: usize,
+    pub(crate) geometry: Geometry,
+}
+
+impl ConvShape {
+    /// Input channels per group.
+    pub(crate) fn cg(&self) -> usize {
+        self.channels / self.group
+    }
+
+    /// Output channels per group.
+    pub(crate) fn mg(&self) -> usize {
+        self.maps / self.group
+    }
+
+    /// Rows of one group's im2col matrix (input channels × taps).
+    pub(crate) fn k(&self) -> usize {
+        self.cg() * self.geometry.kernel_len()
+    }
+
+    fn pointwise(&self) -> bool {
+        let g = &self.geometry;
+        (0..g.rank).all(|a| g.kernel[a] == 1 && g.stride[a] == 1 && g.pad_begin[a] == 0)
+    }
+
+    fn depthwise(&self) -> bool {
+        self.cg() == 1 && self.mg() == 1
+    }
+
+    /// im2col tile width (a multiple of `nr`).
+    fn tile(&self, nr: usize) -> usize {
+        let cols = self.geometry.output_len();
+        (TILE_FLOATS / self.k().max(1) / nr * nr)
+            .max(nr)
+            .min(cols.div_ceil(nr) * nr)
+    }
+}
+
+impl Conv {
+    pub(crate) fn new(spec: &NodeSpec<'_>) -> Result<Self, KernelError> {
+        let attrs = Attrs::new(
+            spec,
+            OP,
+            &[
+                "auto_pad",
+                "dilations",
+                "group",
+                "kernel_shape",
+                "pads",
+                "strides",
+            ],
+        )?;
+        let group = attrs.int_or("group", 1)?;
+        let group = usize::try_from(group)
+            .ok()
+            .filter(|&g| g > 0)
+            .ok_or_else(|| attrs.error("group", format!("{group}: must be >= 1")))?;
+        Ok(Self {
+            window: Window::parse(&attrs, false)?,
+            group,
+            isa: Isa::select(CpuFeatures::detect()),
+        })
+    }
+
+    fn shape(
+        &self,
+        x: &[usize],
+        w: &[usize],
+        bias: Option<&[usize]>,
+    ) -> Result<ConvShape, KernelError> {
+        conv_shape(OP, &self.window, self.group, x, w, bias)
+    }
+}
+
+/// Checks `X`, `W` (and `B`) of a convolution and resolves its window.
+pub(crate) fn conv_shape(
+    op: &'static str,
+    window: &Window,
+    group: usize,
+    x: &[usize],
+    w: &[usize],
+    bias: Option<&[usize]>,
+) -> Result<ConvShape, KernelError> {
+    let (batch, channels, maps) = check_channels(op, group, x, w, bias, false)?;
+    if let Some(k) = &window.kernel
+        && k.as_slice() != &w[2..]
+    {
+        return Err(KernelError::Shape(format!(
+            "{op}: kernel_shape {k:?} does not match W {w:?}"
+        )));
+    }
+    Ok(ConvShape {
+        batch,
+        channels,
+        maps,
+        group,
+        geometry: window.resolve(op, &x[2..], &w[2..])?,
+    })
+}
+
+/// Checks the ranks and channel counts of `X`, `W` (and `B`) of a
+/// convolution (`transposed`: `W` is `[C, M / group, k...]`, else
+/// `[M, C / group, k...]`): `(N, C, M)`.
+pub(crate) fn check_channels(
+    op: &'static str,
+    group: usize,
+    x: &[usize],
+    w: &[usize],
+    bias: Option<&[usize]>,
+    transposed: bool,
+) -> Result<(usize, usize, usize), KernelError> {
+    let bad = |what: String| KernelError::Shape(format!("{op}: {what}"));
+    if x.len() < 3 || w.len() != x.len() {
+        return Err(bad(format!(
+            "X {x:?} must be [N, C, spatial...] and W {w:?} of the same rank"
+        )));
+    }
+    let channels = x[1];
+    let (maps, w_channels) = if transposed {
+        (w[1].saturating_mul(group), w[0])
+    } else {
+        (w[0], w[1].saturating_mul(group))
+    };
+    if !channels.is_multiple_of(group) || !maps.is_multiple_of(group) || w_channels != channels {
+        return Err(bad(format!(
+            "X {x:?} and W {w:?} do not agree for group {group} (input channels must be \
+             divisible by the group count and match W)"
+        )));
+    }
+    if let Some(b) = bias
+        && b != [maps]
+    {
+        return Err(bad(format!("B {b:?} must be [{maps}]")));
+    }
+    if w[2..].contains(&0) {
+        return Err(bad(format!("W {w:?} has an empty kernel axis")));
+    }
+    checked_count(op, x)?;
+    checked_count(op, w)?;
+    Ok((x[0], channels, maps))
+}
+
+impl Operator for Conv {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
+        let inputs = check_inputs(OP, inputs, 2, 3)?;
+        let (x, w) = (required(OP, inputs, 0)?, required(OP, inputs, 1)?);
+        let bias = optional(inputs, 2);
+        if !matches!(
+            x.dtype,
+            ElementType::F32 | ElementType::F64 | ElementType::F16 | ElementType::BF16
+        ) {
+            return Err(KernelError::UnsupportedType {
+                op: OP,
+                dtype: x.dtype,
+            });
+        }
+        if w.dtype != x.dtype || bias.is_some_and(|b| b.dtype != x.dtype) {
+            return Err(KernelError::Shape(format!(
+                "{OP}: X, W and B must have one element type (X is {})",
+                x.dtype
+            )));
+        }
+        let s = self.shape(x.shape, w.shape, bias.map(|b| b.shape))?;
+        let mut shape = vec![s.batch, s.maps];
+        shape.extend_from_slice(&s.geometry.output[..s.geometry.rank]);
+        Ok(vec![OutputInfo {
+            dtype: x.dtype,
+            shape,
+        }])
+    }
+
+    fn scratch_bytes(&self, inputs: &[Option<InputInfo<'_>>]) -> usize {
+        let (Some(Some(x)), Some(Some(w))) = (inputs.first(), inputs.get(1)) else {
+            return 0;
+        };
+        match self.shape(x.shape, w.shape, None) {
+            Ok(s) if x.dtype == ElementType::F32 && !s.pointwise() && !s.depthwise() => {
+                let nr = self.isa.f32_nr();
+                s.k() * s.tile(nr) * 4 * MAX_TASKS
+            }
+            _ => 0,
+        }
+    }
+
+    fn execute(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _packed: Option<&PackedWeight>,
+        outputs: &mut [Tensor],
+        par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        let (x, w) = (input(OP, inputs, 0)?, input(OP, inputs, 1)?);
+        let bias = inputs.get(2).copied().flatten();
+        let s = self.shape(x.shape(), w.shape(), bias.map(|b| b.shape()))?;
+        let y = output(OP, outputs, 0)?;
+        if y.len() != s.batch * s.maps * s.geometry.output_len() {
+            return Err(KernelError::Invalid {
+                op: OP,
+                detail: format!("output of {} elements for {s:?}", y.len()),
+            });
+        }
+        if y.is_empty() {
+            return Ok(());
+        }
+        if x.dtype() == ElementType::F32 {
+            let b = bias.map(|b| typed::<f32>(OP, b)).transpose()?;
+            return f32_conv(
+                self.isa,
+                &s,
+                typed::<f32>(OP, x)?,
+                typed::<f32>(OP, w)?,
+                b,
+                typed_mut::<f32>(OP, y)?,
+                par,
+            );
+        }
+        reference_any(&s, x, w, bias, y)
+    }
+}
+
+/// The scalar reference for f64, f16 and bf16 (f64 accumulation).
+fn reference_any(
+    s: &ConvShape,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    y: &mut Tensor,
+) -> Result<(), KernelError> {
+    use half::{bf16, f16};
+    fn run<T: Copy>(
+        s: &ConvShape,
+        x: &[T],
+        w: &[T],
+        b: Option<&[T]>,
+        y: &mut [T],
+        to: fn(T) -> f64,
+        from: fn(f64) -> T,
+    ) {
+        direct::reference(
+            s,
+            &|i| to(x[i]),
+            &|i| to(w[i]),
+            &|m| b.map_or(0.0, |b| to(b[m])),
+            &mut |i, v| y[i] = from(v),
+        );
+    }
+    let b = bias.map(Tensor::data);
+    match (x.data(), w.data(), y.view_mut()) {
+        (DataRef::F64(xv), DataRef::F64(wv), DataMut::F64(yv)) => {
+            let b = b.map(|b| if let DataRef::F64(v) = b { v } else { &[][..] });
+            run(s, xv, wv, b, yv, |v| v, |v| v);
+        }
+        (DataRef::F16(xv), DataRef::F16(wv), DataMut::F16(yv)) => {
+            let b = b.map(|b| if let DataRef::F16(v) = b { v } else { &[][..] });
+            run(s, xv, wv, b, yv, f16::to_f64, f16::from_f64);
+        }
+        (DataRef::BF16(xv), DataRef::BF16(wv), DataMut::BF16(yv)) => {
+            let b = b.map(|b| if let DataRef::BF16(v) = b { v } else { &[][..] });
+            run(s, xv, wv, b, yv, bf16::to_f64, bf16::from_f64);
+        }
+        _ => {
+            return Err(KernelError::UnsupportedType {
+                op: OP,
+                dtype: x.dtype(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// f32 convolution on the fast paths.
+pub(crate) fn f32_conv(
+    isa: Isa,
+    s: &ConvShape,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    par: &dyn ParallelFor,
+) -> Result<(), KernelError> {
+    let (cg, mg, k) = (s.cg(), s.mg(), s.k());
+    let (pin, pout) = (s.geometry.input_len(), s.geometry.output_len());
+    if bias.is_some_and(|b| b.len() != s.maps) || x.len() != s.batch * s.channels * pin {
+        return Err(KernelError::Invalid {
+            op: OP,
+            detail: "X or B does not hold the inferred element count".into(),
+        });
+    }
+    // Bias first; the products accumulate onto it.
+    for (plane, out) in y.chunks_mut(pout).enumerate() {
+        out.fill(bias.map_or(0.0, |b| b[plane % s.maps]));
+    }
+    if s.depthwise() {
+        direct::depthwise(s, x, w, y, par);
+        return Ok(());
+    }
+    if s.pointwise() {
+        let offsets = |_| (0, 0, 0);
+        for n in 0..s.batch {
+            for g in 0..s.group {
+                let xo = (n * s.channels + g * cg) * pin;
+                let yo = (n * s.maps + g * mg) * pout;
+                let prob = Problem {
+                    m: mg,
+                    n: pout,
+                    k: cg,
+                    a: &w[g * mg * k..],
+                    lda: k,
+                    b: BSrc::Rows {
+                        data: &x[xo..],
+                        ldb: pin,
+                    },
+                    ldc: pout,
+                    alpha: 1.0,
+                    accumulate: true,
+                    batches: 1,
+                    offsets: &offsets,
+                };
+                sgemm::run(isa, &prob, &mut y[yo..yo + mg * pout], par);
+            }
+        }
+        return Ok(());
+    }
+    tiled(isa, s, x, w, y, par)
+}
+
+/// The im2col path: tasks of consecutive `(image, group, column tile)`
+/// items, each gathering its tiles into its own panels.
+fn tiled(
+    isa: Isa,
+    s: &ConvShape,
+    x: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+    par: &dyn ParallelFor,
+) -> Result<(), KernelError> {
+    let nr = isa.f32_nr();
+    let (cg, mg, k) = (s.cg(), s.mg(), s.k());
+    let (pin, pout) = (s.geometry.input_len(), s.geometry.output_len());
+    let tile = s.tile(nr);
+    let tiles = pout.div_ceil(tile);
+    let items = s.batch * s.group * tiles;
+    let macs = items.saturating_mul(mg * k * tile);
+    let tasks = if macs < sgemm::PARALLEL_MIN_MACS {
+        1
+    } else {
+        items.min(par.threads() * 2).clamp(1, MAX_TASKS)
+    };
+    let out = OutPtr::new(y);
+    let g3 = s.geometry.as_3d();
+    let slot = k * tile;
+    let mut scratch = crate::scratch::filled(OP, tasks * slot, 0.0f32)?;
+    for_each_chunk_mut(par, &mut scratch, slot, &|first, panels| {
+        let t = first / slot;
+        for item in crate::par::chunk(items, tasks, 1, t) {
+            let (ng, ti) = (item / tiles, item % tiles);
+            let (n, g) = (ng / s.group, ng % s.group);
+            let col0 = ti * tile;
+            let cols = tile.min(pout - col0);
+            let xg = &x[(n * s.channels + g * cg) * pin..][..cg * pin];
+            im2col::gather(&g3, cg, xg, col0, cols, nr, panels);
+            let yo = (n * s.maps + g * mg) * pout + col0;
+            let offsets = move |_| (0, 0, yo);
+            let prob = Problem {
+                m: mg,
+                n: cols,
+                k,
+                a: &w[g * mg * k..],
+                lda: k,
+                b: BSrc::Packed(panels),
+                ldc: pout,
+                alpha: 1.0,
+                accumulate: true,
+                batches: 1,
+                offsets: &offsets,
+            };
+            // SAFETY: this task alone writes rows `0..mg` x columns
+            // `col0..col0 + cols` of this image's group planes (items are
+            // split between tasks without overlap) and `y` stays borrowed
+            // until `for_each_chunk_mut` returns.
+            unsafe { sgemm::run_on_caller(isa, &prob, out) };
+        }
+    });
+    Ok(())
+}

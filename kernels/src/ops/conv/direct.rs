@@ -1,0 +1,134 @@
+//! Direct convolution loops: the depthwise kernel (one input and one
+//! output channel per group, hot path) and the scalar reference of every
+//! convolution (f64 accumulation), the oracle of the fast paths and the
+//! path of f64, f16 and bf16.
+
+use super::convolution::ConvShape;
+use super::geometry::Geometry3;
+use crate::{ParallelFor, for_each_chunk_mut};
+
+/// Output positions `lo..hi` of an output row whose input column
+/// `o * stride + off` lies inside `0..len`.
+#[inline]
+fn valid_range(out: usize, stride: usize, off: isize, len: usize) -> (usize, usize) {
+    let lo = if off < 0 {
+        ((-off) as usize).div_ceil(stride)
+    } else {
+        0
+    };
+    let last = len as isize - 1 - off;
+    let hi = if last < 0 {
+        0
+    } else {
+        (last as usize / stride + 1).min(out)
+    };
+    (lo, hi.max(lo))
+}
+
+/// Depthwise convolution: `y` holds the bias and receives the products,
+/// planes split across `par`.
+pub(crate) fn depthwise(s: &ConvShape, x: &[f32], w: &[f32], y: &mut [f32], par: &dyn ParallelFor) {
+    let g = s.geometry.as_3d();
+    let (pin, pout) = (s.geometry.input_len(), s.geometry.output_len());
+    let taps = s.geometry.kernel_len();
+    let planes = s.batch * s.maps;
+    let per_task = planes.div_ceil((par.threads() * 4).max(1)).max(1);
+    let par = crate::par::for_len(par, y.len());
+    for_each_chunk_mut(par, y, per_task * pout, &|first, ys| {
+        for (i, out) in ys.chunks_exact_mut(pout).enumerate() {
+            let plane = first / pout + i;
+            let c = plane % s.maps;
+            plane_kernel(&g, &x[plane * pin..][..pin], &w[c * taps..][..taps], out);
+        }
+    });
+}
+
+/// One channel's plane of a depthwise convolution.
+fn plane_kernel(g: &Geometry3, x: &[f32], w: &[f32], y: &mut [f32]) {
+    let [od, oh, ow] = g.output;
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let sw = g.stride[2];
+    for d in 0..od {
+        for h in 0..oh {
+            let row = &mut y[(d * oh + h) * ow..][..ow];
+            for a in 0..kd {
+                let z = g.coord(0, d, a) as usize;
+                if z >= id {
+                    continue;
+                }
+                for b in 0..kh {
+                    let yy = g.coord(1, h, b) as usize;
+                    if yy >= ih {
+                        continue;
+                    }
+                    let src = &x[(z * ih + yy) * iw..][..iw];
+                    for e in 0..kw {
+                        let wv = w[(a * kh + b) * kw + e];
+                        let off = (e * g.dilation[2]) as isize - g.pad[2] as isize;
+                        let (lo, hi) = valid_range(ow, sw, off, iw);
+                        if lo == hi {
+                            continue;
+                        }
+                        if sw == 1 {
+                            let start = (lo as isize + off) as usize;
+                            let xs = &src[start..start + (hi - lo)];
+                            for (o, &v) in row[lo..hi].iter_mut().zip(xs) {
+                                *o += wv * v;
+                            }
+                        } else {
+                            for (j, o) in row[lo..hi].iter_mut().enumerate() {
+                                *o += wv * src[(((lo + j) * sw) as isize + off) as usize];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The scalar reference: `y(i, v)` receives every output element, computed
+/// from `x(i)`, `w(i)` and `b(m)` (0 without a bias) in f64.
+pub(crate) fn reference(
+    s: &ConvShape,
+    x: &dyn Fn(usize) -> f64,
+    w: &dyn Fn(usize) -> f64,
+    b: &dyn Fn(usize) -> f64,
+    y: &mut dyn FnMut(usize, f64),
+) {
+    let g = s.geometry.as_3d();
+    let (pin, pout) = (s.geometry.input_len(), s.geometry.output_len());
+    let [od, oh, ow] = g.output;
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let (cg, mg) = (s.cg(), s.mg());
+    for n in 0..s.batch {
+        for m in 0..s.maps {
+            let grp = m / mg;
+            for q in 0..pout {
+                let o = [q / (oh * ow), q / ow % oh, q % ow];
+                debug_assert!(o[0] < od);
+                let mut acc = b(m);
+                for c in 0..cg {
+                    let xc = (n * s.channels + grp * cg + c) * pin;
+                    let wc = (m * cg + c) * kd * kh * kw;
+                    for a in 0..kd {
+                        for bb in 0..kh {
+                            for e in 0..kw {
+                                let z = g.coord(0, o[0], a) as usize;
+                                let yy = g.coord(1, o[1], bb) as usize;
+                                let xx = g.coord(2, o[2], e) as usize;
+                                if z < id && yy < ih && xx < iw {
+                                    acc += x(xc + (z * ih + yy) * iw + xx)
+                                        * w(wc + (a * kh + bb) * kw + e);
+                                }
+                            }
+                        }
+                    }
+                }
+                y((n * s.maps + m) * pout + q, acc);
+            }
+        }
+    }
+}
