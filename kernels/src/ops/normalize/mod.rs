@@ -6,13 +6,16 @@
 //! Files: `common` (the float trait, f64 statistics, parameter views and
 //! checks), `batch` (BatchNormalization), `group` (InstanceNormalization,
 //! GroupNormalization), `lrn` (LRN, LpNormalization), `mvn`
-//! (MeanVarianceNormalization).
+//! (MeanVarianceNormalization), `detect` (TopK, OneHot), `roi_align`
+//! (RoiAlign).
 
 mod batch;
 mod common;
+mod detect;
 mod group;
 mod lrn;
 mod mvn;
+mod roi_align;
 
 use crate::{KernelError, NodeSpec, Operator};
 
@@ -35,6 +38,9 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
         "LRN" => boxed(lrn::Lrn::new(spec)),
         "LpNormalization" => boxed(lrn::LpNorm::new(spec)),
         "MeanVarianceNormalization" => boxed(mvn::Mvn::new(spec)),
+        "TopK" => boxed(detect::TopK::new(spec)),
+        "OneHot" => boxed(detect::OneHot::new(spec)),
+        "RoiAlign" => boxed(roi_align::RoiAlign::new(spec)),
         _ => return None,
     })
 }
