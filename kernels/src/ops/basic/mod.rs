@@ -5,7 +5,8 @@
 //! `MAX_RANK` entries).
 //!
 //! Files: `elementwise` (Add, Sub, Mul, Div, Sigmoid, Neg, Sqrt,
-//! Reciprocal) and `pow` over `broadcast`; `softmax`; `norm` (LayerNormalization,
+//! Reciprocal) and `pow` over `broadcast`; `softmax` (Softmax, LogSoftmax,
+//! Hardmax); `norm` (LayerNormalization,
 //! RMSNormalization, SimplifiedLayerNormalization); `gather`; `transpose`;
 //! `slice`; `concat` (Concat, Split); `shape` (Reshape, Squeeze, Unsqueeze,
 //! Identity); `cast`; `constant`. `common` holds attribute access and typed
@@ -32,6 +33,7 @@ mod truncate;
 use elementwise::{BinaryKind, UnaryKind};
 use norm::NormKind;
 use shape::AxesKind;
+use softmax::SoftmaxKind;
 
 use crate::{KernelError, NodeSpec, Operator};
 
@@ -55,7 +57,9 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
         ("", "Neg") => boxed(elementwise::Unary::new(spec, UnaryKind::Neg)),
         ("", "Sqrt") => boxed(elementwise::Unary::new(spec, UnaryKind::Sqrt)),
         ("", "Reciprocal") => boxed(elementwise::Unary::new(spec, UnaryKind::Reciprocal)),
-        ("", "Softmax") => boxed(softmax::Softmax::new(spec)),
+        ("", "Softmax") => boxed(softmax::Softmax::new(spec, SoftmaxKind::Softmax)),
+        ("", "LogSoftmax") => boxed(softmax::Softmax::new(spec, SoftmaxKind::LogSoftmax)),
+        ("", "Hardmax") => boxed(softmax::Softmax::new(spec, SoftmaxKind::Hardmax)),
         ("", "LayerNormalization") => boxed(norm::Norm::new(spec, NormKind::Layer)),
         ("", "RMSNormalization") => boxed(norm::Norm::new(spec, NormKind::Rms)),
         ("" | "com.microsoft", "SimplifiedLayerNormalization") => {

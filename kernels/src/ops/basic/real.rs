@@ -25,6 +25,10 @@ pub(crate) trait Real:
     fn exp(self) -> Self;
     /// Square root.
     fn sqrt(self) -> Self;
+    /// Natural logarithm.
+    fn ln(self) -> Self;
+    /// Whether the value is NaN.
+    fn is_nan(self) -> bool;
     /// The larger of two values (NaN-ignoring like `f32::max`).
     fn max(self, other: Self) -> Self;
     /// From an f32 (attributes).
@@ -135,6 +139,14 @@ macro_rules! impl_real {
                 #[inline(always)]
                 fn sqrt(self) -> Self {
                     $t::sqrt(self)
+                }
+                #[inline(always)]
+                fn ln(self) -> Self {
+                    $t::ln(self)
+                }
+                #[inline(always)]
+                fn is_nan(self) -> bool {
+                    $t::is_nan(self)
                 }
                 #[inline(always)]
                 fn max(self, other: Self) -> Self {

@@ -1,4 +1,5 @@
-//! Softmax (hot path kernel: numerically stable, subtracting the maximum).
+//! Softmax, LogSoftmax and Hardmax (hot path kernels: numerically stable,
+//! subtracting the maximum; Hardmax marks the first maximum of each row).
 //!
 //! Opset 13+ normalizes along one axis (default -1); opsets 1-12 flatten the
 //! input to 2-D at `axis` (default 1) and normalize each row.
@@ -15,31 +16,58 @@ use crate::{
     Tensor, for_each_chunk_mut,
 };
 
-/// Softmax.
+/// Which function a [`Softmax`] computes along its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SoftmaxKind {
+    /// `e^(x - max) / sum`.
+    Softmax,
+    /// `x - max - ln(sum e^(x - max))`.
+    LogSoftmax,
+    /// 1 at the first maximum of each row, 0 elsewhere.
+    Hardmax,
+}
+
+impl SoftmaxKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Softmax => "Softmax",
+            Self::LogSoftmax => "LogSoftmax",
+            Self::Hardmax => "Hardmax",
+        }
+    }
+}
+
+/// Softmax, LogSoftmax or Hardmax.
 #[derive(Debug)]
 pub(crate) struct Softmax {
+    kind: SoftmaxKind,
     axis: i64,
     /// Opset < 13: normalize over all dimensions from `axis` on.
     flatten: bool,
 }
 
 impl Softmax {
-    pub(crate) fn new(spec: &NodeSpec<'_>) -> Result<Self, KernelError> {
-        let attrs = Attrs::new(spec, "Softmax", &["axis"])?;
+    pub(crate) fn new(spec: &NodeSpec<'_>, kind: SoftmaxKind) -> Result<Self, KernelError> {
+        let attrs = Attrs::new(spec, kind.name(), &["axis"])?;
         let flatten = spec.opset < 13;
         let axis = attrs.int_or("axis", if flatten { 1 } else { -1 })?;
-        Ok(Self { axis, flatten })
+        Ok(Self {
+            kind,
+            axis,
+            flatten,
+        })
     }
 
     /// (outer, n, inner): rows of `n` elements `inner` apart.
     fn layout(&self, shape: &[usize]) -> Result<(usize, usize, usize), KernelError> {
         let rank = shape.len();
+        let op = self.kind.name();
         if rank == 0 {
-            return Err(KernelError::Shape(
-                "Softmax: the input must have rank >= 1".into(),
-            ));
+            return Err(KernelError::Shape(format!(
+                "{op}: the input must have rank >= 1"
+            )));
         }
-        let axis = normalize_axis("Softmax", "axis", self.axis, rank)?;
+        let axis = normalize_axis(op, "axis", self.axis, rank)?;
         let outer = numel(&shape[..axis]);
         Ok(if self.flatten {
             (outer, numel(&shape[axis..]), 1)
@@ -63,14 +91,74 @@ fn softmax_row<T: Real>(x: &[T], y: &mut [T]) {
     }
 }
 
+/// One contiguous row of LogSoftmax: max, sum of exponentials, shift.
+#[inline(always)]
+fn log_softmax_row<T: Real>(x: &[T], y: &mut [T]) {
+    let m = max_of(x);
+    let sum = sum_by(x, |v| (v - m).exp());
+    let shift = m + sum.ln();
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = v - shift;
+    }
+}
+
+/// One row of Hardmax, `n` elements `stride` apart: 1 at the first
+/// maximum (the first NaN, if any), 0 elsewhere.
+#[inline(always)]
+fn hardmax_row<T: Real>(x: &[T], y: &mut [T], n: usize, stride: usize) {
+    let mut best = 0;
+    for k in 1..n {
+        let (v, b) = (x[k * stride], x[best * stride]);
+        if !b.is_nan() && (v > b || v.is_nan()) {
+            best = k;
+        }
+    }
+    for k in 0..n {
+        y[k * stride] = if k == best { T::ONE } else { T::ZERO };
+    }
+}
+
+/// One row of `n` elements `stride` apart (stride > 1).
+#[inline(always)]
+fn strided_row<T: Real>(kind: SoftmaxKind, x: &[T], y: &mut [T], n: usize, stride: usize) {
+    if kind == SoftmaxKind::Hardmax {
+        return hardmax_row(x, y, n, stride);
+    }
+    let mut m = T::NEG_INFINITY;
+    for k in 0..n {
+        m = m.max(x[k * stride]);
+    }
+    let mut sum = T::ZERO;
+    for k in 0..n {
+        let e = (x[k * stride] - m).exp();
+        if kind == SoftmaxKind::Softmax {
+            y[k * stride] = e;
+        }
+        sum = sum + e;
+    }
+    if kind == SoftmaxKind::Softmax {
+        let inv = T::ONE / sum;
+        for k in 0..n {
+            y[k * stride] = y[k * stride] * inv;
+        }
+    } else {
+        let shift = m + sum.ln();
+        for k in 0..n {
+            y[k * stride] = x[k * stride] - shift;
+        }
+    }
+}
+
 fn softmax<T: Real + Send + Sync>(
+    kind: SoftmaxKind,
     x: &Tensor,
     y: &mut Tensor,
     (outer, n, inner): (usize, usize, usize),
     par: &dyn ParallelFor,
 ) -> Result<(), KernelError> {
-    let (x, y) = (typed::<T>("Softmax", x)?, typed_mut::<T>("Softmax", y)?);
-    check_len("Softmax", "output", y.len(), x.len())?;
+    let op = kind.name();
+    let (x, y) = (typed::<T>(op, x)?, typed_mut::<T>(op, y)?);
+    check_len(op, "output", y.len(), x.len())?;
     if x.is_empty() {
         return Ok(());
     }
@@ -89,7 +177,11 @@ fn softmax<T: Real + Send + Sync>(
                 #[inline(always)]
                 || {
                     for (xr, yr) in x.chunks_exact(n).zip(rows.chunks_exact_mut(n)) {
-                        softmax_row(xr, yr);
+                        match kind {
+                            SoftmaxKind::Softmax => softmax_row(xr, yr),
+                            SoftmaxKind::LogSoftmax => log_softmax_row(xr, yr),
+                            SoftmaxKind::Hardmax => hardmax_row(xr, yr, n, 1),
+                        }
                     }
                 },
             )
@@ -101,20 +193,7 @@ fn softmax<T: Real + Send + Sync>(
         let xb = &x[o * block..(o + 1) * block];
         let yb = &mut y[o * block..(o + 1) * block];
         for j in 0..inner {
-            let mut m = T::NEG_INFINITY;
-            for k in 0..n {
-                m = m.max(xb[k * inner + j]);
-            }
-            let mut sum = T::ZERO;
-            for k in 0..n {
-                let e = (xb[k * inner + j] - m).exp();
-                yb[k * inner + j] = e;
-                sum = sum + e;
-            }
-            let inv = T::ONE / sum;
-            for k in 0..n {
-                yb[k * inner + j] = yb[k * inner + j] * inv;
-            }
+            strided_row(kind, &xb[j..], &mut yb[j..], n, inner);
         }
     }
     Ok(())
@@ -122,17 +201,15 @@ fn softmax<T: Real + Send + Sync>(
 
 impl Operator for Softmax {
     fn name(&self) -> &'static str {
-        "Softmax"
+        self.kind.name()
     }
 
     fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
-        let inputs = check_inputs("Softmax", inputs, 1, 1)?;
-        let x = required("Softmax", inputs, 0)?;
+        let op = self.kind.name();
+        let inputs = check_inputs(op, inputs, 1, 1)?;
+        let x = required(op, inputs, 0)?;
         if !matches!(x.dtype, ElementType::F32 | ElementType::F64) {
-            return Err(KernelError::UnsupportedType {
-                op: "Softmax",
-                dtype: x.dtype,
-            });
+            return Err(KernelError::UnsupportedType { op, dtype: x.dtype });
         }
         self.layout(x.shape)?;
         Ok(vec![OutputInfo {
@@ -148,16 +225,15 @@ impl Operator for Softmax {
         outputs: &mut [Tensor],
         par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
-        let x = input("Softmax", inputs, 0)?;
-        let y = output("Softmax", outputs, 0)?;
+        let op = self.kind.name();
+        let x = input(op, inputs, 0)?;
+        let y = output(op, outputs, 0)?;
         let layout = self.layout(x.shape())?;
+        let k = self.kind;
         match x.dtype() {
-            ElementType::F32 => softmax::<f32>(x, y, layout, par),
-            ElementType::F64 => softmax::<f64>(x, y, layout, par),
-            dtype => Err(KernelError::UnsupportedType {
-                op: "Softmax",
-                dtype,
-            }),
+            ElementType::F32 => softmax::<f32>(k, x, y, layout, par),
+            ElementType::F64 => softmax::<f64>(k, x, y, layout, par),
+            dtype => Err(KernelError::UnsupportedType { op, dtype }),
         }
     }
 }

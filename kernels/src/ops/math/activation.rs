@@ -1,6 +1,7 @@
 //! Parameterized activations of CNNs and vision models: LeakyRelu, Elu,
 //! Selu, Celu, HardSigmoid, HardSwish, Softplus, Softsign, Mish,
-//! ThresholdedRelu and Shrink (hot path: one typed map per call; each
+//! ThresholdedRelu, Shrink and Swish (`x·σ(alpha·x)`, whose `alpha` of
+//! opset 24 is read at any opset) (hot path: one typed map per call; each
 //! formula evaluated in f64 and rounded once to the tensor's float type).
 
 use half::{bf16, f16};
@@ -26,6 +27,7 @@ pub(crate) enum Activation {
     Mish,
     ThresholdedRelu { alpha: f64 },
     Shrink { bias: f64, lambd: f64 },
+    Swish { alpha: f64 },
 }
 
 impl Activation {
@@ -44,6 +46,7 @@ impl Activation {
             "Mish" => ("Mish", &[]),
             "ThresholdedRelu" => ("ThresholdedRelu", &["alpha"]),
             "Shrink" => ("Shrink", &["bias", "lambd"]),
+            "Swish" => ("Swish", &["alpha"]),
             _ => return None,
         };
         Some(Self::read(spec, name, names))
@@ -93,6 +96,9 @@ impl Activation {
             "ThresholdedRelu" => Self::ThresholdedRelu {
                 alpha: f("alpha", 1.0)?,
             },
+            "Swish" => Self::Swish {
+                alpha: f("alpha", 1.0)?,
+            },
             _ => Self::Shrink {
                 bias: f("bias", 0.0)?,
                 lambd: f("lambd", 0.5)?,
@@ -113,6 +119,7 @@ impl Activation {
             Self::Mish => "Mish",
             Self::ThresholdedRelu { .. } => "ThresholdedRelu",
             Self::Shrink { .. } => "Shrink",
+            Self::Swish { .. } => "Swish",
         }
     }
 
@@ -167,6 +174,7 @@ impl Activation {
                     0.0
                 }
             }
+            Self::Swish { alpha } => x / (1.0 + (-alpha * x).exp()),
         }
     }
 }

@@ -7,7 +7,11 @@
 //! And, Or, Xor, Not, IsNaN, IsInf), `unary` (Abs, Exp, Log, Cos, Sin,
 //! Tanh, Erf, Gelu, Relu, Floor, Ceil, Round, Sign), `binary` (Max, Min,
 //! Mod, Clip), `reduce` (ReduceSum, ReduceMean, ReduceMax, ReduceMin,
-//! ReduceProd), `arg` (ArgMax, ArgMin); `num` holds the numeric trait, the
+//! ReduceProd, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp,
+//! ReduceSumSquare), `arg` (ArgMax, ArgMin), `activation` (LeakyRelu, Elu,
+//! Selu, Celu, HardSigmoid, HardSwish, Softplus, Softsign, Mish,
+//! ThresholdedRelu, Shrink, Swish), `prelu` (PRelu), `global_pool`
+//! (GlobalAveragePool, GlobalMaxPool); `num` holds the numeric trait, the
 //! type dispatch and the map helper, `fast` the vectorizable f32 functions.
 
 #[macro_use]
@@ -18,6 +22,7 @@ mod binary;
 mod compare;
 mod fast;
 mod global_pool;
+mod prelu;
 mod reduce;
 mod unary;
 
@@ -83,6 +88,12 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
         "ReduceMax" => reduce(ReduceKind::Max),
         "ReduceMin" => reduce(ReduceKind::Min),
         "ReduceProd" => reduce(ReduceKind::Prod),
+        "ReduceL1" => reduce(ReduceKind::L1),
+        "ReduceL2" => reduce(ReduceKind::L2),
+        "ReduceLogSum" => reduce(ReduceKind::LogSum),
+        "ReduceLogSumExp" => reduce(ReduceKind::LogSumExp),
+        "ReduceSumSquare" => reduce(ReduceKind::SumSquare),
+        "PRelu" => boxed(prelu::PRelu::new(spec)),
         "ArgMax" => boxed(arg::ArgExtremum::new(spec, true)),
         "ArgMin" => boxed(arg::ArgExtremum::new(spec, false)),
         "GlobalAveragePool" => boxed(global_pool::GlobalPool::new(spec, false)),

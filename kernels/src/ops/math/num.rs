@@ -34,6 +34,8 @@ pub(crate) trait Num: Elem + PartialOrd {
     fn sign(self) -> Self;
     /// Value from an f64 (Clip attributes): saturating for integers.
     fn from_f64(v: f64) -> Self;
+    /// The value as f64 (rounded for 64-bit integers beyond 2^53).
+    fn to_f64(self) -> f64;
 
     /// The larger value, NaN if either is NaN.
     #[inline(always)]
@@ -78,6 +80,8 @@ macro_rules! impl_num_int {
                 fn sign(self) -> Self { $sign(self) }
                 #[inline(always)]
                 fn from_f64(v: f64) -> Self { v as $t }
+                #[inline(always)]
+                fn to_f64(self) -> f64 { self as f64 }
             }
         )*
     };
@@ -118,6 +122,8 @@ macro_rules! impl_num_float {
                 }
                 #[inline(always)]
                 fn from_f64(v: f64) -> Self { v as $t }
+                #[inline(always)]
+                fn to_f64(self) -> f64 { self as f64 }
             }
         )*
     };
@@ -147,6 +153,8 @@ macro_rules! impl_num_half {
                 fn sign(self) -> Self { $t::from_f32(self.to_f32().sign()) }
                 #[inline(always)]
                 fn from_f64(v: f64) -> Self { $t::from_f64(v) }
+                #[inline(always)]
+                fn to_f64(self) -> f64 { $t::to_f64(self) }
             }
         )*
     };

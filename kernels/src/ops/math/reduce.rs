@@ -1,8 +1,13 @@
-//! ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd.
+//! ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1,
+//! ReduceL2, ReduceLogSum, ReduceLogSumExp, ReduceSumSquare.
 //!
 //! Axes come from the `axes` attribute (ReduceSum before opset 13, the
 //! others before 18) or from a constant second input (after), with
-//! `keepdims` and `noop_with_empty_axes`. The input shape is collapsed into
+//! `keepdims` and `noop_with_empty_axes`. The sum-based reductions map each
+//! element first (`|x|`, `x²`, `e^(x - max)`) and finish each output
+//! (`√`, `ln`); an empty reduced set gives the identity finished (0, or
+//! `-inf` for the logarithms). ReduceLogSumExp is two passes: the maximum,
+//! then the sum of shifted exponentials (no overflow for large inputs). The input shape is collapsed into
 //! alternating groups of reduced and kept dimensions (size-1 dimensions
 //! dropped); one pass over the input in memory order then combines each
 //! innermost run into the output: a reduced innermost run is folded with
@@ -30,6 +35,11 @@ pub(crate) enum ReduceKind {
     Max,
     Min,
     Prod,
+    L1,
+    L2,
+    LogSum,
+    LogSumExp,
+    SumSquare,
 }
 
 impl ReduceKind {
@@ -40,6 +50,11 @@ impl ReduceKind {
             Self::Max => "ReduceMax",
             Self::Min => "ReduceMin",
             Self::Prod => "ReduceProd",
+            Self::L1 => "ReduceL1",
+            Self::L2 => "ReduceL2",
+            Self::LogSum => "ReduceLogSum",
+            Self::LogSumExp => "ReduceLogSumExp",
+            Self::SumSquare => "ReduceSumSquare",
         }
     }
 
@@ -55,32 +70,65 @@ pub(crate) trait Reducible: Elem {
     fn identity(kind: ReduceKind) -> Self;
     /// Combines two partial results.
     fn combine(kind: ReduceKind, a: Self, b: Self) -> Self;
-    /// The mean from a sum over `n` elements.
-    fn mean(self, n: usize) -> Self;
+    /// An element as the sum-based reductions add it (`|x|`, `x²`).
+    fn prep(kind: ReduceKind, v: Self) -> Self;
+    /// An output from its sum (`√`, `ln`, the mean).
+    fn post(kind: ReduceKind, v: Self, n: usize) -> Self;
+    /// `e^(self - shift)`, where `shift` is a finite maximum (else 0).
+    fn exp_shifted(self, shift: Self) -> Self;
+    /// `ln(self) + shift`, with `shift` as in [`Reducible::exp_shifted`].
+    fn ln_shifted(self, shift: Self) -> Self;
+}
+
+/// `shift` when finite, else 0 (an all `-inf` or empty set).
+#[inline(always)]
+fn finite_or_zero(shift: f64) -> f64 {
+    if shift.is_finite() { shift } else { 0.0 }
 }
 
 impl<T: Num> Reducible for T {
     #[inline(always)]
     fn identity(kind: ReduceKind) -> Self {
         match kind {
-            ReduceKind::Sum | ReduceKind::Mean => T::ZERO,
             ReduceKind::Prod => T::ONE,
             ReduceKind::Max => T::LOWEST,
             ReduceKind::Min => T::HIGHEST,
+            _ => T::ZERO,
         }
     }
     #[inline(always)]
     fn combine(kind: ReduceKind, a: Self, b: Self) -> Self {
         match kind {
-            ReduceKind::Sum | ReduceKind::Mean => a.add(b),
             ReduceKind::Prod => a.mul(b),
             ReduceKind::Max => a.max_nan(b),
             ReduceKind::Min => a.min_nan(b),
+            _ => a.add(b),
         }
     }
     #[inline(always)]
-    fn mean(self, n: usize) -> Self {
-        self.div_count(n)
+    fn prep(kind: ReduceKind, v: Self) -> Self {
+        match kind {
+            ReduceKind::L1 => v.abs(),
+            ReduceKind::L2 | ReduceKind::SumSquare => v.mul(v),
+            _ => v,
+        }
+    }
+    #[inline(always)]
+    fn post(kind: ReduceKind, v: Self, n: usize) -> Self {
+        match kind {
+            ReduceKind::Mean => v.div_count(n),
+            ReduceKind::L2 => T::from_f64(v.to_f64().sqrt()),
+            ReduceKind::LogSum => T::from_f64(v.to_f64().ln()),
+            _ => v,
+        }
+    }
+    #[inline(always)]
+    fn exp_shifted(self, shift: Self) -> Self {
+        T::from_f64((self.to_f64() - finite_or_zero(shift.to_f64())).exp())
+    }
+    #[inline(always)]
+    fn ln_shifted(self, shift: Self) -> Self {
+        T::from_f64(self.to_f64().ln() + finite_or_zero(shift.to_f64()))
     }
 }
 
@@ -97,7 +145,19 @@ impl Reducible for bool {
         }
     }
     #[inline(always)]
-    fn mean(self, _n: usize) -> Self {
+    fn prep(_kind: ReduceKind, v: Self) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn post(_kind: ReduceKind, v: Self, _n: usize) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn exp_shifted(self, _shift: Self) -> Self {
+        self
+    }
+    #[inline(always)]
+    fn ln_shifted(self, _shift: Self) -> Self {
         self
     }
 }
@@ -157,6 +217,7 @@ impl Reduce {
         use ElementType as E;
         match self.kind {
             ReduceKind::Max | ReduceKind::Min => super::num::is_num(dtype) || dtype == E::Bool,
+            ReduceKind::LogSumExp => matches!(dtype, E::F32 | E::F64),
             _ => matches!(dtype, E::F32 | E::F64 | E::I32 | E::I64 | E::U32 | E::U64),
         }
     }
@@ -262,20 +323,20 @@ impl Groups {
     }
 }
 
-/// Folds `x` with eight independent lanes (so float sums vectorize).
+/// Folds `m(x)` with eight independent lanes (so float sums vectorize).
 #[inline(always)]
-fn fold8<T: Copy>(x: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
+fn fold8<T: Copy>(x: &[T], init: T, m: impl Fn(T) -> T, f: impl Fn(T, T) -> T) -> T {
     let mut acc = [init; 8];
     let chunks = x.chunks_exact(8);
     let rest = chunks.remainder();
     for c in chunks {
         for (a, &v) in acc.iter_mut().zip(c) {
-            *a = f(*a, v);
+            *a = f(*a, m(v));
         }
     }
     let mut r = init;
     for &v in rest {
-        r = f(r, v);
+        r = f(r, m(v));
     }
     let pairs = [
         f(acc[0], acc[4]),
@@ -287,13 +348,15 @@ fn fold8<T: Copy>(x: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
 }
 
 /// Reduces `x` (the input block of `g`) into `out` (its output block) with
-/// `f` from `init`.
+/// `f` from `init`, each element mapped by `m(element, output index)`
+/// first.
 #[inline(always)]
 fn reduce_block<T: Copy>(
     g: &Groups,
     x: &[T],
     out: &mut [T],
     init: T,
+    m: impl Fn(T, usize) -> T + Copy,
     f: impl Fn(T, T) -> T + Copy,
 ) {
     out.fill(init);
@@ -301,7 +364,7 @@ fn reduce_block<T: Copy>(
         return;
     }
     if g.n == 0 {
-        out[0] = f(init, x[0]);
+        out[0] = f(init, m(x[0], 0));
         return;
     }
     let last = g.n - 1;
@@ -319,10 +382,10 @@ fn reduce_block<T: Copy>(
     let mut o = 0usize;
     for row in x.chunks_exact(inner) {
         if g.reduced[last] {
-            out[o] = f(out[o], fold8(row, init, f));
+            out[o] = f(out[o], fold8(row, init, |v| m(v, o), f));
         } else {
-            for (y, &v) in out[o..o + inner].iter_mut().zip(row) {
-                *y = f(*y, v);
+            for (j, (y, &v)) in out[o..o + inner].iter_mut().zip(row).enumerate() {
+                *y = f(*y, m(v, o + j));
             }
         }
         let mut d = last;
@@ -352,19 +415,76 @@ fn reduce_typed<T: Reducible>(
     check_len(op, "output", y.len(), g.out_len)?;
     // One monomorphized loop per reduction (the kind is constant in each
     // closure).
+    let add = |a, b| T::combine(ReduceKind::Sum, a, b);
     match kind {
-        ReduceKind::Sum | ReduceKind::Mean => {
-            reduce_with(kind, g, x, y, par, |a, b| T::combine(ReduceKind::Sum, a, b))
+        ReduceKind::Sum | ReduceKind::Mean | ReduceKind::LogSum => {
+            reduce_with(kind, g, x, y, par, |v, _| v, add)
         }
-        ReduceKind::Prod => reduce_with(kind, g, x, y, par, |a, b| {
-            T::combine(ReduceKind::Prod, a, b)
-        }),
-        ReduceKind::Max => {
-            reduce_with(kind, g, x, y, par, |a, b| T::combine(ReduceKind::Max, a, b))
-        }
-        ReduceKind::Min => {
-            reduce_with(kind, g, x, y, par, |a, b| T::combine(ReduceKind::Min, a, b))
-        }
+        ReduceKind::L1 => reduce_with(kind, g, x, y, par, |v, _| T::prep(ReduceKind::L1, v), add),
+        ReduceKind::L2 | ReduceKind::SumSquare => reduce_with(
+            kind,
+            g,
+            x,
+            y,
+            par,
+            |v, _| T::prep(ReduceKind::SumSquare, v),
+            add,
+        ),
+        ReduceKind::LogSumExp => log_sum_exp(g, x, y, par)?,
+        ReduceKind::Prod => reduce_with(
+            kind,
+            g,
+            x,
+            y,
+            par,
+            |v, _| v,
+            |a, b| T::combine(ReduceKind::Prod, a, b),
+        ),
+        ReduceKind::Max => reduce_with(
+            kind,
+            g,
+            x,
+            y,
+            par,
+            |v, _| v,
+            |a, b| T::combine(ReduceKind::Max, a, b),
+        ),
+        ReduceKind::Min => reduce_with(
+            kind,
+            g,
+            x,
+            y,
+            par,
+            |v, _| v,
+            |a, b| T::combine(ReduceKind::Min, a, b),
+        ),
+    }
+    Ok(())
+}
+
+/// ReduceLogSumExp in two passes: the maximum of each output's set (kept
+/// aside), then `ln(sum e^(x - max)) + max`.
+fn log_sum_exp<T: Reducible>(
+    g: &Groups,
+    x: &[T],
+    y: &mut [T],
+    par: &dyn ParallelFor,
+) -> Result<(), KernelError> {
+    let max = |a, b| T::combine(ReduceKind::Max, a, b);
+    reduce_with(ReduceKind::Max, g, x, y, par, |v, _| v, max);
+    let mut shift = Vec::new();
+    shift
+        .try_reserve_exact(y.len())
+        .map_err(|_| KernelError::Allocation {
+            op: "ReduceLogSumExp",
+            bytes: std::mem::size_of_val(y),
+        })?;
+    shift.extend_from_slice(y);
+    let add = |a, b| T::combine(ReduceKind::Sum, a, b);
+    let m = |v: T, o: usize| v.exp_shifted(shift[o]);
+    reduce_with(ReduceKind::LogSumExp, g, x, y, par, m, add);
+    for (v, &s) in y.iter_mut().zip(&shift) {
+        *v = v.ln_shifted(s);
     }
     Ok(())
 }
@@ -375,6 +495,7 @@ fn reduce_with<T: Reducible>(
     x: &[T],
     y: &mut [T],
     par: &dyn ParallelFor,
+    m: impl Fn(T, usize) -> T + Copy + Sync,
     f: impl Fn(T, T) -> T + Copy + Sync,
 ) {
     let init = T::identity(kind);
@@ -389,7 +510,7 @@ fn reduce_with<T: Reducible>(
             let mut sub = *g;
             sub.dims[0] = nr;
             let xb = &x[r0 * in_inner..(r0 + nr) * in_inner];
-            reduce_block(&sub, xb, block, init, f);
+            reduce_block(&sub, xb, block, init, |v, o| m(v, o + offset), f);
             finish(kind, g.count, block);
         });
     } else if parallel && g.n == 2 {
@@ -400,24 +521,24 @@ fn reduce_with<T: Reducible>(
             cols.fill(init);
             for i in 0..r {
                 let row = &x[i * k + c0..i * k + c0 + cols.len()];
-                for (y, &v) in cols.iter_mut().zip(row) {
-                    *y = f(*y, v);
+                for (j, (y, &v)) in cols.iter_mut().zip(row).enumerate() {
+                    *y = f(*y, m(v, c0 + j));
                 }
             }
             finish(kind, g.count, cols);
         });
     } else {
-        reduce_block(g, x, y, init, f);
+        reduce_block(g, x, y, init, m, f);
         finish(kind, g.count, y);
     }
 }
 
-/// Turns sums into means.
+/// Turns sums into means, square roots or logarithms.
 #[inline]
 fn finish<T: Reducible>(kind: ReduceKind, count: usize, out: &mut [T]) {
-    if kind == ReduceKind::Mean {
+    if matches!(kind, ReduceKind::Mean | ReduceKind::L2 | ReduceKind::LogSum) {
         for v in out {
-            *v = v.mean(count);
+            *v = T::post(kind, *v, count);
         }
     }
 }
