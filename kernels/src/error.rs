@@ -95,6 +95,15 @@ pub enum KernelError {
         /// Input position.
         input: usize,
     },
+    /// An output's shape follows the values of the inputs (NonZero, Unique,
+    /// NonMaxSuppression, Compress): it is known only while the model runs.
+    /// Shape inference returns this when those values are unknown; given
+    /// every input value it returns the exact shape.
+    #[error("{op}: output shape follows input values; it is evaluated at run time")]
+    ValueDependent {
+        /// Operator type.
+        op: &'static str,
+    },
     /// Anything else a kernel rejects at run time (an index out of range...).
     #[error("{op}: {detail}")]
     Invalid {
