@@ -266,12 +266,13 @@ impl PreparedExecutionState {
             })?;
             Ok(())
         };
-        let lowered = lower_all(
+        let mut lowered = lower_all(
             self.plan().resolved(),
             &ordered,
             &mut invocation.value_inputs,
             &gate,
         )?;
+        lowered.charge_late_to(self.budget());
         // Activation buffers live in the execution domain for as long as
         // this lowering is kept; over the limit, the run is refused.
         let charge = match held.with(Option::take) {

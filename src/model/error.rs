@@ -488,21 +488,6 @@ pub enum ResolveError {
         /// Its ONNX type name.
         dtype: String,
     },
-    /// A node's output shape depends on input data that is not small
-    /// enough to key a lowering by (or on a value computed at run time).
-    #[error(
-        "node `{node}`: its output shape depends on input data, which is not supported (input {input} of {op} is computed from {source_desc})"
-    )]
-    DataDependentShape {
-        /// The node.
-        node: String,
-        /// Its operator type.
-        op: &'static str,
-        /// The input position whose value decides the shape.
-        input: usize,
-        /// Where that value comes from.
-        source_desc: String,
-    },
     /// The model uses operators without a kernel: every one is listed, with
     /// how many nodes use it.
     #[error("{}", unsupported_message(.0))]

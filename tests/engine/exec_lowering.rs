@@ -1,14 +1,13 @@
 //! Shapes that depend on values: a `Shape -> ... -> Reshape` chain folds per
 //! input-shape set, a shape computed from a small graph input keys the
 //! lowering by that input's value, and a shape computed from a large one
-//! is a typed error naming the node. Reshape-like nodes whose input dies
+//! is evaluated during each run. Reshape-like nodes whose input dies
 //! there leave their output in the input's buffer without a copy, and a
 //! hot run reads the caller's inputs in place.
 
 use crate::support;
 
 use onnx_prepared::Error;
-use onnx_prepared::error::ResolveError;
 use onnx_prepared::model::proto::{
     AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
     ValueInfoProto, attribute_proto,
@@ -72,6 +71,16 @@ fn session_with_outputs(
     inputs: Vec<ValueInfoProto>,
     outputs: &[&str],
 ) -> RuntimeSession {
+    session_with_options(nodes, init, inputs, outputs, SessionOptions::default())
+}
+
+fn session_with_options(
+    nodes: Vec<NodeProto>,
+    init: Vec<TensorProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: &[&str],
+    options: SessionOptions,
+) -> RuntimeSession {
     let model = ModelProto {
         ir_version: Some(11),
         opset_import: vec![OperatorSetIdProto {
@@ -92,11 +101,7 @@ fn session_with_outputs(
     std::fs::write(&path, model.encode_to_vec()).unwrap();
     let resolved =
         ResolvedModel::resolve(Model::open(&path).unwrap(), &ResolveOptions::default()).unwrap();
-    RuntimeSession::new(
-        PreparedExecutionPlan::build(resolved).unwrap(),
-        SessionOptions::default(),
-    )
-    .unwrap()
+    RuntimeSession::new(PreparedExecutionPlan::build(resolved).unwrap(), options).unwrap()
 }
 
 fn run(session: &RuntimeSession, inputs: Vec<(&str, Tensor)>) -> Result<Tensor, Error> {
@@ -194,10 +199,9 @@ fn a_small_input_that_decides_a_shape_keys_the_lowering() {
     }
 }
 
-/// A length computed from a 2000-element input cannot key a lowering.
-#[test]
-fn a_shape_from_a_large_input_is_a_typed_error() {
-    let s = session(
+/// `y = Cast(Range(0, Cast(ReduceSum(v)), 1))` for a 2000-element `v`.
+fn range_of_a_sum(options: SessionOptions) -> RuntimeSession {
+    session_with_options(
         vec![
             node(
                 "sum",
@@ -212,15 +216,57 @@ fn a_shape_from_a_large_input_is_a_typed_error() {
         ],
         vec![scalar_i64("zero", 0), scalar_i64("one", 1)],
         vec![value("v", 1)],
-        "y",
-    );
-    let v = Tensor::from_f32(vec![2000], vec![0.001; 2000]).unwrap();
-    let err = run(&s, vec![("v", v)]).unwrap_err();
-    match &err {
-        Error::Resolve(ResolveError::DataDependentShape { node, .. }) => assert_eq!(node, "range"),
-        other => panic!("expected DataDependentShape, got {other}"),
+        &["y"],
+        options,
+    )
+}
+
+/// `v` of 2000 elements summing to `n`.
+fn summing_to(n: usize) -> Tensor {
+    let mut v = vec![0.0f32; 2000];
+    for x in v.iter_mut().take(n) {
+        *x = 1.0;
     }
-    assert!(err.to_string().contains("`v` (2000 elements)"), "{err}");
+    Tensor::from_f32(vec![2000], v).unwrap()
+}
+
+/// A length computed from a 2000-element input cannot key a lowering: the
+/// Range and the Cast after it are late — their shapes are evaluated while
+/// the model runs, on every run, and their buffers follow each length,
+/// growing and shrinking, in the same lowering.
+#[test]
+fn a_shape_from_a_large_input_is_evaluated_during_the_run() {
+    let s = range_of_a_sum(SessionOptions::default());
+    for n in [3usize, 7, 0, 1000, 2] {
+        let y = run(&s, vec![("v", summing_to(n))]).unwrap();
+        let want: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        assert_eq!(y.shape(), &[n], "n = {n}");
+        assert_eq!(&y.data().to_data(), &TensorData::F32(want), "n = {n}");
+    }
+}
+
+/// Late outputs are charged to the session's execution budget as they
+/// grow: a run whose late outputs would pass the limit is refused with a
+/// typed error, and the next, smaller run succeeds.
+#[test]
+fn late_outputs_are_charged_to_the_execution_budget() {
+    use onnx_prepared::{ArenaError, BudgetLimits, Domain};
+    // The static buffers (v, the sum, the length) take about 8 KiB; two
+    // late outputs of 1000 elements take 12 KB more.
+    let limits = BudgetLimits::unlimited().with_domain(Domain::Execution, 16 * 1024);
+    let s = range_of_a_sum(SessionOptions::default().with_budget(limits));
+    let y = run(&s, vec![("v", summing_to(10))]).unwrap();
+    assert_eq!(y.shape(), &[10]);
+    let err = run(&s, vec![("v", summing_to(1000))]).unwrap_err();
+    match &err {
+        Error::Arena(ArenaError::OverBudget { .. }) => {}
+        other => panic!("expected an over-budget refusal, got {other:?}"),
+    }
+    let y = run(&s, vec![("v", summing_to(5))]).unwrap();
+    assert_eq!(
+        &y.data().to_data(),
+        &TensorData::F32(vec![0., 1., 2., 3., 4.])
+    );
 }
 
 fn ints(name: &str, v: &[i64]) -> TensorProto {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use onnx_prepared_kernels::{ElementType, InputInfo, KernelError, Tensor, element_count};
 
-use super::{Action, AllocationGate, Lowered, MAX_VALUE_INPUT_ELEMENTS, NeedsValue, Operand};
+use super::late::{LateCharge, ShapeOperand, shape_operand};
+use super::{Action, AllocationGate, Lowered, NeedsValue, Operand};
 use crate::exec::RunError as Error;
 use crate::model::{
     Operand as Source, ResolveError, ResolvedModel, fold_node, folded_bytes as folded_bytes_of,
@@ -20,6 +21,9 @@ enum Known {
     Unknown,
     Const(Arc<Tensor>),
     Dynamic(ElementType, Vec<usize>),
+    /// Computed by a late node: shape and type are known only during the
+    /// run ([`super::late`]).
+    Late,
 }
 
 /// Lowers `resolved` for `inputs`; graph inputs in `value_inputs` are known
@@ -41,7 +45,8 @@ fn lower(
         Err(e) => return Ok(Err(e)),
     };
     let uses = Uses::of(resolved, &shapes.dynamic_nodes);
-    let mut layout = Layout::new(resolved, inputs, value_inputs, &shapes.known);
+    let dims = weight_dims(resolved);
+    let mut layout = Layout::new(resolved, inputs, value_inputs, &shapes.known, &dims);
     let mut next_dynamic = shapes.dynamic_nodes.iter().peekable();
     for (n, node) in resolved.nodes().iter().enumerate() {
         layout
@@ -58,9 +63,19 @@ fn lower(
     Ok(layout.finish(gate, shapes.folded_bytes, shapes.most_scratch))
 }
 
-/// What pass 1 of lowering knows: every value's shape or constant value,
-/// the nodes left to run, and the bytes folded and one kernel's largest
-/// temporary.
+/// The dimensions of each weight, by weight index.
+fn weight_dims(resolved: &ResolvedModel) -> Vec<Vec<usize>> {
+    resolved
+        .model()
+        .weights()
+        .iter()
+        .map(|w| w.dims().iter().map(|&d| d as usize).collect())
+        .collect()
+}
+
+/// What pass 1 of lowering knows: every value's shape or constant value
+/// (or that it is late), the nodes left to run, and the bytes folded and
+/// one kernel's largest temporary.
 struct Shapes {
     known: Vec<Known>,
     dynamic_nodes: Vec<usize>,
@@ -83,11 +98,7 @@ fn infer_and_fold(
         }
         .into()))
     };
-    let weights = resolved.model().weights();
-    let weight_dims: Vec<Vec<usize>> = weights
-        .iter()
-        .map(|w| w.dims().iter().map(|&d| d as usize).collect())
-        .collect();
+    let weight_dims = weight_dims(resolved);
     let mut known = vec![Known::Unknown; resolved.value_count()];
     for (i, t) in inputs.iter().enumerate() {
         known[i] = if value_inputs.contains(&i) {
@@ -104,6 +115,14 @@ fn infer_and_fold(
     // one at a time; see `Operator::scratch_bytes`).
     let mut most_scratch = 0usize;
     for (n, node) in resolved.nodes().iter().enumerate() {
+        let reads_late = node.inputs.iter().flatten().any(
+            |op| matches!(op, Source::Value(id) if matches!(known[id.0 as usize], Known::Late)),
+        );
+        if reads_late {
+            late(node, &mut known);
+            dynamic_nodes.push(n);
+            continue;
+        }
         let infos = input_infos(resolved, node, &known, &weight_dims);
         if let Some(folded) = fold_shapes(node, &infos) {
             let tensors = match folded {
@@ -121,8 +140,20 @@ fn infer_and_fold(
                 most_scratch = most_scratch.max(node.op.scratch_bytes(&infos));
                 o
             }
+            Err(KernelError::ValueDependent { .. }) => {
+                late(node, &mut known);
+                dynamic_nodes.push(n);
+                continue;
+            }
             Err(KernelError::NeedsConstant { input, .. }) => {
-                return needs_constant(resolved, node, input, inputs, value_inputs);
+                match needs_constant(resolved, node, input, inputs, value_inputs) {
+                    Ok(()) => {
+                        late(node, &mut known);
+                        dynamic_nodes.push(n);
+                        continue;
+                    }
+                    Err(stop) => return stop,
+                }
             }
             Err(source) => return fail(&node.name, source),
         };
@@ -182,6 +213,13 @@ fn infer_and_fold(
     }))
 }
 
+/// Marks `node`'s outputs late.
+fn late(node: &crate::model::ResolvedNode, known: &mut [Known]) {
+    for id in &node.outputs {
+        known[id.0 as usize] = Known::Late;
+    }
+}
+
 /// Shape-only operators (Shape, Size) fold for this shape set even when
 /// their inputs are run-time values: `None` when `node` does not.
 fn fold_shapes(
@@ -231,7 +269,7 @@ fn input_infos<'a>(
                 Source::Value(id) => match &known[id.0 as usize] {
                     Known::Const(t) => Some(InputInfo::known(t)),
                     Known::Dynamic(d, s) => Some(InputInfo::dynamic(*d, s)),
-                    Known::Unknown => None,
+                    Known::Unknown | Known::Late => None,
                 },
                 Source::Inline(i) => Some(InputInfo::known(resolved.inline(i))),
                 Source::Prepared(r) => {
@@ -244,39 +282,33 @@ fn input_infos<'a>(
 }
 
 /// A node's shape needs the value of its input `input`: when that value
-/// comes from graph inputs through nodes lowering could evaluate, lower
-/// again with those inputs known (small ones only), keyed by their
-/// values; otherwise a typed error.
+/// comes from small graph inputs through nodes lowering could evaluate,
+/// lower again with those inputs known, keyed by their values
+/// (`Err(Err(NeedsValue))`); when it comes from large inputs or weights,
+/// the node is late (`Ok`); otherwise a typed error.
+#[allow(clippy::type_complexity)]
 fn needs_constant<T>(
     resolved: &ResolvedModel,
     node: &crate::model::ResolvedNode,
     input: usize,
     inputs: &[&Tensor],
     value_inputs: &HashSet<usize>,
-) -> Result<Result<T, Error>, NeedsValue> {
+) -> Result<(), Result<Result<T, Error>, NeedsValue>> {
     if let Some(Some(Source::Value(id))) = node.inputs.get(input) {
-        match value_sources(resolved, *id, inputs, value_inputs) {
-            Ok(sources) if !sources.is_empty() => return Err(NeedsValue(sources)),
-            Ok(_) => {}
-            Err(desc) => {
-                return Ok(Err(ResolveError::DataDependentShape {
-                    node: node.name.clone(),
-                    op: node.op.name(),
-                    input,
-                    source_desc: desc,
-                }
-                .into()));
-            }
+        match shape_operand(resolved, *id, inputs, value_inputs) {
+            ShapeOperand::Rekey(sources) => return Err(Err(NeedsValue(sources))),
+            ShapeOperand::Late => return Ok(()),
+            ShapeOperand::Missing => {}
         }
     }
-    Ok(Err(ResolveError::Kernel {
+    Err(Ok(Err(ResolveError::Kernel {
         node: node.name.clone(),
         source: KernelError::NeedsConstant {
             op: node.op.name(),
             input,
         },
     }
-    .into()))
+    .into())))
 }
 
 /// Pass 2: the graph outputs, and the last action that reads each value.
@@ -318,6 +350,7 @@ struct Layout<'a> {
     resolved: &'a ResolvedModel,
     inputs: &'a [&'a Tensor],
     known: &'a [Known],
+    weight_dims: &'a [Vec<usize>],
     lowered: Lowered,
     /// `(dtype, element count, shape)` of each buffer; the shape is `None`
     /// for a graph input's buffer (a copy of the input).
@@ -337,11 +370,13 @@ impl<'a> Layout<'a> {
         inputs: &'a [&'a Tensor],
         value_inputs: &HashSet<usize>,
         known: &'a [Known],
+        weight_dims: &'a [Vec<usize>],
     ) -> Self {
         let mut layout = Self {
             resolved,
             inputs,
             known,
+            weight_dims,
             lowered: Lowered {
                 key_shapes: inputs.iter().map(|t| t.shape().to_vec()).collect(),
                 key_values: (0..inputs.len())
@@ -363,6 +398,8 @@ impl<'a> Layout<'a> {
                 scratch_bytes: 0,
                 scratch: Vec::new(),
                 ins: Vec::new(),
+                late_fixed: Vec::new(),
+                late_charge: LateCharge::process(),
             },
             buffer_specs: Vec::new(),
             most_inputs: 0,
@@ -421,13 +458,20 @@ impl<'a> Layout<'a> {
     fn action(&mut self, n: usize, node: &crate::model::ResolvedNode, uses: &Uses) {
         let step = self.lowered.actions.len();
         let start = self.lowered.operands.len() as u32;
+        let late = node
+            .outputs
+            .iter()
+            .any(|id| matches!(self.known[id.0 as usize], Known::Late));
         for op in &node.inputs {
             let operand = self.input_operand(*op);
+            if late {
+                self.fixed_input(*op);
+            }
             self.lowered.operands.push(operand);
             self.lowered.out_shapes.push(Vec::new());
         }
         let mid = self.lowered.operands.len() as u32;
-        let view = view_of(
+        let view = (!late).then(|| view_of(
             node,
             step,
             &ViewContext {
@@ -438,7 +482,7 @@ impl<'a> Layout<'a> {
                 known: self.known,
                 buffer_specs: &self.buffer_specs,
             },
-        );
+        )).flatten();
         // Inputs whose last use is this action are released after it (an
         // output never reuses an input's buffer: kernels read while writing;
         // a view's output is its input, which then stays held).
@@ -446,6 +490,7 @@ impl<'a> Layout<'a> {
         for op in node.inputs.iter().flatten() {
             if let Source::Value(id) = op
                 && view.is_none()
+                && !matches!(self.known[id.0 as usize], Known::Late)
                 && uses.last_use.get(&id.0) == Some(&step)
                 && !uses.graph_outputs.contains(&id.0)
                 && (id.0 as usize) >= self.inputs.len()
@@ -456,6 +501,17 @@ impl<'a> Layout<'a> {
             }
         }
         for id in &node.outputs {
+            if late {
+                // A buffer of its own, sized during each run; never
+                // released to another value.
+                self.lowered.buffers.push(Tensor::default());
+                self.buffer_specs.push((ElementType::F32, 0, Some(vec![0])));
+                let b = (self.lowered.buffers.len() - 1) as u32;
+                self.operand_of.insert(id.0, Operand::Buffer(b));
+                self.lowered.operands.push(Operand::Buffer(b));
+                self.lowered.out_shapes.push(vec![0]);
+                continue;
+            }
             let Known::Dynamic(dtype, shape) = &self.known[id.0 as usize] else {
                 unreachable!()
             };
@@ -490,7 +546,25 @@ impl<'a> Layout<'a> {
             outputs: (mid, self.lowered.operands.len() as u32),
             packed: node.packed.map(|r| r.0),
             view: view.is_some(),
+            late,
         });
+    }
+
+    /// Records the type and shape of a late node's input that is no tensor
+    /// during the run (a weight its packed object consumes, a table served
+    /// by rows), for the shape function replay evaluates.
+    fn fixed_input(&mut self, op: Option<Source>) {
+        let weight = match op {
+            Some(Source::Consumed(w)) => w,
+            Some(Source::Prepared(r)) => self.resolved.requirements()[r.0 as usize].sources[0],
+            _ => return,
+        };
+        let desc = &self.resolved.model().weights()[weight.index()];
+        self.lowered.late_fixed.push((
+            self.lowered.operands.len() as u32,
+            desc.element_type().compute(),
+            self.weight_dims[weight.index()].clone(),
+        ));
     }
 
     /// Gates and allocates every buffer, then lays out the graph outputs.
@@ -610,61 +684,6 @@ fn view_of(node: &crate::model::ResolvedNode, step: usize, cx: &ViewContext<'_>)
         && buffer_dtype == dtype
         && element_count(shape) == Some(*buffer_len))
     .then_some(*b)
-}
-
-/// The graph inputs (not yet known values) that value `id` is computed
-/// from, when each is small enough to key a lowering by; `Err` with a
-/// description when one is not.
-fn value_sources(
-    resolved: &ResolvedModel,
-    id: crate::model::ValueId,
-    inputs: &[&Tensor],
-    value_inputs: &HashSet<usize>,
-) -> Result<Vec<usize>, String> {
-    let mut producer: HashMap<u32, usize> = HashMap::new();
-    for (n, node) in resolved.nodes().iter().enumerate() {
-        for o in &node.outputs {
-            producer.insert(o.0, n);
-        }
-    }
-    let mut sources = Vec::new();
-    let mut seen = HashSet::new();
-    let mut stack = vec![id.0];
-    while let Some(v) = stack.pop() {
-        if !seen.insert(v) {
-            continue;
-        }
-        if (v as usize) < inputs.len() {
-            let i = v as usize;
-            if value_inputs.contains(&i) {
-                continue;
-            }
-            let t = inputs[i];
-            if t.len() > MAX_VALUE_INPUT_ELEMENTS {
-                return Err(format!(
-                    "graph input `{}` ({} elements)",
-                    resolved.value_name(crate::model::ValueId(v)),
-                    t.len()
-                ));
-            }
-            sources.push(i);
-            continue;
-        }
-        let Some(&n) = producer.get(&v) else { continue };
-        for op in resolved.nodes()[n].inputs.iter().flatten() {
-            match op {
-                Source::Value(u) => stack.push(u.0),
-                Source::Prepared(_) | Source::Consumed(_) => {
-                    return Err(format!(
-                        "weights, through node `{}`",
-                        resolved.nodes()[n].name
-                    ));
-                }
-                Source::Inline(_) => {}
-            }
-        }
-    }
-    Ok(sources)
 }
 
 /// Lowers, adding graph inputs to `value_inputs` until shapes resolve.

@@ -46,6 +46,9 @@ pub(crate) struct Action {
     ///
     /// [`Operator::passes_elements_through`]: onnx_prepared_kernels::Operator::passes_elements_through
     view: bool,
+    /// Output shapes follow input values: evaluated, and the output
+    /// buffers sized, just before the node executes (see [`late`]).
+    late: bool,
 }
 
 /// Prepared objects by requirement index, as an executor holds them.
@@ -145,6 +148,10 @@ pub(crate) struct Lowered {
     /// actions; capacity for the most inputs of any action, reserved at
     /// lowering (see [`recycle`]).
     ins: Vec<Option<&'static Tensor>>,
+    /// Inputs of late actions that are no tensor during the run.
+    late_fixed: late::FixedInputs,
+    /// The memory late outputs hold.
+    late_charge: late::LateCharge,
 }
 
 /// An empty `Vec` of references with the allocation of `v`: collecting a
@@ -433,17 +440,21 @@ impl Lowered {
         par: &dyn ParallelFor,
     ) -> Result<(), Error> {
         let nodes = resolved.nodes();
-        let Self {
-            constants,
-            buffers,
-            out_shapes,
-            operands,
-            actions,
-            scratch,
-            ins: kept_ins,
-            ..
-        } = self;
-        for action in &actions[range] {
+        for a in range {
+            if self.actions[a].late {
+                self.size_late(resolved, objects, a)?;
+            }
+            let Self {
+                constants,
+                buffers,
+                out_shapes,
+                operands,
+                actions,
+                scratch,
+                ins: kept_ins,
+                ..
+            } = self;
+            let action = &actions[a];
             let node = &nodes[action.node as usize];
             let (o0, o1) = (action.outputs.0 as usize, action.outputs.1 as usize);
             if action.view {
@@ -530,5 +541,6 @@ impl Lowered {
 }
 
 mod build;
+mod late;
 
 pub(crate) use build::lower_all;
