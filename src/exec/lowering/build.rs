@@ -167,25 +167,7 @@ fn infer_and_fold(
                 )),
             );
         }
-        let foldable = node.packed.is_none()
-            && node.inputs.iter().flatten().all(|op| match op {
-                Source::Value(id) => matches!(known[id.0 as usize], Known::Const(_)),
-                Source::Inline(_) => true,
-                Source::Prepared(_) | Source::Consumed(_) => false,
-            });
-        if foldable {
-            let ins: Vec<Option<&Tensor>> = node
-                .inputs
-                .iter()
-                .map(|op| match op {
-                    Some(Source::Value(id)) => match &known[id.0 as usize] {
-                        Known::Const(t) => Some(&**t),
-                        _ => None,
-                    },
-                    Some(Source::Inline(i)) => Some(&**resolved.inline(*i)),
-                    _ => None,
-                })
-                .collect();
+        if let Some(ins) = constant_inputs(resolved, node, &known) {
             folded_bytes = folded_bytes.saturating_add(folded_bytes_of(&outs));
             if let Err(e) = gate(&format!("folding node `{}`", node.name), folded_bytes) {
                 return Ok(Err(e));
@@ -211,6 +193,30 @@ fn infer_and_fold(
         folded_bytes,
         most_scratch,
     }))
+}
+
+/// Every input of `node` when all are constants in memory and no packed
+/// object consumes one (the node folds); `None` otherwise.
+fn constant_inputs<'a>(
+    resolved: &'a ResolvedModel,
+    node: &crate::model::ResolvedNode,
+    known: &'a [Known],
+) -> Option<Vec<Option<&'a Tensor>>> {
+    if node.packed.is_some() {
+        return None;
+    }
+    node.inputs
+        .iter()
+        .map(|op| match op {
+            None => Some(None),
+            Some(Source::Value(id)) => match &known[id.0 as usize] {
+                Known::Const(t) => Some(Some(&**t)),
+                _ => None,
+            },
+            Some(Source::Inline(i)) => Some(Some(&**resolved.inline(*i))),
+            Some(Source::Prepared(_) | Source::Consumed(_)) => None,
+        })
+        .collect()
 }
 
 /// Marks `node`'s outputs late.
