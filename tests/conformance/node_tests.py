@@ -74,8 +74,14 @@ DEFAULT_OPS = (
     "LeakyRelu,Elu,Selu,Celu,HardSigmoid,HardSwish,Softplus,Softsign,Mish,ThresholdedRelu,Shrink,"
     # convolution and pooling
     "Conv,ConvTranspose,MaxPool,AveragePool,LpPool,GlobalAveragePool,GlobalMaxPool,"
+    # normalization
+    "BatchNormalization,InstanceNormalization,GroupNormalization,LRN,LpNormalization,"
+    "MeanVarianceNormalization,PRelu,Swish,LogSoftmax,Hardmax,"
     # reductions
     "ReduceMean,ReduceSum,ReduceMax,ReduceMin,ReduceProd,ArgMax,ArgMin,"
+    "ReduceL1,ReduceL2,ReduceLogSum,ReduceLogSumExp,ReduceSumSquare,"
+    # detection post-processing
+    "TopK,OneHot,RoiAlign,"
     # attention and quantization
     "Attention,RotaryEmbedding,DequantizeLinear"
 )
