@@ -1,8 +1,24 @@
 //! Image geometry: resampling and rearranging spatial axes (Resize,
 //! Upsample, DepthToSpace, SpaceToDepth, CenterCropPad, GridSample,
 //! AffineGrid, Col2Im).
+//!
+//! Lookup and attribute parsing are cold path; `execute` is hot path (one
+//! type dispatch outside the element loops, per-axis tables built once per
+//! execute). Files: `resize` (Resize and Upsample operands and shapes),
+//! `resample` (their sampling kernels), `common` (interpolation arithmetic
+//! and float operands).
+
+mod common;
+mod resample;
+mod resize;
 
 use crate::{KernelError, NodeSpec, Operator};
+
+fn boxed<O: Operator + 'static>(
+    op: Result<O, KernelError>,
+) -> Result<Box<dyn Operator>, KernelError> {
+    op.map(|o| Box::new(o) as Box<dyn Operator>)
+}
 
 /// The operator for `spec` if this family implements its op type (the
 /// domain is `""` for ai.onnx).
@@ -10,5 +26,9 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
     if !spec.domain.is_empty() {
         return None;
     }
-    None
+    Some(match spec.op_type {
+        "Resize" => boxed(resize::Resize::new(spec, false)),
+        "Upsample" => boxed(resize::Resize::new(spec, true)),
+        _ => return None,
+    })
 }
