@@ -302,3 +302,140 @@ fn resize_refuses_bad_operands() {
         "nearest_mode"
     );
 }
+
+/// `[N, C, H, W]` values `0, 1, ..` as f32.
+fn iota(shape: &[usize]) -> Tensor {
+    let n = numel(shape);
+    f32t(shape, &(0..n).map(|v| v as f32).collect::<Vec<_>>())
+}
+
+#[test]
+fn depth_to_space_modes_follow_their_channel_order() {
+    // C = 8, b = 2: C' = 2; H = W = 1.
+    let x = iota(&[1, 8, 1, 1]);
+    let dcr = Node::new("DepthToSpace", 13)
+        .int("blocksize", 2)
+        .run1(&[var(x.clone())])
+        .unwrap();
+    assert_eq!(dcr.shape(), &[1, 2, 2, 2]);
+    // DCR: y[c, i, j] = x[(i * 2 + j) * 2 + c].
+    assert_eq!(f32s(&dcr), [0.0, 2.0, 4.0, 6.0, 1.0, 3.0, 5.0, 7.0]);
+    let crd = Node::new("DepthToSpace", 13)
+        .int("blocksize", 2)
+        .string("mode", "CRD")
+        .run1(&[var(x)])
+        .unwrap();
+    // CRD: y[c, i, j] = x[c * 4 + i * 2 + j]: the identity order here.
+    assert_eq!(f32s(&crd), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+}
+
+#[test]
+fn space_to_depth_inverts_depth_to_space() {
+    let mut rng = Rng(3);
+    let x = f32t(&[2, 3, 4, 6], &rng.f32s(2 * 3 * 4 * 6));
+    for mode in ["DCR", "CRD"] {
+        let s2d = Node::new("SpaceToDepth", 28)
+            .int("blocksize", 2)
+            .string("mode", mode)
+            .run1(&[var(x.clone())])
+            .unwrap();
+        assert_eq!(s2d.shape(), &[2, 12, 2, 3]);
+        let back = Node::new("DepthToSpace", 13)
+            .int("blocksize", 2)
+            .string("mode", mode)
+            .run1(&[var(s2d)])
+            .unwrap();
+        assert_eq!(f32s(&back), f32s(&x), "{mode}");
+    }
+    // One element by hand (DCR): y[0, (i*2+j)*3 + c, h, w] = x[0, c, 2h+i, 2w+j].
+    let s2d = Node::new("SpaceToDepth", 13)
+        .int("blocksize", 2)
+        .run1(&[var(x.clone())])
+        .unwrap();
+    let (c, i, j, h, w) = (2, 1, 0, 1, 2);
+    let yv = f32s(&s2d)[(((i * 2 + j) * 3 + c) * 2 + h) * 3 + w];
+    assert_eq!(yv, f32s(&x)[((c * 4) + 2 * h + i) * 6 + 2 * w + j]);
+}
+
+#[test]
+fn space_ops_refuse_bad_shapes_and_attributes() {
+    let d2s = Node::new("DepthToSpace", 13).int("blocksize", 2);
+    let shape_err = |r: Result<Tensor, KernelError>| {
+        assert!(matches!(r, Err(KernelError::Shape(_))), "{r:?}");
+    };
+    shape_err(d2s.run1(&[var(iota(&[1, 6, 2, 2]))]));
+    shape_err(d2s.run1(&[var(iota(&[8, 2, 2]))]));
+    let s2d = Node::new("SpaceToDepth", 13).int("blocksize", 2);
+    shape_err(s2d.run1(&[var(iota(&[1, 1, 3, 2]))]));
+    let attr = |n: Node| attribute_error(n.build(1).unwrap_err());
+    assert_eq!(attr(Node::new("DepthToSpace", 13)), "blocksize");
+    assert_eq!(
+        attr(Node::new("DepthToSpace", 13).int("blocksize", 0)),
+        "blocksize"
+    );
+    assert_eq!(
+        attr(
+            Node::new("DepthToSpace", 13)
+                .int("blocksize", 2)
+                .string("mode", "XYZ")
+        ),
+        "mode"
+    );
+    // SpaceToDepth has `mode` only from opset 28.
+    assert!(
+        Node::new("SpaceToDepth", 13)
+            .int("blocksize", 2)
+            .string("mode", "CRD")
+            .build(1)
+            .is_err()
+    );
+}
+
+#[test]
+fn center_crop_pad_centres_the_kept_span() {
+    // Axis 0: 5 -> 3 keeps rows 1..4; axis 1: 2 -> 5 pads 1 before, 2 after.
+    let x = iota(&[5, 2]);
+    let y = Node::new("CenterCropPad", 18)
+        .run1(&[var(x), ints(&[3, 5])])
+        .unwrap();
+    assert_eq!(y.shape(), &[3, 5]);
+    #[rustfmt::skip]
+    let want = [
+        0.0, 2.0, 3.0, 0.0, 0.0,
+        0.0, 4.0, 5.0, 0.0, 0.0,
+        0.0, 6.0, 7.0, 0.0, 0.0,
+    ];
+    assert_eq!(f32s(&y), want);
+    // With axes (negative counted from the end): only axis 0 changes.
+    let y = Node::new("CenterCropPad", 18)
+        .ints("axes", &[-2])
+        .run1(&[var(iota(&[4, 2])), ints(&[2])])
+        .unwrap();
+    assert_eq!(f32s(&y), [2.0, 3.0, 4.0, 5.0]);
+}
+
+#[test]
+fn center_crop_pad_refuses_bad_shapes() {
+    let node = Node::new("CenterCropPad", 18);
+    let e = node
+        .run1(&[var(iota(&[2, 2])), var(i64t(&[2], &[1, 1]))])
+        .unwrap_err();
+    assert!(
+        matches!(e, KernelError::NeedsConstant { input: 1, .. }),
+        "{e:?}"
+    );
+    assert!(matches!(
+        node.run1(&[var(iota(&[2, 2])), ints(&[1])]),
+        Err(KernelError::Shape(_))
+    ));
+    assert!(matches!(
+        node.run1(&[var(iota(&[2, 2])), ints(&[1, -1])]),
+        Err(KernelError::Shape(_))
+    ));
+    assert!(matches!(
+        node.clone()
+            .ints("axes", &[0, 0])
+            .run1(&[var(iota(&[2, 2])), ints(&[1, 1])]),
+        Err(KernelError::Shape(_))
+    ));
+}

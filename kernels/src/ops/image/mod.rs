@@ -6,11 +6,14 @@
 //! type dispatch outside the element loops, per-axis tables built once per
 //! execute). Files: `resize` (Resize and Upsample operands and shapes),
 //! `resample` (their sampling kernels), `common` (interpolation arithmetic
-//! and float operands).
+//! and float operands), `space` (DepthToSpace, SpaceToDepth), `crop`
+//! (CenterCropPad).
 
 mod common;
+mod crop;
 mod resample;
 mod resize;
+mod space;
 
 use crate::{KernelError, NodeSpec, Operator};
 
@@ -29,6 +32,9 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
     Some(match spec.op_type {
         "Resize" => boxed(resize::Resize::new(spec, false)),
         "Upsample" => boxed(resize::Resize::new(spec, true)),
+        "DepthToSpace" => boxed(space::Space::new(spec, true)),
+        "SpaceToDepth" => boxed(space::Space::new(spec, false)),
+        "CenterCropPad" => boxed(crop::CenterCropPad::new(spec)),
         _ => return None,
     })
 }
