@@ -4,6 +4,9 @@
 
 mod math_util;
 
+#[path = "image_ops/grid.rs"]
+mod grid;
+
 use math_util::*;
 use onnx_prepared_kernels::{KernelError, Sequential, Tensor};
 

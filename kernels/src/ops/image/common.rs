@@ -18,6 +18,8 @@ pub(crate) trait Real:
     const ZERO: Self;
     /// The value of an f64 (weights are computed in f64 once per execute).
     fn of(v: f64) -> Self;
+    /// The value as f64.
+    fn widen(self) -> f64;
 }
 
 impl Real for f32 {
@@ -26,6 +28,10 @@ impl Real for f32 {
     fn of(v: f64) -> Self {
         v as f32
     }
+    #[inline(always)]
+    fn widen(self) -> f64 {
+        f64::from(self)
+    }
 }
 
 impl Real for f64 {
@@ -33,6 +39,10 @@ impl Real for f64 {
     #[inline(always)]
     fn of(v: f64) -> Self {
         v
+    }
+    #[inline(always)]
+    fn widen(self) -> f64 {
+        self
     }
 }
 

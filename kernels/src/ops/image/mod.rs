@@ -7,10 +7,12 @@
 //! execute). Files: `resize` (Resize and Upsample operands and shapes),
 //! `resample` (their sampling kernels), `common` (interpolation arithmetic
 //! and float operands), `space` (DepthToSpace, SpaceToDepth), `crop`
-//! (CenterCropPad).
+//! (CenterCropPad), `grid` (GridSample), `affine` (AffineGrid).
 
+mod affine;
 mod common;
 mod crop;
+mod grid;
 mod resample;
 mod resize;
 mod space;
@@ -35,6 +37,8 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
         "DepthToSpace" => boxed(space::Space::new(spec, true)),
         "SpaceToDepth" => boxed(space::Space::new(spec, false)),
         "CenterCropPad" => boxed(crop::CenterCropPad::new(spec)),
+        "GridSample" => boxed(grid::GridSample::new(spec)),
+        "AffineGrid" => boxed(affine::AffineGrid::new(spec)),
         _ => return None,
     })
 }
