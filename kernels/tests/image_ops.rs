@@ -4,6 +4,8 @@
 
 mod math_util;
 
+#[path = "image_ops/col2im.rs"]
+mod col2im;
 #[path = "image_ops/grid.rs"]
 mod grid;
 

@@ -7,9 +7,11 @@
 //! execute). Files: `resize` (Resize and Upsample operands and shapes),
 //! `resample` (their sampling kernels), `common` (interpolation arithmetic
 //! and float operands), `space` (DepthToSpace, SpaceToDepth), `crop`
-//! (CenterCropPad), `grid` (GridSample), `affine` (AffineGrid).
+//! (CenterCropPad), `grid` (GridSample), `affine` (AffineGrid), `col2im`
+//! (Col2Im).
 
 mod affine;
+mod col2im;
 mod common;
 mod crop;
 mod grid;
@@ -39,6 +41,7 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
         "CenterCropPad" => boxed(crop::CenterCropPad::new(spec)),
         "GridSample" => boxed(grid::GridSample::new(spec)),
         "AffineGrid" => boxed(affine::AffineGrid::new(spec)),
+        "Col2Im" => boxed(col2im::Col2Im::new(spec)),
         _ => return None,
     })
 }
