@@ -119,6 +119,11 @@ def main() -> int:
         print(f"error: {args.bin} not found", file=sys.stderr)
         return 2
     if args.model is not None:
+        import onnxruntime as ort
+
+        inputs = ort.InferenceSession(str(args.model), providers=["CPUExecutionProvider"]).get_inputs()
+        if not any("input_ids" in i.name for i in inputs):
+            return feed_forward_model(args)
         return decoder_model(args)
     if args.fixtures is None:
         print("error: give --fixtures or --model", file=sys.stderr)
@@ -190,6 +195,54 @@ def print_rounds_note(args) -> None:
         print(f"(fastest over {args.rounds} rounds, ORT and ours alternating; ratios of those minimums)")
     else:
         print(f"(medians over {args.rounds} rounds, ORT and ours alternating; ratios: medians of the rounds' ratios)")
+
+
+def feed_forward_model(args) -> int:
+    """--model with no token ids (a vision or audio encoder): one case, each
+    float input standard normal at its declared shape (symbolic dims 1),
+    against ORT as users run it (default graph optimizations)."""
+    import numpy as np
+
+    model = args.model
+    threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    repeat = max(1, args.repeat)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="speed-") as tmp:
+        tmp = Path(tmp)
+        rng = np.random.default_rng(11)
+        probe = ort_session(model, 1)
+        types = {"tensor(float)": np.float32, "tensor(int64)": np.int64}
+        feeds = {
+            i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(types[i.type])
+            for i in probe.get_inputs()
+        }
+        del probe
+        write_npz(tmp / "case.npz", feeds)
+        label = "x".join(str(d) for d in next(iter(feeds.values())).shape)
+        for n in threads:
+            sess = ort_session(model, n)
+            per_round = []
+            for _ in range(max(1, args.rounds)):
+                ort_t = pick(args.statistic, *time_ort(sess, feeds, args.warmup, repeat))
+                try:
+                    ours = parse_timing(run_cli(args.bin, model, tmp / "case.npz", threads=n, repeat=repeat))
+                except (RunFailed, ValueError) as e:
+                    print(f"error: threads={n}: {e}", file=sys.stderr)
+                    return 1
+                ours_t = pick(args.statistic, ours["median_ms"], ours["min_ms"])
+                per_round.append({"ort_ms": ort_t, "ours_ms": ours_t,
+                                  "ours_first_run_ms": ours["first_run_ms"], "ratio": ours_t / ort_t})
+            rows.append({"case": label, "threads": n, **over_rounds(per_round, args.statistic), "runs": repeat})
+            del sess
+    print(f"{model}")
+    print(f"{'case':<20} {'threads':>7} {'ORT ms':>9} {'ours ms':>9} {'/ORT':>6}")
+    for r in rows:
+        print(f"{r['case']:<20} {r['threads']:>7} {r['ort_ms']:>9.3f} {r['ours_ms']:>9.3f} {r['ratio']:>6.2f}")
+    print(f"({args.statistic} of {repeat} timed runs each)")
+    print_rounds_note(args)
+    if args.json:
+        args.json.write_text(json.dumps({"model": str(model), "rows": rows}, indent=2) + "\n")
+    return 0
 
 
 def decoder_model(args) -> int:

@@ -331,7 +331,6 @@ pub(crate) fn f32_conv(
     y: &mut [f32],
     par: &dyn ParallelFor,
 ) -> Result<(), KernelError> {
-    let (cg, mg, k) = (s.cg(), s.mg(), s.k());
     let (pin, pout) = (s.geometry.input_len(), s.geometry.output_len());
     if bias.is_some_and(|b| b.len() != s.maps) || x.len() != s.batch * s.channels * pin {
         return Err(KernelError::Invalid {
@@ -339,51 +338,27 @@ pub(crate) fn f32_conv(
             detail: "X or B does not hold the inferred element count".into(),
         });
     }
-    // Bias first; the products accumulate onto it.
-    for (plane, out) in y.chunks_mut(pout).enumerate() {
-        out.fill(bias.map_or(0.0, |b| b[plane % s.maps]));
-    }
     if s.depthwise() {
+        // Bias first; the products accumulate onto it.
+        for (plane, out) in y.chunks_mut(pout).enumerate() {
+            out.fill(bias.map_or(0.0, |b| b[plane % s.maps]));
+        }
         direct::depthwise(s, x, w, y, par);
         return Ok(());
     }
-    if s.pointwise() {
-        let offsets = |_| (0, 0, 0);
-        for n in 0..s.batch {
-            for g in 0..s.group {
-                let xo = (n * s.channels + g * cg) * pin;
-                let yo = (n * s.maps + g * mg) * pout;
-                let prob = Problem {
-                    m: mg,
-                    n: pout,
-                    k: cg,
-                    a: &w[g * mg * k..],
-                    lda: k,
-                    b: BSrc::Rows {
-                        data: &x[xo..],
-                        ldb: pin,
-                    },
-                    ldc: pout,
-                    alpha: 1.0,
-                    accumulate: true,
-                    batches: 1,
-                    offsets: &offsets,
-                };
-                sgemm::run(isa, &prob, &mut y[yo..yo + mg * pout], par);
-            }
-        }
-        return Ok(());
-    }
-    tiled(isa, s, x, w, y, par)
+    tiled(isa, s, x, w, bias, y, par)
 }
 
-/// The im2col path: tasks of consecutive `(image, group, column tile)`
-/// items, each gathering its tiles into its own panels.
+/// The GEMM paths: tasks of consecutive `(image, group, column tile)`
+/// items. Each item writes its tile's bias, then adds the product onto it
+/// while the tile is in cache: a pointwise convolution reads the input in
+/// place, any other gathers its tile into the task's own panels (im2col).
 fn tiled(
     isa: Isa,
     s: &ConvShape,
     x: &[f32],
     w: &[f32],
+    bias: Option<&[f32]>,
     y: &mut [f32],
     par: &dyn ParallelFor,
 ) -> Result<(), KernelError> {
@@ -401,7 +376,8 @@ fn tiled(
     };
     let out = OutPtr::new(y);
     let g3 = s.geometry.as_3d();
-    let slot = k * tile;
+    let pointwise = s.pointwise();
+    let slot = if pointwise { 1 } else { k * tile };
     let mut scratch = crate::scratch::filled(OP, tasks * slot, 0.0f32)?;
     for_each_chunk_mut(par, &mut scratch, slot, &|first, panels| {
         let t = first / slot;
@@ -411,8 +387,25 @@ fn tiled(
             let col0 = ti * tile;
             let cols = tile.min(pout - col0);
             let xg = &x[(n * s.channels + g * cg) * pin..][..cg * pin];
-            im2col::gather(&g3, cg, xg, col0, cols, nr, panels);
+            let b = if pointwise {
+                BSrc::Rows {
+                    data: &xg[col0..],
+                    ldb: pin,
+                }
+            } else {
+                im2col::gather(&g3, cg, xg, col0, cols, nr, panels);
+                BSrc::Packed(panels)
+            };
             let yo = (n * s.maps + g * mg) * pout + col0;
+            for r in 0..mg {
+                let value = bias.map_or(0.0, |b| b[g * mg + r]);
+                // SAFETY: row `r` of this tile, inside `y` (`yo + r * pout
+                // + cols <= y.len()`), written by this task alone (see
+                // below).
+                unsafe {
+                    std::slice::from_raw_parts_mut(out.ptr().add(yo + r * pout), cols).fill(value)
+                };
+            }
             let offsets = move |_| (0, 0, yo);
             let prob = Problem {
                 m: mg,
@@ -420,7 +413,7 @@ fn tiled(
                 k,
                 a: &w[g * mg * k..],
                 lda: k,
-                b: BSrc::Packed(panels),
+                b,
                 ldc: pout,
                 alpha: 1.0,
                 accumulate: true,

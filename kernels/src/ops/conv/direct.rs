@@ -4,13 +4,15 @@
 //! path of f64, f16 and bf16.
 
 use super::convolution::ConvShape;
+use super::flat::Flat;
 use super::geometry::Geometry3;
+use crate::vector::{self, Width};
 use crate::{ParallelFor, for_each_chunk_mut};
 
 /// Output positions `lo..hi` of an output row whose input column
 /// `o * stride + off` lies inside `0..len`.
-#[inline]
-fn valid_range(out: usize, stride: usize, off: isize, len: usize) -> (usize, usize) {
+#[inline(always)]
+pub(crate) fn valid_range(out: usize, stride: usize, off: isize, len: usize) -> (usize, usize) {
     let lo = if off < 0 {
         ((-off) as usize).div_ceil(stride)
     } else {
@@ -34,17 +36,58 @@ pub(crate) fn depthwise(s: &ConvShape, x: &[f32], w: &[f32], y: &mut [f32], par:
     let planes = s.batch * s.maps;
     let per_task = planes.div_ceil((par.threads() * 4).max(1)).max(1);
     let par = crate::par::for_len(par, y.len());
+    let width = Width::detect();
+    let flat = Flat::of(&g);
+    let phase_len = if g.stride[2] == 2 { g.input[2] } else { 0 };
     for_each_chunk_mut(par, y, per_task * pout, &|first, ys| {
+        let mut scratch = vec![0.0f32; flat.map_or(phase_len, |f| f.scratch_len())];
         for (i, out) in ys.chunks_exact_mut(pout).enumerate() {
             let plane = first / pout + i;
             let c = plane % s.maps;
-            plane_kernel(&g, &x[plane * pin..][..pin], &w[c * taps..][..taps], out);
+            let (xp, wc) = (&x[plane * pin..][..pin], &w[c * taps..][..taps]);
+            match flat {
+                Some(f) => vector::run(
+                    width,
+                    #[inline(always)]
+                    || flat_plane(f, &g, xp, wc, out, &mut scratch),
+                ),
+                None => vector::run(
+                    width,
+                    #[inline(always)]
+                    || plane_kernel(&g, xp, wc, out, &mut scratch),
+                ),
+            }
         }
     });
 }
 
-/// One channel's plane of a depthwise convolution.
-fn plane_kernel(g: &Geometry3, x: &[f32], w: &[f32], y: &mut [f32]) {
+/// One 1-D or 2-D depthwise plane on [`Flat`] phases: `y` holds the bias
+/// and receives the products.
+#[inline(always)]
+fn flat_plane(f: Flat, g: &Geometry3, x: &[f32], w: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    let (phases, acc) = scratch.split_at_mut(f.phases_len());
+    f.spread(g, x, 0.0, phases);
+    acc.fill(0.0);
+    let [_, kh, kw] = g.kernel;
+    for b in 0..kh {
+        for e in 0..kw {
+            let wv = w[b * kw + e];
+            for (o, &v) in acc.iter_mut().zip(f.tap(g, b, e, phases)) {
+                *o += wv * v;
+            }
+        }
+    }
+    for (out, row) in y.chunks_exact_mut(f.ow).zip(f.rows(acc)) {
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o += v;
+        }
+    }
+}
+
+/// One channel's plane of a depthwise convolution (inlined into
+/// [`vector::run`]'s width).
+#[inline(always)]
+fn plane_kernel(g: &Geometry3, x: &[f32], w: &[f32], y: &mut [f32], phases: &mut [f32]) {
     let [od, oh, ow] = g.output;
     let [id, ih, iw] = g.input;
     let [kd, kh, kw] = g.kernel;
@@ -63,6 +106,20 @@ fn plane_kernel(g: &Geometry3, x: &[f32], w: &[f32], y: &mut [f32]) {
                         continue;
                     }
                     let src = &x[(z * ih + yy) * iw..][..iw];
+                    if sw == 2 {
+                        // Even and odd columns apart, so that each tap
+                        // reads a contiguous run.
+                        let (even, odd) = phases.split_at_mut(iw.div_ceil(2));
+                        for (pair, (e, o)) in
+                            src.chunks_exact(2).zip(even.iter_mut().zip(odd.iter_mut()))
+                        {
+                            *e = pair[0];
+                            *o = pair[1];
+                        }
+                        if iw % 2 == 1 {
+                            even[iw / 2] = src[iw - 1];
+                        }
+                    }
                     for e in 0..kw {
                         let wv = w[(a * kh + b) * kw + e];
                         let off = (e * g.dilation[2]) as isize - g.pad[2] as isize;
@@ -76,9 +133,21 @@ fn plane_kernel(g: &Geometry3, x: &[f32], w: &[f32], y: &mut [f32]) {
                             for (o, &v) in row[lo..hi].iter_mut().zip(xs) {
                                 *o += wv * v;
                             }
+                        } else if sw == 2 {
+                            // Input column `2 j + off` is phase `off mod 2`,
+                            // position `j + floor(off / 2)`.
+                            let (even, odd) = phases.split_at(iw.div_ceil(2));
+                            let phase = if off.rem_euclid(2) == 0 { even } else { odd };
+                            let start = (lo as isize + off.div_euclid(2)) as usize;
+                            let xs = &phase[start..start + (hi - lo)];
+                            for (o, &v) in row[lo..hi].iter_mut().zip(xs) {
+                                *o += wv * v;
+                            }
                         } else {
-                            for (j, o) in row[lo..hi].iter_mut().enumerate() {
-                                *o += wv * src[(((lo + j) * sw) as isize + off) as usize];
+                            let start = (lo as isize * sw as isize + off) as usize;
+                            let xs = src[start..].chunks(sw);
+                            for (o, v) in row[lo..hi].iter_mut().zip(xs) {
+                                *o += wv * v[0];
                             }
                         }
                     }

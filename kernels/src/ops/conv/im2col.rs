@@ -2,6 +2,7 @@
 //! written straight into the GEMM's packed `B` panels, so no copy of the
 //! whole image's patches is ever made.
 
+use super::direct::valid_range;
 use super::geometry::Geometry3;
 
 /// Widest panel of any ISA (the per-column coordinates live on the stack).
@@ -27,20 +28,27 @@ pub(crate) fn gather(
     let [_, oh, ow] = g.output;
     let plane = id * ih * iw;
     let k = cg * kd * kh * kw;
+    let sw = g.stride[2];
     for (p, panel) in panels
         .chunks_mut(k * nr)
         .take(cols.div_ceil(nr))
         .enumerate()
     {
         let jn = nr.min(cols - p * nr);
-        let mut base = [[0isize; 3]; NR_MAX];
-        for (j, b) in base.iter_mut().enumerate().take(jn) {
+        // The panel's columns as runs along one output row: `(first
+        // column, columns, output depth, output row, first output x)`.
+        let mut runs = [(0usize, 0usize, 0usize, 0usize, 0usize); NR_MAX];
+        let mut nruns = 0;
+        let mut j = 0;
+        while j < jn {
             let q = col0 + p * nr + j;
-            let o = [q / (oh * ow), q / ow % oh, q % ow];
-            for a in 0..3 {
-                b[a] = g.coord(a, o[a], 0);
-            }
+            let (o0, o1, o2) = (q / (oh * ow), q / ow % oh, q % ow);
+            let len = (ow - o2).min(jn - j);
+            runs[nruns] = (j, len, o0, o1, o2);
+            nruns += 1;
+            j += len;
         }
+        let runs = &runs[..nruns];
         let mut rows = panel.chunks_exact_mut(nr);
         for c in 0..cg {
             let xc = &x[c * plane..][..plane];
@@ -48,24 +56,31 @@ pub(crate) fn gather(
                 for b in 0..kh {
                     for e in 0..kw {
                         let Some(row) = rows.next() else { return };
-                        let d = [
-                            (a * g.dilation[0]) as isize,
-                            (b * g.dilation[1]) as isize,
-                            (e * g.dilation[2]) as isize,
-                        ];
-                        for (v, bj) in row.iter_mut().zip(&base[..jn]) {
+                        for &(j0, len, o0, o1, o2) in runs {
+                            let out = &mut row[j0..j0 + len];
                             // A negative coordinate wraps to a huge one and
                             // fails its bound like one past the end.
-                            let (z, y, xx) = (
-                                (bj[0] + d[0]) as usize,
-                                (bj[1] + d[1]) as usize,
-                                (bj[2] + d[2]) as usize,
-                            );
-                            *v = if z < id && y < ih && xx < iw {
-                                xc[(z * ih + y) * iw + xx]
+                            let z = g.coord(0, o0, a) as usize;
+                            let y = g.coord(1, o1, b) as usize;
+                            if z >= id || y >= ih {
+                                out.fill(0.0);
+                                continue;
+                            }
+                            let src = &xc[(z * ih + y) * iw..][..iw];
+                            let off = g.coord(2, o2, e);
+                            let (lo, hi) = valid_range(len, sw, off, iw);
+                            out[..lo].fill(0.0);
+                            out[hi..].fill(0.0);
+                            let start = (lo as isize * sw as isize + off) as usize;
+                            if sw == 1 {
+                                out[lo..hi].copy_from_slice(&src[start..start + (hi - lo)]);
                             } else {
-                                0.0
-                            };
+                                for (v, &s) in
+                                    out[lo..hi].iter_mut().zip(src[start..].iter().step_by(sw))
+                                {
+                                    *v = s;
+                                }
+                            }
                         }
                         row[jn..].fill(0.0);
                     }

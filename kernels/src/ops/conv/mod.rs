@@ -4,6 +4,7 @@
 
 mod convolution;
 mod direct;
+mod flat;
 mod geometry;
 mod im2col;
 mod pool;

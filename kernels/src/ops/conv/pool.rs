@@ -5,8 +5,10 @@
 
 use half::{bf16, f16};
 
+use super::flat::Flat;
 use super::geometry::{Geometry, Geometry3, Window};
 use crate::ops::basic::common::{Attrs, Elem, check_inputs, input, required, typed, typed_mut};
+use crate::vector::{self, Width};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
     Tensor, for_each_chunk_mut,
@@ -178,6 +180,7 @@ impl Operator for Pool {
         };
         use ElementType as E;
         match x.dtype() {
+            E::F32 if indices.is_none() && run.flat(typed(op, x)?, typed_mut(op, y)?, par) => {}
             E::F32 => run.all(
                 typed::<f32>(op, x)?,
                 typed_mut(op, y)?,
@@ -270,6 +273,98 @@ impl Run {
                 self.plane_indices(xs, idx, base, &to);
             }
         }
+    }
+
+    /// f32 MaxPool and AveragePool of 1-D and 2-D windows on [`Flat`]
+    /// phases, in f32 vector loops; `false` (nothing written) for other
+    /// pools and windows.
+    fn flat(&self, x: &[f32], y: &mut [f32], par: &dyn ParallelFor) -> bool {
+        let (Some(f), PoolKind::Max { .. } | PoolKind::Average { .. }) =
+            (Flat::of(&self.g), self.kind)
+        else {
+            return false;
+        };
+        let g = &self.g;
+        // Taps of each output row and column the average divides by.
+        let counts = |a: usize, include_pad: bool| -> Vec<f32> {
+            (0..g.output[a])
+                .map(|o| {
+                    (0..g.kernel[a])
+                        .filter(|&k| {
+                            let at = o * g.stride[a] + k * g.dilation[a];
+                            if include_pad {
+                                at < g.pad[a] + g.input[a] + g.pad_end[a]
+                            } else {
+                                at >= g.pad[a] && at < g.pad[a] + g.input[a]
+                            }
+                        })
+                        .count()
+                        .max(1) as f32
+                })
+                .collect()
+        };
+        let divisors = match self.kind {
+            PoolKind::Average { include_pad } => {
+                Some((counts(1, include_pad), counts(2, include_pad)))
+            }
+            _ => None,
+        };
+        let pout = self.pout.max(1);
+        let planes = y.len() / pout;
+        let chunk = planes.div_ceil((par.threads() * 4).max(1)).max(1) * pout;
+        let par = crate::par::for_len(par, x.len());
+        let width = Width::detect();
+        let [_, kh, kw] = g.kernel;
+        for_each_chunk_mut(par, y, chunk, &|first, ys| {
+            let mut scratch = vec![0.0f32; f.scratch_len()];
+            for (i, out) in ys.chunks_exact_mut(pout).enumerate() {
+                let plane = first / pout + i;
+                let xs = &x[plane * self.pin..][..self.pin];
+                let (phases, acc) = scratch.split_at_mut(f.phases_len());
+                vector::run(
+                    width,
+                    #[inline(always)]
+                    || match &divisors {
+                        None => {
+                            f.spread(g, xs, f32::NEG_INFINITY, phases);
+                            acc.fill(f32::NEG_INFINITY);
+                            for b in 0..kh {
+                                for e in 0..kw {
+                                    for (o, &v) in acc.iter_mut().zip(f.tap(g, b, e, phases)) {
+                                        // NaN wins and stays.
+                                        #[allow(clippy::eq_op)]
+                                        let take = v > *o || v != v;
+                                        *o = if take { v } else { *o };
+                                    }
+                                }
+                            }
+                            for (row, src) in out.chunks_exact_mut(f.ow).zip(f.rows(acc)) {
+                                row.copy_from_slice(src);
+                            }
+                        }
+                        Some((dh, dw)) => {
+                            f.spread(g, xs, 0.0, phases);
+                            acc.fill(0.0);
+                            for b in 0..kh {
+                                for e in 0..kw {
+                                    for (o, &v) in acc.iter_mut().zip(f.tap(g, b, e, phases)) {
+                                        *o += v;
+                                    }
+                                }
+                            }
+                            for ((row, src), &h) in
+                                out.chunks_exact_mut(f.ow).zip(f.rows(acc)).zip(dh)
+                            {
+                                for ((o, &v), &w) in row.iter_mut().zip(src).zip(dw) {
+                                    *o = v / (h * w);
+                                }
+                            }
+                        }
+                    },
+                );
+            }
+        });
+        true
     }
 
     /// The taps of output position `q` that lie inside the input, as flat

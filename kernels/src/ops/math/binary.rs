@@ -7,6 +7,7 @@ use crate::ops::basic::common::{
     Attrs, check_inputs, check_len, input, optional, output, required, typed, typed_mut,
 };
 use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::vector::{self, Width};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
     Tensor, for_each_chunk_mut,
@@ -415,11 +416,19 @@ fn clip_typed<T: Num>(
     } else {
         rows_chunk(par, y.len(), 1).max(4096)
     };
+    let width = Width::detect();
     for_each_chunk_mut(par, y, chunk, &|offset, out| {
-        for (o, &v) in out.iter_mut().zip(&x[offset..]) {
-            let v = if v < lo { lo } else { v };
-            *o = if v > hi { hi } else { v };
-        }
+        vector::run(
+            width,
+            #[inline(always)]
+            || {
+                for (o, &v) in out.iter_mut().zip(&x[offset..]) {
+                    // NaN stays NaN: both comparisons are false.
+                    let v = if v < lo { lo } else { v };
+                    *o = if v > hi { hi } else { v };
+                }
+            },
+        )
     });
     Ok(())
 }

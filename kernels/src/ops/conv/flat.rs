@@ -1,0 +1,113 @@
+//! Whole-plane vector loops for 1-D and 2-D windows (hot path): the
+//! input plane, padded with a fill value, is split into `stride_h x
+//! stride_w` phases (rows and columns by their remainder modulo the
+//! stride) of `qw` columns each, so that every tap of the window reads one
+//! phase at a fixed offset from the output position. A tap is then one
+//! vector loop over `oh * qw` contiguous elements; the `qw - ow` columns
+//! past each output row are computed and dropped. Depthwise convolution
+//! and the f32 pools run on it.
+
+use super::direct::valid_range;
+use super::geometry::Geometry3;
+
+/// The phase layout of one geometry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Flat {
+    qh: usize,
+    qw: usize,
+    pub(crate) oh: usize,
+    pub(crate) ow: usize,
+    sh: usize,
+    sw: usize,
+}
+
+impl Flat {
+    /// The layout for `g`, when it is 1-D or 2-D.
+    pub(crate) fn of(g: &Geometry3) -> Option<Self> {
+        if g.kernel[0] != 1 || g.output[0] != 1 || g.input[0] != 1 {
+            return None;
+        }
+        let [_, oh, ow] = g.output;
+        let [_, kh, kw] = g.kernel;
+        let (sh, sw) = (g.stride[1], g.stride[2]);
+        Some(Self {
+            qh: oh + (kh - 1) * g.dilation[1] / sh + 1,
+            qw: ow + (kw - 1) * g.dilation[2] / sw + 1,
+            oh,
+            ow,
+            sh,
+            sw,
+        })
+    }
+
+    /// Elements of one phase (a spare row: the last output row's dropped
+    /// columns read past the phase's end).
+    fn phase_len(self) -> usize {
+        (self.qh + 1) * self.qw
+    }
+
+    /// Elements of every phase.
+    pub(crate) fn phases_len(self) -> usize {
+        self.sh * self.sw * self.phase_len()
+    }
+
+    /// Elements of the output rows at `qw` columns.
+    pub(crate) fn acc_len(self) -> usize {
+        self.oh * self.qw
+    }
+
+    /// The phases and the output rows.
+    pub(crate) fn scratch_len(self) -> usize {
+        self.phases_len() + self.acc_len()
+    }
+
+    /// Writes the phases of plane `x` (`phases_len` elements): phase
+    /// `(rp, cp)`, element `(i, j)` is the padded input at `(i * sh + rp,
+    /// j * sw + cp)`, `fill` outside the image.
+    #[inline(always)]
+    pub(crate) fn spread(self, g: &Geometry3, x: &[f32], fill: f32, phases: &mut [f32]) {
+        let Self { qw, sh, sw, .. } = self;
+        let [_, ih, iw] = g.input;
+        let (pt, pl) = (g.pad[1], g.pad[2]);
+        let len = self.phase_len();
+        for rp in 0..sh {
+            for cp in 0..sw {
+                let phase = &mut phases[(rp * sw + cp) * len..][..len];
+                // Columns j whose input column j * sw + cp - pl is inside.
+                let (lo, hi) = valid_range(qw, sw, cp as isize - pl as isize, iw);
+                for (i, row) in phase.chunks_exact_mut(qw).enumerate() {
+                    let r = (i * sh + rp) as isize - pt as isize;
+                    if r < 0 || r as usize >= ih || lo == hi {
+                        row.fill(fill);
+                        continue;
+                    }
+                    let src = &x[r as usize * iw..][..iw];
+                    row[..lo].fill(fill);
+                    row[hi..].fill(fill);
+                    let start = lo * sw + cp - pl;
+                    if sw == 1 {
+                        row[lo..hi].copy_from_slice(&src[start..start + (hi - lo)]);
+                    } else {
+                        for (v, s) in row[lo..hi].iter_mut().zip(src[start..].chunks(sw)) {
+                            *v = s[0];
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tap `(b, e)` of every output position, `acc_len` elements in the
+    /// order of the output rows at `qw` columns.
+    #[inline(always)]
+    pub(crate) fn tap<'a>(self, g: &Geometry3, b: usize, e: usize, phases: &'a [f32]) -> &'a [f32] {
+        let (r, c) = (b * g.dilation[1], e * g.dilation[2]);
+        let phase = &phases[((r % self.sh) * self.sw + c % self.sw) * self.phase_len()..];
+        &phase[(r / self.sh) * self.qw + c / self.sw..][..self.acc_len()]
+    }
+
+    /// The output rows of `acc` (the first `ow` of each `qw` columns).
+    pub(crate) fn rows(self, acc: &[f32]) -> impl Iterator<Item = &[f32]> {
+        acc.chunks_exact(self.qw).map(move |r| &r[..self.ow])
+    }
+}
