@@ -9,7 +9,9 @@
 //! (DequantizeLinear and quantized MatMul patterns), `conv` (convolution
 //! and pooling), `image` (resampling and spatial rearrangement),
 //! `normalize` (channel and spatial normalizations) and `detect`
-//! (detection post-processing: TopK, OneHot, RoiAlign).
+//! (detection post-processing: TopK, OneHot, RoiAlign, and NonZero,
+//! Compress, Unique and NonMaxSuppression, whose output shapes follow
+//! input values).
 
 pub mod attention;
 pub mod basic;

@@ -1,6 +1,7 @@
-//! Detection and classification post-processing: selection (TopK),
-//! encoding (OneHot), region pooling (RoiAlign) and the operators whose
-//! output lengths count input values (NonZero, Compress, Unique).
+//! Detection and classification post-processing: selection (TopK,
+//! NonMaxSuppression), encoding (OneHot), region pooling (RoiAlign) and the
+//! operators whose output lengths count input values (NonZero, Compress,
+//! Unique, NonMaxSuppression).
 //!
 //! Shapes that follow values: `infer` returns
 //! [`KernelError::ValueDependent`] when an input an output length counts is
@@ -10,8 +11,9 @@
 //! count and `execute` runs to write.
 //!
 //! Files: `topk` (TopK, OneHot), `roi_align` (RoiAlign), `nonzero`
-//! (NonZero, Compress), `unique` (Unique).
+//! (NonZero, Compress), `unique` (Unique), `nms` (NonMaxSuppression).
 
+mod nms;
 mod nonzero;
 mod roi_align;
 mod topk;
@@ -65,6 +67,7 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
         "NonZero" => boxed(nonzero::NonZero::new(spec)),
         "Compress" => boxed(nonzero::Compress::new(spec)),
         "Unique" => boxed(unique::Unique::new(spec)),
+        "NonMaxSuppression" => boxed(nms::Nms::new(spec)),
         _ => return None,
     })
 }
