@@ -33,6 +33,7 @@ pub fn operator_with(
         ops::conv::lookup,
         ops::image::lookup,
         ops::normalize::lookup,
+        ops::detect::lookup,
         ops::attention::lookup,
         ops::quant::lookup,
     ];

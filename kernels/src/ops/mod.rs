@@ -7,12 +7,16 @@
 //! unary math, reductions), `attention` (fused attention, rotary
 //! embeddings, skip normalizations, quantized gathers), `quant`
 //! (DequantizeLinear and quantized MatMul patterns), `conv` (convolution
-//! and pooling), `image` (resampling and spatial rearrangement) and
-//! `normalize` (channel and spatial normalizations).
+//! and pooling), `image` (resampling and spatial rearrangement),
+//! `normalize` (channel and spatial normalizations) and `detect`
+//! (detection post-processing: TopK, OneHot, RoiAlign, and NonZero,
+//! Compress, Unique and NonMaxSuppression, whose output shapes follow
+//! input values).
 
 pub mod attention;
 pub mod basic;
 pub mod conv;
+pub mod detect;
 pub mod image;
 pub mod index;
 pub mod linalg;

@@ -1,21 +1,18 @@
 //! Normalizations over channels and spatial axes (BatchNormalization,
 //! InstanceNormalization, GroupNormalization, LRN, LpNormalization,
-//! MeanVarianceNormalization) and the detection post-processing operators
-//! whose output shapes follow from their input shapes.
+//! MeanVarianceNormalization).
 //!
 //! Files: `common` (the float trait, f64 statistics, parameter views and
-//! checks), `batch` (BatchNormalization), `group` (InstanceNormalization,
+//! checks, also used by the `detect` family), `batch`
+//! (BatchNormalization), `group` (InstanceNormalization,
 //! GroupNormalization), `lrn` (LRN, LpNormalization), `mvn`
-//! (MeanVarianceNormalization), `detect` (TopK, OneHot), `roi_align`
-//! (RoiAlign).
+//! (MeanVarianceNormalization).
 
 mod batch;
-mod common;
-mod detect;
+pub(crate) mod common;
 mod group;
 mod lrn;
 mod mvn;
-mod roi_align;
 
 use crate::{KernelError, NodeSpec, Operator};
 
@@ -38,9 +35,6 @@ pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelErr
         "LRN" => boxed(lrn::Lrn::new(spec)),
         "LpNormalization" => boxed(lrn::LpNorm::new(spec)),
         "MeanVarianceNormalization" => boxed(mvn::Mvn::new(spec)),
-        "TopK" => boxed(detect::TopK::new(spec)),
-        "OneHot" => boxed(detect::OneHot::new(spec)),
-        "RoiAlign" => boxed(roi_align::RoiAlign::new(spec)),
         _ => return None,
     })
 }

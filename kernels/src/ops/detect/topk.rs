@@ -8,6 +8,7 @@ use crate::ops::basic::common::{
     Attrs, Elem, check_inputs, check_len, constant_ints, input, normalize_axis, numel, output,
     required, typed, typed_mut,
 };
+use crate::ops::normalize::common::flag;
 use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
 use crate::{
     DataRef, ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight,
@@ -54,9 +55,9 @@ impl TopK {
         } else {
             KFrom::Input
         };
-        let largest = super::common::flag(&attrs, "largest", true)?;
+        let largest = flag(&attrs, "largest", true)?;
         // `sorted = 0` leaves the order unspecified: sorted output is one.
-        super::common::flag(&attrs, "sorted", true)?;
+        flag(&attrs, "sorted", true)?;
         if spec.outputs != 2 {
             return Err(KernelError::Shape(format!(
                 "{op}: {} outputs requested where TopK has 2 (Values, Indices)",

@@ -5,10 +5,10 @@
 //! sample positions and weights of its current region (shared by every
 //! channel) in one buffer it reuses.
 
-use super::common::{Float, FloatView, dispatch_float, is_float};
 use crate::ops::basic::common::{
     Attrs, Ints, check_inputs, check_len, input, output, required, typed, typed_mut,
 };
+use crate::ops::normalize::common::{Float, FloatView, dispatch_float, is_float};
 use crate::par::rows_chunk;
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
