@@ -80,8 +80,11 @@ DEFAULT_OPS = (
     # reductions
     "ReduceMean,ReduceSum,ReduceMax,ReduceMin,ReduceProd,ArgMax,ArgMin,"
     "ReduceL1,ReduceL2,ReduceLogSum,ReduceLogSumExp,ReduceSumSquare,"
-    # detection post-processing
-    "TopK,OneHot,RoiAlign,"
+    # image geometry
+    "Resize,Upsample,DepthToSpace,SpaceToDepth,CenterCropPad,GridSample,AffineGrid,Col2Im,"
+    # detection post-processing (NonZero, NonMaxSuppression, Compress and
+    # Unique have shapes that follow values: late nodes)
+    "TopK,OneHot,RoiAlign,NonZero,NonMaxSuppression,Compress,Unique,"
     # attention and quantization
     "Attention,RotaryEmbedding,DequantizeLinear"
 )

@@ -83,17 +83,23 @@ def detection_margins(boxes: np.ndarray, scores: np.ndarray) -> list[str]:
 
 
 def detection_inputs(seed: int) -> dict:
-    """Boxes over a 512x512 image, per-class scores on a grid of
-    well-separated values, redrawn until every margin holds."""
+    """Crowded boxes and per-class scores on a grid of distinct values,
+    redrawn until every margin holds."""
     rng = np.random.default_rng(seed)
     for _ in range(100):
         n, classes = 512, 4
-        xy = rng.uniform(0, 480, size=(n, 2)).astype(np.float32)
-        wh = rng.uniform(8, 64, size=(n, 2)).astype(np.float32)
+        # Crowded: boxes of one class overlap, so NMS suppresses some.
+        xy = rng.uniform(0, 160, size=(n, 2)).astype(np.float32)
+        wh = rng.uniform(16, 64, size=(n, 2)).astype(np.float32)
         boxes = np.concatenate([xy, xy + wh], axis=1)
-        # Distinct scores 1/2048 apart, shuffled over boxes and classes.
+        # Distinct scores 1/2048 apart, shuffled over boxes and classes;
+        # all but about 80 boxes scaled under the score threshold, so
+        # that TopK's k (the candidate count, at most 100) follows the
+        # inputs.
         grid = (np.arange(n * classes, dtype=np.float32) + 0.5) / (n * classes)
         scores = rng.permutation(grid).reshape(n, classes).astype(np.float32)
+        low = rng.permutation(n)[: n - 80]
+        scores[low] *= np.float32(0.29)
         if not detection_margins(boxes, scores):
             return {"boxes": boxes, "scores": scores}
     raise RuntimeError("no detection inputs with every margin in 100 draws")
