@@ -269,6 +269,59 @@ fn late_outputs_are_charged_to_the_execution_budget() {
     );
 }
 
+/// `y = Gather(x, Reshape(NonZero(x > 0), [-1]))`: the positive elements of
+/// `x`, whose count only the run knows. Each run sizes the late outputs
+/// anew, on one thread and on several, and the static nodes before them
+/// keep their buffers.
+#[test]
+fn nonzero_then_gather_runs_with_a_count_known_only_during_the_run() {
+    let zero = TensorProto {
+        name: Some("zero".into()),
+        data_type: Some(1),
+        float_data: vec![0.0],
+        ..Default::default()
+    };
+    for threads in [1, 2] {
+        let s = session_with_options(
+            vec![
+                node("pos", "Greater", &["x", "zero"], "mask", vec![]),
+                node("nz", "NonZero", &["mask"], "idx", vec![]),
+                node("flat", "Reshape", &["idx", "minus_one"], "at", vec![]),
+                node(
+                    "pick",
+                    "Gather",
+                    &["x", "at"],
+                    "y",
+                    vec![int_attr("axis", 0)],
+                ),
+            ],
+            vec![zero.clone(), ints("minus_one", &[-1])],
+            vec![value("x", 1)],
+            &["y"],
+            SessionOptions::default().with_threads(threads),
+        );
+        for (seed, positives) in [(1u32, 700usize), (2, 0), (3, 2000), (4, 13)] {
+            // 2000 elements (too many to key a lowering by), `positives`
+            // of them above zero, at positions spread by the seed.
+            let v: Vec<f32> = (0..2000u32)
+                .map(|i| {
+                    let at = (i.wrapping_mul(2654435761).wrapping_add(seed) % 2000) as usize;
+                    if at < positives {
+                        i as f32 + 1.0
+                    } else {
+                        -(i as f32)
+                    }
+                })
+                .collect();
+            let want: Vec<f32> = v.iter().copied().filter(|&e| e > 0.0).collect();
+            let x = Tensor::from_f32(vec![2000], v).unwrap();
+            let y = run(&s, vec![("x", x)]).unwrap();
+            assert_eq!(y.shape(), &[want.len()], "threads {threads}, seed {seed}");
+            assert_eq!(&y.data().to_data(), &TensorData::F32(want));
+        }
+    }
+}
+
 fn ints(name: &str, v: &[i64]) -> TensorProto {
     TensorProto {
         name: Some(name.into()),
