@@ -11,8 +11,9 @@
 //! loops (f64 accumulation), which are also the oracle of the f32 paths.
 
 use super::direct;
-use super::geometry::{Geometry, Window};
+use super::geometry::Window;
 use super::im2col;
+use super::shape::ConvShape;
 use crate::ops::basic::common::{
     Attrs, check_inputs, checked_count, input, optional, output, required, typed, typed_mut,
 };
@@ -25,10 +26,6 @@ use crate::{
 
 const OP: &str = "Conv";
 
-/// Output columns of one im2col tile are chosen so that its panels hold
-/// about this many floats (256 KiB: the panels and the weights' rows they
-/// meet stay in L2).
-const TILE_FLOATS: usize = 64 * 1024;
 /// The most im2col tiles gathered at once (one per running task); what
 /// [`Operator::scratch_bytes`] charges.
 const MAX_TASKS: usize = 8;
@@ -39,50 +36,6 @@ pub(crate) struct Conv {
     window: Window,
     group: usize,
     isa: Isa,
-}
-
-/// The shapes of one convolution, checked.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ConvShape {
-    pub(crate) batch: usize,
-    pub(crate) channels: usize,
-    pub(crate) maps: usize,
-    pub(crate) group: usize,
-    pub(crate) geometry: Geometry,
-}
-
-impl ConvShape {
-    /// Input channels per group.
-    pub(crate) fn cg(&self) -> usize {
-        self.channels / self.group
-    }
-
-    /// Output channels per group.
-    pub(crate) fn mg(&self) -> usize {
-        self.maps / self.group
-    }
-
-    /// Rows of one group's im2col matrix (input channels × taps).
-    pub(crate) fn k(&self) -> usize {
-        self.cg() * self.geometry.kernel_len()
-    }
-
-    fn pointwise(&self) -> bool {
-        let g = &self.geometry;
-        (0..g.rank).all(|a| g.kernel[a] == 1 && g.stride[a] == 1 && g.pad_begin[a] == 0)
-    }
-
-    fn depthwise(&self) -> bool {
-        self.cg() == 1 && self.mg() == 1
-    }
-
-    /// im2col tile width (a multiple of `nr`).
-    fn tile(&self, nr: usize) -> usize {
-        let cols = self.geometry.output_len();
-        (TILE_FLOATS / self.k().max(1) / nr * nr)
-            .max(nr)
-            .min(cols.div_ceil(nr) * nr)
-    }
 }
 
 impl Conv {

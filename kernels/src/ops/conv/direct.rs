@@ -3,29 +3,11 @@
 //! convolution (f64 accumulation), the oracle of the fast paths and the
 //! path of f64, f16 and bf16.
 
-use super::convolution::ConvShape;
 use super::flat::Flat;
-use super::geometry::Geometry3;
+use super::geometry::{Geometry3, valid_range};
+use super::shape::ConvShape;
 use crate::vector::{self, Width};
 use crate::{ParallelFor, for_each_chunk_mut};
-
-/// Output positions `lo..hi` of an output row whose input column
-/// `o * stride + off` lies inside `0..len`.
-#[inline(always)]
-pub(crate) fn valid_range(out: usize, stride: usize, off: isize, len: usize) -> (usize, usize) {
-    let lo = if off < 0 {
-        ((-off) as usize).div_ceil(stride)
-    } else {
-        0
-    };
-    let last = len as isize - 1 - off;
-    let hi = if last < 0 {
-        0
-    } else {
-        (last as usize / stride + 1).min(out)
-    };
-    (lo, hi.max(lo))
-}
 
 /// Depthwise convolution: `y` holds the bias and receives the products,
 /// planes split across `par`.

@@ -7,8 +7,7 @@
 //! past each output row are computed and dropped. Depthwise convolution
 //! and the f32 pools run on it.
 
-use super::direct::valid_range;
-use super::geometry::Geometry3;
+use super::geometry::{Geometry3, valid_range};
 
 /// The phase layout of one geometry.
 #[derive(Debug, Clone, Copy)]

@@ -277,3 +277,21 @@ impl Geometry3 {
         (o * self.stride[a] + k * self.dilation[a]) as isize - self.pad[a] as isize
     }
 }
+
+/// Output positions `lo..hi` of an output row whose input column
+/// `o * stride + off` lies inside `0..len`.
+#[inline(always)]
+pub(crate) fn valid_range(out: usize, stride: usize, off: isize, len: usize) -> (usize, usize) {
+    let lo = if off < 0 {
+        ((-off) as usize).div_ceil(stride)
+    } else {
+        0
+    };
+    let last = len as isize - 1 - off;
+    let hi = if last < 0 {
+        0
+    } else {
+        (last as usize / stride + 1).min(out)
+    };
+    (lo, hi.max(lo))
+}

@@ -2,8 +2,7 @@
 //! written straight into the GEMM's packed `B` panels, so no copy of the
 //! whole image's patches is ever made.
 
-use super::direct::valid_range;
-use super::geometry::Geometry3;
+use super::geometry::{Geometry3, valid_range};
 
 /// Widest panel of any ISA (the per-column coordinates live on the stack).
 const NR_MAX: usize = 32;

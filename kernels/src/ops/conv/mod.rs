@@ -8,6 +8,7 @@ mod flat;
 mod geometry;
 mod im2col;
 mod pool;
+mod shape;
 mod transpose;
 
 use crate::{KernelError, NodeSpec, Operator};
