@@ -37,7 +37,47 @@ pub(crate) trait Real:
     fn from_usize(v: usize) -> Self;
     /// To f32 (statistics outputs).
     fn to_f32(self) -> f32;
+    /// From an f64 (weights computed once per execute).
+    fn from_f64(v: f64) -> Self;
+    /// To f64.
+    fn to_f64(self) -> f64;
 }
+
+/// An element type computed in a [`Real`] accumulator: loaded into it and
+/// stored back (f16 and bf16 in f32; the image family adds the integer
+/// types, rounded half to even and saturated on the way back).
+pub(crate) trait Widen: Elem {
+    /// The accumulator type.
+    type Acc: Real;
+    /// The value as an accumulator.
+    fn load(self) -> Self::Acc;
+    /// An accumulator stored as this type.
+    fn store(v: Self::Acc) -> Self;
+}
+
+/// Implements [`Widen`] for float types.
+macro_rules! impl_widen {
+    ($($t:ty => $acc:ty, $load:expr, $store:expr);*) => {$(
+        impl Widen for $t {
+            type Acc = $acc;
+            #[inline(always)]
+            fn load(self) -> $acc {
+                $load(self)
+            }
+            #[inline(always)]
+            fn store(v: $acc) -> Self {
+                $store(v)
+            }
+        }
+    )*};
+}
+
+impl_widen!(
+    f32 => f32, |v| v, |v| v;
+    f64 => f64, |v| v, |v| v;
+    half::f16 => f32, half::f16::to_f32, half::f16::from_f32;
+    half::bf16 => f32, half::bf16::to_f32, half::bf16::from_f32
+);
 
 /// Sum of `f(v)` over `x` with eight independent accumulators, so the loop
 /// vectorizes (a single running float sum cannot be reordered) and loses
@@ -163,6 +203,14 @@ macro_rules! impl_real {
                 #[inline(always)]
                 fn to_f32(self) -> f32 {
                     self as f32
+                }
+                #[inline(always)]
+                fn from_f64(v: f64) -> Self {
+                    v as $t
+                }
+                #[inline(always)]
+                fn to_f64(self) -> f64 {
+                    self as f64
                 }
             }
         )*

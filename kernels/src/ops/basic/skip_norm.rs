@@ -18,8 +18,8 @@
 
 use half::{bf16, f16};
 
-use super::common::{Attrs, Elem, check_len, input, typed, typed_mut};
-use super::real::Real;
+use super::common::{Attrs, check_len, input, typed, typed_mut};
+use super::real::{Real, Widen};
 use crate::par::{PARALLEL_MIN_ELEMENTS, for_each_chunk_mut, rows_chunk};
 use crate::vector::{self, Width};
 use crate::{
@@ -33,61 +33,6 @@ pub(crate) struct SkipNorm {
     simplified: bool,
     epsilon: f32,
     outputs: usize,
-}
-
-/// An element type with its accumulation type.
-trait SkipElem: Elem {
-    type Acc: Real;
-    fn load(self) -> Self::Acc;
-    fn store(v: Self::Acc) -> Self;
-}
-
-impl SkipElem for f32 {
-    type Acc = f32;
-    #[inline(always)]
-    fn load(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn store(v: f32) -> Self {
-        v
-    }
-}
-
-impl SkipElem for f64 {
-    type Acc = f64;
-    #[inline(always)]
-    fn load(self) -> f64 {
-        self
-    }
-    #[inline(always)]
-    fn store(v: f64) -> Self {
-        v
-    }
-}
-
-impl SkipElem for f16 {
-    type Acc = f32;
-    #[inline(always)]
-    fn load(self) -> f32 {
-        self.to_f32()
-    }
-    #[inline(always)]
-    fn store(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-}
-
-impl SkipElem for bf16 {
-    type Acc = f32;
-    #[inline(always)]
-    fn load(self) -> f32 {
-        self.to_f32()
-    }
-    #[inline(always)]
-    fn store(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
 }
 
 /// Output positions (3 is `input_skip_bias_sum`).
@@ -193,7 +138,7 @@ impl SkipNorm {
 }
 
 /// The operands of one call.
-struct Rows<'a, T: SkipElem> {
+struct Rows<'a, T: Widen> {
     x: &'a [T],
     skip: &'a [T],
     gamma: &'a [T],
@@ -204,7 +149,7 @@ struct Rows<'a, T: SkipElem> {
     simplified: bool,
 }
 
-impl<T: SkipElem> Rows<'_, T> {
+impl<T: Widen> Rows<'_, T> {
     /// Row `r` of `input + skip (+ bias)`, element by element.
     #[inline(always)]
     fn sums(&self, r: usize) -> impl Iterator<Item = T::Acc> + '_ {
@@ -320,7 +265,7 @@ struct Row<'a, T> {
     bias: Option<&'a [T]>,
 }
 
-impl<T: SkipElem> Row<'_, T> {
+impl<T: Widen> Row<'_, T> {
     /// Element `h` of `input + skip (+ bias)`.
     #[inline(always)]
     fn at(&self, h: usize) -> T::Acc {
@@ -352,7 +297,7 @@ impl<T> Default for Outs<'_, T> {
 }
 
 impl SkipNorm {
-    fn execute_typed<T: SkipElem>(
+    fn execute_typed<T: Widen>(
         &self,
         inputs: &[Option<&Tensor>],
         outputs: &mut [Tensor],

@@ -13,7 +13,7 @@
 use super::direct;
 use super::geometry::Window;
 use super::im2col;
-use super::shape::ConvShape;
+use super::shape::{ConvShape, check_types};
 use crate::ops::basic::common::{
     Attrs, check_inputs, checked_count, input, optional, output, required, typed, typed_mut,
 };
@@ -151,21 +151,8 @@ impl Operator for Conv {
         let inputs = check_inputs(OP, inputs, 2, 3)?;
         let (x, w) = (required(OP, inputs, 0)?, required(OP, inputs, 1)?);
         let bias = optional(inputs, 2);
-        if !matches!(
-            x.dtype,
-            ElementType::F32 | ElementType::F64 | ElementType::F16 | ElementType::BF16
-        ) {
-            return Err(KernelError::UnsupportedType {
-                op: OP,
-                dtype: x.dtype,
-            });
-        }
-        if w.dtype != x.dtype || bias.is_some_and(|b| b.dtype != x.dtype) {
-            return Err(KernelError::Shape(format!(
-                "{OP}: X, W and B must have one element type (X is {})",
-                x.dtype
-            )));
-        }
+        use ElementType as E;
+        check_types(OP, x, w, bias, &[E::F32, E::F64, E::F16, E::BF16])?;
         let s = self.shape(x.shape, w.shape, bias.map(|b| b.shape))?;
         let mut shape = vec![s.batch, s.maps];
         shape.extend_from_slice(&s.geometry.output[..s.geometry.rank]);

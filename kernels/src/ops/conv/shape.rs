@@ -2,6 +2,7 @@
 //! them.
 
 use super::geometry::Geometry;
+use crate::{ElementType, InputInfo, KernelError};
 
 /// Output columns of one im2col tile are chosen so that its panels hold
 /// about this many floats (256 KiB: the panels and the weights' rows they
@@ -49,4 +50,24 @@ impl ConvShape {
             .max(nr)
             .min(cols.div_ceil(nr) * nr)
     }
+}
+
+/// Checks that X is of a type in `allowed` and that W and B are of X's.
+pub(crate) fn check_types(
+    op: &'static str,
+    x: InputInfo<'_>,
+    w: InputInfo<'_>,
+    bias: Option<InputInfo<'_>>,
+    allowed: &[ElementType],
+) -> Result<(), KernelError> {
+    if !allowed.contains(&x.dtype) {
+        return Err(KernelError::UnsupportedType { op, dtype: x.dtype });
+    }
+    if w.dtype != x.dtype || bias.is_some_and(|b| b.dtype != x.dtype) {
+        return Err(KernelError::Shape(format!(
+            "{op}: X, W and B must have one element type (X is {})",
+            x.dtype
+        )));
+    }
+    Ok(())
 }

@@ -9,6 +9,7 @@
 //! the weight read in place; a scatter (col2im) adds them into the output.
 
 use super::geometry::{AutoPad, Geometry, MAX_SPATIAL, Window};
+use super::shape::check_types;
 use crate::ops::basic::common::{
     Attrs, check_inputs, checked_count, input, optional, output, required, typed, typed_mut,
 };
@@ -199,18 +200,7 @@ impl Operator for ConvTranspose {
         let inputs = check_inputs(OP, inputs, 2, 3)?;
         let (x, w) = (required(OP, inputs, 0)?, required(OP, inputs, 1)?);
         let bias = optional(inputs, 2);
-        if x.dtype != ElementType::F32 {
-            return Err(KernelError::UnsupportedType {
-                op: OP,
-                dtype: x.dtype,
-            });
-        }
-        if w.dtype != x.dtype || bias.is_some_and(|b| b.dtype != x.dtype) {
-            return Err(KernelError::Shape(format!(
-                "{OP}: X, W and B must have one element type (X is {})",
-                x.dtype
-            )));
-        }
+        check_types(OP, x, w, bias, &[ElementType::F32])?;
         let s = self.shape(x.shape, w.shape, bias.map(|b| b.shape))?;
         let mut shape = vec![s.batch, s.maps];
         shape.extend_from_slice(&s.geometry.input[..s.geometry.rank]);

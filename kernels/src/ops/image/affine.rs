@@ -4,7 +4,7 @@
 //! `[N, C, D, H, W]`. Hot path: per output row, each point is the matrix
 //! applied to its homogeneous base coordinates (computed in f64).
 
-use super::common::{Real, Sample};
+use super::common::{Real, Widen};
 use crate::ops::basic::common::{
     Attrs, check_inputs, constant_ints, input, output, required, typed, typed_mut,
 };
@@ -81,13 +81,7 @@ impl AffineGrid {
 
 /// Fills `y` (`[N, D.., k]` of `out` dims) with `theta` applied to the base
 /// coordinates.
-fn fill<T: Sample>(
-    ag: &AffineGrid,
-    theta: &[T],
-    out: &[usize],
-    y: &mut [T],
-    par: &dyn ParallelFor,
-) {
+fn fill<T: Widen>(ag: &AffineGrid, theta: &[T], out: &[usize], y: &mut [T], par: &dyn ParallelFor) {
     let k = out.len() - 2;
     let w = out[k];
     let row = w * k;
@@ -112,9 +106,9 @@ fn fill<T: Sample>(
                     let m = &t[i * (k + 1)..][..k + 1];
                     let mut acc = 0.0;
                     for (&a, &b) in m.iter().zip(&base[..=k]) {
-                        acc += a.load().widen() * b;
+                        acc += a.load().to_f64() * b;
                     }
-                    *v = T::store(T::Acc::of(acc));
+                    *v = T::store(T::Acc::from_f64(acc));
                 }
             }
         }

@@ -9,7 +9,7 @@
 //! element sums the products of those lists in kernel order (the order of
 //! the operator's reference loop, which adds kernel by kernel).
 
-use super::common::{Real, Sample};
+use super::common::{Real, Widen};
 use crate::ops::basic::common::{
     Attrs, MAX_RANK, check_inputs, checked_count, constant_ints, input, numel, output, required,
     typed, typed_mut,
@@ -195,7 +195,7 @@ impl Landing {
 }
 
 /// The gather of `x` (`[N, C * K, L]`) into `y` (`[N, C, image..]`).
-fn gather<T: Sample>(g: &Geometry, x: &[T], y: &mut [T], par: &dyn ParallelFor) {
+fn gather<T: Widen>(g: &Geometry, x: &[T], y: &mut [T], par: &dyn ParallelFor) {
     let m = g.image.len();
     let tables: Vec<Landing> = (0..m).map(|d| Landing::new(g, d)).collect();
     let (kst, bst) = (strides(&g.kernel), strides(&g.blocks));

@@ -3,112 +3,12 @@
 //! stores back, rounding and saturating integers), and reading float
 //! operands (scales, roi, theta) at resolution (cold path).
 
-use std::ops::{Add, Mul, Sub};
-
-use half::{bf16, f16};
-
-use crate::ops::basic::common::Elem;
+pub(crate) use crate::ops::basic::real::{Real, Widen};
 use crate::{DataRef, ElementType, KernelError, Tensor};
-
-/// The float type interpolation weights and sums are computed in.
-pub(crate) trait Real:
-    Copy + Send + Sync + PartialOrd + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self>
-{
-    /// 0.
-    const ZERO: Self;
-    /// The value of an f64 (weights are computed in f64 once per execute).
-    fn of(v: f64) -> Self;
-    /// The value as f64.
-    fn widen(self) -> f64;
-}
-
-impl Real for f32 {
-    const ZERO: Self = 0.0;
-    #[inline(always)]
-    fn of(v: f64) -> Self {
-        v as f32
-    }
-    #[inline(always)]
-    fn widen(self) -> f64 {
-        f64::from(self)
-    }
-}
-
-impl Real for f64 {
-    const ZERO: Self = 0.0;
-    #[inline(always)]
-    fn of(v: f64) -> Self {
-        v
-    }
-    #[inline(always)]
-    fn widen(self) -> f64 {
-        self
-    }
-}
-
-/// An element type that can be interpolated: loaded into [`Real`] and
-/// stored back (integers rounded half to even and saturated, as ONNX's
-/// reference casts).
-pub(crate) trait Sample: Elem {
-    /// The accumulator type.
-    type Acc: Real;
-    /// The value as an accumulator.
-    fn load(self) -> Self::Acc;
-    /// An accumulator stored as this type.
-    fn store(v: Self::Acc) -> Self;
-}
-
-impl Sample for f32 {
-    type Acc = f32;
-    #[inline(always)]
-    fn load(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn store(v: f32) -> Self {
-        v
-    }
-}
-
-impl Sample for f64 {
-    type Acc = f64;
-    #[inline(always)]
-    fn load(self) -> f64 {
-        self
-    }
-    #[inline(always)]
-    fn store(v: f64) -> Self {
-        v
-    }
-}
-
-impl Sample for f16 {
-    type Acc = f32;
-    #[inline(always)]
-    fn load(self) -> f32 {
-        self.to_f32()
-    }
-    #[inline(always)]
-    fn store(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-}
-
-impl Sample for bf16 {
-    type Acc = f32;
-    #[inline(always)]
-    fn load(self) -> f32 {
-        self.to_f32()
-    }
-    #[inline(always)]
-    fn store(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-}
 
 macro_rules! impl_sample_int {
     ($($t:ty => $acc:ty),*) => {$(
-        impl Sample for $t {
+        impl Widen for $t {
             type Acc = $acc;
             #[inline(always)]
             fn load(self) -> $acc {

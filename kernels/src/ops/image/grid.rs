@@ -6,7 +6,7 @@
 //! taps (offset, weight) are computed once and applied to every channel
 //! of the task's planes.
 
-use super::common::{Real, Sample};
+use super::common::{Real, Widen};
 use crate::ops::basic::common::{
     Attrs, MAX_RANK, check_inputs, input, numel, output, required, typed, typed_mut,
 };
@@ -227,17 +227,17 @@ impl<A: Real> Combined<A> {
 
     /// The product taps at normalized coordinates `g` (x, the last axis,
     /// first).
-    fn at<G: Sample>(&mut self, gs: &GridSample, axes: &[Axis], g: &[G]) -> &[(usize, A)] {
+    fn at<G: Widen>(&mut self, gs: &GridSample, axes: &[Axis], g: &[G]) -> &[(usize, A)] {
         let k = axes.len();
         self.cur.clear();
-        self.cur.push((0, A::of(1.0)));
+        self.cur.push((0, A::from_f64(1.0)));
         for (d, a) in axes.iter().enumerate() {
-            let t = gs.taps(a, g[k - 1 - d].load().widen());
+            let t = gs.taps(a, g[k - 1 - d].load().to_f64());
             self.next.clear();
             for &(b, w) in &self.cur {
                 for j in 0..t.n {
                     if let Some(off) = t.off[j] {
-                        self.next.push((b + off, w * A::of(t.w[j])));
+                        self.next.push((b + off, w * A::from_f64(t.w[j])));
                     }
                 }
             }
@@ -249,7 +249,7 @@ impl<A: Real> Combined<A> {
 
 /// The weighted sum of `plane` at `taps`.
 #[inline]
-fn apply<T: Sample>(plane: &[T], taps: &[(usize, T::Acc)]) -> T {
+fn apply<T: Widen>(plane: &[T], taps: &[(usize, T::Acc)]) -> T {
     let mut acc = T::Acc::ZERO;
     for &(off, w) in taps {
         acc = acc + w * plane[off].load();
@@ -261,7 +261,7 @@ fn apply<T: Sample>(plane: &[T], taps: &[(usize, T::Acc)]) -> T {
 /// into `y`, `positions` outputs per plane. Tasks take whole planes when
 /// there are enough to share (a run of planes of one batch item shares each
 /// position's taps), otherwise spans of positions.
-fn sample<T: Sample, G: Sample>(
+fn sample<T: Widen, G: Widen>(
     gs: &GridSample,
     (x, xs): (&[T], &[usize]),
     grid: &[G],

@@ -4,7 +4,7 @@
 //! element per output; linear and cubic (optionally antialiased) sum the
 //! tensor product of each axis's taps, as ONNX's separable definition.
 
-use super::common::{Real, Sample};
+use super::common::{Real, Widen};
 use crate::ops::basic::common::{Elem, MAX_RANK, typed, typed_mut};
 use crate::ops::index::common::{FromF64, by_rows, strides};
 use crate::{KernelError, ParallelFor, Tensor};
@@ -199,7 +199,7 @@ fn filter_table<A: Real>(g: &AxisGeom, p: &Params) -> Result<AxisTable<A>, Kerne
         return Ok(AxisTable {
             taps: 1,
             offset: (0..g.output).map(|o| o * g.stride).collect(),
-            weight: vec![A::of(1.0); g.output],
+            weight: vec![A::from_f64(1.0); g.output],
             outside: Vec::new(),
         });
     }
@@ -256,7 +256,7 @@ fn filter_table<A: Real>(g: &AxisGeom, p: &Params) -> Result<AxisTable<A>, Kerne
         }
         for (k, &wk) in w.iter().enumerate() {
             t.offset.push(g.at(first + k as i64));
-            t.weight.push(A::of(wk));
+            t.weight.push(A::from_f64(wk));
         }
     }
     Ok(t)
@@ -309,16 +309,16 @@ pub(crate) fn resample(
         Filter::Nearest(mode) => dispatch_any!(x.dtype(), T => {
             let tables: Vec<AxisTable<()>> =
                 geom.iter().map(|g| nearest_table(g, params.coord, mode)).collect();
-            let e = T::from_f64(params.extrapolation);
+            let e = <T as FromF64>::from_f64(params.extrapolation);
             nearest::<T>(typed::<T>(op, x)?, typed_mut::<T>(op, y)?, &plan.out, &tables, e, par);
             Ok(())
         }, else Err(KernelError::UnsupportedType { op, dtype: x.dtype() })),
         _ => dispatch_num!(x.dtype(), T => {
             let tables = geom
                 .iter()
-                .map(|g| filter_table::<<T as Sample>::Acc>(g, params))
+                .map(|g| filter_table::<<T as Widen>::Acc>(g, params))
                 .collect::<Result<Vec<_>, _>>()?;
-            let e = T::store(<T as Sample>::Acc::of(params.extrapolation));
+            let e = T::store(<<T as Widen>::Acc as Real>::from_f64(params.extrapolation));
             filtered::<T>(typed::<T>(op, x)?, typed_mut::<T>(op, y)?, &plan.out, &tables, e, par);
             Ok(())
         }, else Err(KernelError::UnsupportedType { op, dtype: x.dtype() })),
@@ -395,7 +395,7 @@ fn nearest<T: Elem>(
 /// Linear or cubic sampling: per row, the outer axes' tap products
 /// (offset, weight) are gathered once; each element then sums them with
 /// the last axis's taps.
-fn filtered<T: Sample>(
+fn filtered<T: Widen>(
     x: &[T],
     y: &mut [T],
     out: &[usize],
@@ -417,7 +417,7 @@ fn filtered<T: Sample>(
                 continue;
             }
             cur.clear();
-            cur.push((0, T::Acc::of(1.0)));
+            cur.push((0, T::Acc::from_f64(1.0)));
             for (t, &o) in tables[..last].iter().zip(&idx) {
                 let (offs, ws) = (&t.offset[o * t.taps..][..t.taps], &t.weight[o * t.taps..]);
                 next.clear();
