@@ -321,6 +321,7 @@ fn matmul_nbits_int8(c: &mut Criterion) {
     let mut rng = Rng(5);
     let int8 = KernelOptions {
         int8_activations: true,
+        ..KernelOptions::default()
     };
     for m in [1, 128] {
         let mut group = c.benchmark_group(format!("tiny-llm/matmul_nbits_int8/m{m}"));

@@ -45,6 +45,9 @@ enum Command {
         /// Use the portable layouts instead of the CPU's SIMD ones.
         #[arg(long)]
         portable: bool,
+        /// The kernel family (`scalar` is `--portable`); default: the best this CPU has.
+        #[arg(long, value_enum, conflicts_with = "portable")]
+        isa: Option<common::IsaChoice>,
     },
     /// Run a model once (or repeatedly, for timing) on inputs from an .npz.
     Run {
@@ -68,6 +71,9 @@ enum Command {
         /// Use the portable layouts and scalar kernels instead of the CPU's SIMD ones.
         #[arg(long)]
         portable: bool,
+        /// The kernel family every operator uses (`scalar` is `--portable`); default: the best this CPU has.
+        #[arg(long, value_enum, conflicts_with = "portable")]
+        isa: Option<common::IsaChoice>,
         /// Quantize the activations of MatMulNBits nodes with accuracy_level = 4 to int8, as ONNX Runtime does (outputs differ from exact f32 by about 1 % of max|output|).
         #[arg(long)]
         int8_activations: bool,
@@ -188,7 +194,10 @@ fn main() -> ExitCode {
             model,
             json,
             portable,
-        } => cli::inspect::plan(&model, json, portable),
+            isa,
+        } => common::cpu_features(isa, portable)
+            .map_err(Into::into)
+            .and_then(|cpu| cli::inspect::plan(&model, json, cpu)),
         Command::Run {
             model,
             inputs,
@@ -197,6 +206,7 @@ fn main() -> ExitCode {
             dims,
             repeat,
             portable,
+            isa,
             int8_activations,
             trace,
             mode,
@@ -213,6 +223,7 @@ fn main() -> ExitCode {
             dims,
             repeat,
             portable,
+            isa,
             int8_activations,
             trace,
             mode,

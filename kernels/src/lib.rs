@@ -29,7 +29,7 @@ pub use op::{
     Attributes, CpuFeatures, InputInfo, KernelOptions, NodeSpec, Operator, OutputInfo, Prepack,
     RowPacking, validate_common,
 };
-pub use ops::linalg::check_packed;
+pub use ops::check_packed;
 pub use packed::{PackedPart, PackedWeight};
 
 /// A hash of this crate's sources, fixed at build time: two builds with

@@ -174,6 +174,11 @@ pub struct KernelOptions {
     /// Outputs then differ from the exact f32 product by up to about 1–2 %
     /// of the largest output magnitude; other nodes are unaffected.
     pub int8_activations: bool,
+    /// The instruction sets the operators' kernels may use (they use the
+    /// best of these that the CPU has); `None`: all the CPU has. Operators
+    /// whose weights are packed take the family of their packing instead
+    /// ([`Operator::prepack`]'s `cpu`).
+    pub cpu: Option<CpuFeatures>,
 }
 
 /// How an operator packs its constant weights.
@@ -286,6 +291,12 @@ pub trait RowPacking: Send + Debug {
 pub trait Operator: Send + Sync + Debug {
     /// The operator type (for errors and dumps).
     fn name(&self) -> &'static str;
+
+    /// The operator as a plan dump shows it: [`Operator::name`], and the
+    /// nodes it runs fused (`Conv+BatchNormalization+Relu`).
+    fn describe(&self) -> String {
+        self.name().to_owned()
+    }
 
     /// Output types and shapes for these inputs (`None` = omitted optional
     /// input). Errors on inconsistent inputs or on a shape operand that is

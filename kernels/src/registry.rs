@@ -24,13 +24,16 @@ pub fn operator_with(
     if let Some(op) = ops::basic::lookup(&spec) {
         return op;
     }
-    if let Some(op) = ops::linalg::lookup_with(&spec, CpuFeatures::detect(), options) {
+    let cpu = options.cpu.unwrap_or_else(CpuFeatures::detect);
+    if let Some(op) = ops::linalg::lookup_with(&spec, cpu, options) {
+        return op;
+    }
+    if let Some(op) = ops::conv::lookup(&spec, cpu) {
         return op;
     }
     let families = [
         ops::index::lookup,
         ops::math::lookup,
-        ops::conv::lookup,
         ops::image::lookup,
         ops::normalize::lookup,
         ops::detect::lookup,

@@ -40,6 +40,17 @@ impl Width {
         })
     }
 
+    /// The width of a kernel family's vectors (its features are present:
+    /// the [`Isa`](crate::ops::linalg::isa::Isa) invariant).
+    pub(crate) fn of_isa(isa: crate::ops::linalg::isa::Isa) -> Self {
+        use crate::ops::linalg::isa::Isa;
+        Self(match isa {
+            Isa::Portable => Level::Baseline,
+            Isa::Avx2 => Level::Avx2,
+            Isa::Avx512 => Level::Avx512,
+        })
+    }
+
     /// The baseline target (every CPU).
     #[cfg(test)]
     pub(crate) fn baseline() -> Self {

@@ -2,12 +2,17 @@
 //! the ONNX definitions here (f64), over every path the kernels choose
 //! (pointwise GEMM, im2col tiles, depthwise), ranks 1 to 3, groups,
 //! strides, dilations, padding and `auto_pad`; values of the pools checked
-//! by hand; refusals of inconsistent shapes and attributes.
+//! by hand; refusals of inconsistent shapes and attributes. Fused chains
+//! (Conv, BatchNormalization, residual Add, activation) on every kernel
+//! family of this CPU, packed and not, against the same loops.
 
 mod math_util;
 
 use math_util::*;
-use onnx_prepared_kernels::{KernelError, Sequential, Tensor};
+use onnx_prepared_kernels::ops::conv::{ConvActivation, ConvFusion, fused};
+use onnx_prepared_kernels::{
+    CpuFeatures, InputInfo, KernelError, NodeSpec, ParallelFor, Sequential, Tensor,
+};
 
 /// One convolution case: shapes and window attributes.
 #[derive(Debug, Clone)]
@@ -154,6 +159,11 @@ fn every_convolution_path_matches_the_definition() {
             .dilation(&[2, 3])
             .pads(&[2, 1, 0, 3]),
         Case::new(&[1, 16, 40, 40], 8, &[3, 3]).pads(&[1, 1, 1, 1]),
+        // A tap whose padding offset is larger than a short run of
+        // output columns (a 9-wide row split at a panel boundary).
+        Case::new(&[1, 8, 9, 9], 8, &[3, 3])
+            .dilation(&[2, 2])
+            .pads(&[2, 2, 2, 2]),
         Case::new(&[1, 6, 8, 8], 4, &[3, 3])
             .group(2)
             .stride(&[2, 2]),
@@ -446,4 +456,291 @@ fn inconsistent_shapes_and_attributes_are_refused() {
         e.contains("larger than the transposed convolution gives"),
         "{e}"
     );
+}
+
+/// The activation from its definition, in f64.
+fn activation_reference(act: ConvActivation, v: f64) -> f64 {
+    let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
+    let hard = |a: f32, b: f32, v: f64| (f64::from(a) * v + f64::from(b)).clamp(0.0, 1.0);
+    match act {
+        ConvActivation::Identity => v,
+        ConvActivation::Relu => v.max(0.0),
+        ConvActivation::LeakyRelu { alpha } if v < 0.0 => f64::from(alpha) * v,
+        ConvActivation::LeakyRelu { .. } => v,
+        ConvActivation::Clip { min, max } => v.max(f64::from(min)).min(f64::from(max)),
+        ConvActivation::HardSigmoid { alpha, beta } => hard(alpha, beta, v),
+        ConvActivation::HardSwish => v * (v / 6.0 + 0.5).clamp(0.0, 1.0),
+        ConvActivation::Sigmoid => sig(v),
+        ConvActivation::MulHardSigmoid { alpha, beta } => v * hard(alpha, beta, v),
+        ConvActivation::Silu => v * sig(v),
+    }
+}
+
+/// Every kernel family this CPU has.
+fn cpus() -> Vec<CpuFeatures> {
+    let have = CpuFeatures::detect();
+    let mut out = vec![CpuFeatures::portable()];
+    if have.avx2 {
+        out.push(CpuFeatures {
+            avx2: true,
+            avx512: false,
+            avx512vnni: false,
+        });
+    }
+    if have.avx512 {
+        out.push(have);
+    }
+    out
+}
+
+/// Runs the fused operator of `c` and `fusion` on `inputs` (constants
+/// after X) on `cpu`, packed through its prepack when `packed`.
+fn run_fused(
+    c: &Case,
+    fusion: ConvFusion,
+    cpu: CpuFeatures,
+    inputs: &[Option<&Tensor>],
+    packed: bool,
+    par: &dyn ParallelFor,
+) -> Tensor {
+    let node = c.node();
+    let spec = NodeSpec {
+        domain: "",
+        op_type: "Conv",
+        opset: 11,
+        attributes: &node.attrs,
+        inputs: 3,
+        outputs: 1,
+    };
+    let op = fused(&spec, fusion, cpu).unwrap();
+    let residual = fusion.residual.then(|| inputs.len() - 1);
+    let infos: Vec<Option<InputInfo<'_>>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            t.map(|t| {
+                if i == 0 || Some(i) == residual {
+                    InputInfo::dynamic(t.dtype(), t.shape())
+                } else {
+                    InputInfo::known(t)
+                }
+            })
+        })
+        .collect();
+    let out = op.infer(&infos).unwrap().remove(0);
+    let mut outputs = vec![Tensor::zeros(out.dtype, out.shape).unwrap()];
+    if !packed {
+        op.execute(inputs, None, &mut outputs, par).unwrap();
+        return outputs.remove(0);
+    }
+    let prepack = op.prepack(&infos, cpu).expect("constant f32 weights pack");
+    let sources: Vec<&Tensor> = prepack
+        .consumes()
+        .iter()
+        .map(|&i| inputs[i].unwrap())
+        .collect();
+    let object = prepack.prepare(&sources, &Sequential).unwrap();
+    let shapes: Vec<&[usize]> = sources.iter().map(|t| t.shape()).collect();
+    prepack.validate(&object, &shapes).unwrap();
+    assert_eq!(prepack.packed_bytes(&shapes), Some(object.byte_len()));
+    let mut rest: Vec<Option<&Tensor>> = inputs.to_vec();
+    for &i in prepack.consumes() {
+        rest[i] = None;
+    }
+    op.execute(&rest, Some(&object), &mut outputs, par).unwrap();
+    outputs.remove(0)
+}
+
+#[test]
+fn fused_chains_match_the_definitions_on_every_kernel_family() {
+    let cases = [
+        Case::new(&[1, 8, 6, 7], 12, &[1, 1]),
+        Case::new(&[2, 4, 10, 9], 6, &[3, 2])
+            .stride(&[2, 3])
+            .pads(&[1, 0, 2, 1]),
+        Case::new(&[1, 6, 8, 8], 4, &[3, 3]).group(2),
+        Case::new(&[1, 5, 9, 8], 5, &[3, 3])
+            .group(5)
+            .pads(&[1, 1, 1, 1]),
+        Case::new(&[1, 16, 30, 30], 16, &[3, 3])
+            .group(16)
+            .stride(&[2, 2])
+            .pads(&[1, 1, 1, 1]),
+        Case::new(&[3, 4, 17], 5, &[4]).stride(&[2]).pads(&[2, 1]),
+    ];
+    let activations = [
+        ConvActivation::Identity,
+        ConvActivation::Relu,
+        ConvActivation::LeakyRelu { alpha: 0.1 },
+        ConvActivation::Clip {
+            min: -0.5,
+            max: 0.75,
+        },
+        ConvActivation::HardSigmoid {
+            alpha: 0.2,
+            beta: 0.5,
+        },
+        ConvActivation::HardSwish,
+        ConvActivation::Sigmoid,
+        ConvActivation::MulHardSigmoid {
+            alpha: 0.25,
+            beta: 0.4,
+        },
+        ConvActivation::Silu,
+    ];
+    let mut rng = Rng(42);
+    for (ci, c) in cases.iter().enumerate() {
+        let ws = c.w_shape();
+        let (x, w, b) = (
+            rng.f32s(numel(&c.x)),
+            rng.f32s(numel(&ws)),
+            rng.f32s(c.maps),
+        );
+        let (shape, conv) = conv_reference(c, &x, &w, Some(&b));
+        let m = c.maps;
+        let scale: Vec<f32> = (0..m).map(|_| 0.5 + rng.f32().abs()).collect();
+        let shift = rng.f32s(m);
+        let mean = rng.f32s(m);
+        let var: Vec<f32> = (0..m).map(|_| 0.25 + rng.f32().abs()).collect();
+        let r = rng.f32s(numel(&shape));
+        let eps = 1e-3f32;
+        let ts = |s: &[usize], v: &[f32]| f32t(s, v);
+        let (xt, wt, bt_) = (ts(&c.x, &x), ts(&ws, &w), ts(&[m], &b));
+        let bn_t = [&scale, &shift, &mean, &var].map(|v| ts(&[m], v));
+        let rt = ts(&shape, &r);
+        let plane = numel(&shape[2..]);
+        for (ai, &act) in activations.iter().enumerate() {
+            for (bn, residual) in [(false, false), (true, false), (false, true), (true, true)] {
+                let fusion = ConvFusion {
+                    batch_norm: bn.then_some(eps),
+                    residual,
+                    activation: act,
+                };
+                let want: Vec<f32> = conv
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| {
+                        let ch = i / plane % m;
+                        let mut v = f64::from(v);
+                        if bn {
+                            v = (v - f64::from(mean[ch]))
+                                / (f64::from(var[ch]) + f64::from(eps)).sqrt()
+                                * f64::from(scale[ch])
+                                + f64::from(shift[ch]);
+                        }
+                        if residual {
+                            v += f64::from(r[i]);
+                        }
+                        activation_reference(act, v) as f32
+                    })
+                    .collect();
+                let mut inputs: Vec<Option<&Tensor>> = vec![Some(&xt), Some(&wt), Some(&bt_)];
+                if bn {
+                    inputs.extend(bn_t.iter().map(Some));
+                }
+                if residual {
+                    inputs.push(Some(&rt));
+                }
+                // Every family on the densest combinations, one family
+                // otherwise (the families' kernels are the GEMM's and the
+                // vector loops, tested on their own as well).
+                let families = if ai % 3 == 0 || ci == 0 {
+                    cpus()
+                } else {
+                    vec![CpuFeatures::detect()]
+                };
+                for cpu in families {
+                    for (packed, par) in
+                        [(false, &Sequential as &dyn ParallelFor), (true, &Reversed)]
+                    {
+                        let got = run_fused(c, fusion, cpu, &inputs, packed, par);
+                        assert_eq!(got.shape(), shape.as_slice());
+                        let tol = 2e-5 * (c.x[1] / c.group * numel(&c.kernel)) as f32;
+                        let label = format!("{c:?} {fusion:?} {cpu:?} packed {packed}");
+                        for (i, (g, w)) in got.as_f32().unwrap().iter().zip(&want).enumerate() {
+                            assert!(
+                                (g - w).abs() <= tol * (1.0 + w.abs()),
+                                "{label}: element {i}: got {g}, want {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_operands_of_the_wrong_shape_or_a_foreign_packing_are_refused() {
+    let c = Case::new(&[1, 4, 6, 6], 4, &[3, 3]);
+    let node = c.node();
+    let spec = NodeSpec {
+        domain: "",
+        op_type: "Conv",
+        opset: 11,
+        attributes: &node.attrs,
+        inputs: 3,
+        outputs: 1,
+    };
+    let fusion = ConvFusion {
+        batch_norm: Some(1e-5),
+        residual: true,
+        activation: ConvActivation::Relu,
+    };
+    let op = fused(&spec, fusion, CpuFeatures::detect()).unwrap();
+    assert_eq!(op.describe(), "Conv+BatchNormalization+Add+Relu");
+    let z =
+        |s: &[usize]| Tensor::zeros(onnx_prepared_kernels::ElementType::F32, s.to_vec()).unwrap();
+    let (x, w, b, p, r) = (
+        z(&[1, 4, 6, 6]),
+        z(&[4, 4, 3, 3]),
+        z(&[4]),
+        z(&[4]),
+        z(&[1, 4, 4, 4]),
+    );
+    fn info(t: &Tensor) -> Option<InputInfo<'_>> {
+        Some(InputInfo::known(t))
+    }
+    let good = [
+        info(&x),
+        info(&w),
+        info(&b),
+        info(&p),
+        info(&p),
+        info(&p),
+        info(&p),
+        info(&r),
+    ];
+    assert_eq!(op.infer(&good).unwrap()[0].shape, vec![1, 4, 4, 4]);
+    // A residual that would broadcast is not the output's shape.
+    let r1 = z(&[1, 4, 1, 1]);
+    let mut bad = good;
+    bad[7] = info(&r1);
+    let e = op.infer(&bad).unwrap_err().to_string();
+    assert!(e.contains("must have the output's shape"), "{e}");
+    // A normalization parameter of the wrong length.
+    let p3 = z(&[3]);
+    let mut bad = good;
+    bad[5] = info(&p3);
+    let e = op.infer(&bad).unwrap_err().to_string();
+    assert!(e.contains("must be [4]"), "{e}");
+    // Too few inputs for the fusion.
+    assert!(op.infer(&good[..7]).is_err());
+    // A packed object made for other weights fails validation.
+    let prepack = op.prepack(&good, CpuFeatures::detect()).unwrap();
+    let w2 = z(&[4, 4, 1, 1]);
+    let plain = fused(&spec, ConvFusion::default(), CpuFeatures::detect()).unwrap();
+    let other = plain
+        .prepack(&[info(&x), info(&w2)], CpuFeatures::detect())
+        .unwrap()
+        .prepare(&[&w2], &Sequential)
+        .unwrap();
+    let shapes: Vec<&[usize]> = vec![&[4, 4, 3, 3], &[4], &[4], &[4], &[4], &[4]];
+    assert!(prepack.validate(&other, &shapes).is_err());
+    // Not a Conv node.
+    let relu = NodeSpec {
+        op_type: "Relu",
+        ..spec
+    };
+    assert!(fused(&relu, fusion, CpuFeatures::detect()).is_err());
 }

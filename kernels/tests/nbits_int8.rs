@@ -187,6 +187,7 @@ fn level_4_quantizes_only_when_opted_in_and_stays_within_two_percent() {
     let mut rng = Rng(21);
     let on = KernelOptions {
         int8_activations: true,
+        ..KernelOptions::default()
     };
     for (rows, k, n, bs, zp) in [
         (1, 256, 40, 32, false),
@@ -267,6 +268,7 @@ fn the_registry_passes_the_options_through() {
     );
     let on = KernelOptions {
         int8_activations: true,
+        ..KernelOptions::default()
     };
     let int8 = run(
         &*registry::operator_with(&spec(&a, 4), on).expect("op"),
@@ -290,6 +292,7 @@ fn the_registry_passes_the_options_through() {
 fn attribute_errors_stay_typed_with_int8_on() {
     let on = KernelOptions {
         int8_activations: true,
+        ..KernelOptions::default()
     };
     let cpu = CpuFeatures::detect();
     let mut float_level = attrs(64, 8, 32, None);

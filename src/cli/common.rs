@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use onnx_prepared::CpuFeatures;
 use onnx_prepared::ResolvedModel;
 use onnx_prepared::Tensor;
 use onnx_prepared::decoder::{self, Lengths};
@@ -10,6 +11,38 @@ use onnx_prepared::limits::{MAX_CLI_THREADS, MAX_REPEAT};
 use onnx_prepared::session::Trace;
 
 /// `--threads`: 1 to [`MAX_CLI_THREADS`].
+/// `--isa`: the kernel family every operator uses (each family has a
+/// scalar reference, so CI runs all of them on one AVX-512 machine).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IsaChoice {
+    /// Portable layouts and scalar kernels (the same as `--portable`).
+    Scalar,
+    /// AVX2 and FMA.
+    Avx2,
+    /// AVX-512 F/BW/DQ/VL (and VNNI where the CPU has it).
+    Avx512,
+}
+
+/// The CPU features `--isa` or `--portable` ask for (all this CPU has when
+/// neither is given). An instruction set this CPU lacks is an error, not a
+/// silent fallback.
+pub fn cpu_features(isa: Option<IsaChoice>, portable: bool) -> Result<CpuFeatures, String> {
+    let have = CpuFeatures::detect();
+    let lacks = |name: &str| format!("--isa {name}: this CPU lacks {name}");
+    match (isa, portable) {
+        (Some(IsaChoice::Scalar), _) | (None, true) => Ok(CpuFeatures::portable()),
+        (None, false) => Ok(have),
+        (Some(IsaChoice::Avx2), _) if have.avx2 => Ok(CpuFeatures {
+            avx2: true,
+            avx512: false,
+            avx512vnni: false,
+        }),
+        (Some(IsaChoice::Avx2), _) => Err(lacks("avx2")),
+        (Some(IsaChoice::Avx512), _) if have.avx512 => Ok(have),
+        (Some(IsaChoice::Avx512), _) => Err(lacks("avx512")),
+    }
+}
+
 pub fn parse_threads(s: &str) -> Result<u16, String> {
     let n: u64 = s
         .parse()

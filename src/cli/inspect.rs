@@ -20,15 +20,10 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), Box<dyn std::error::Error>
     Ok(())
 }
 
-/// `plan`: the model resolved for this CPU (or the portable layouts) and
+/// `plan`: the model resolved for these CPU features (`--isa`) and
 /// its plan's tasks, requirements and steps, as text or JSON.
-pub fn plan(path: &Path, json: bool, portable: bool) -> Result<(), Box<dyn std::error::Error>> {
+pub fn plan(path: &Path, json: bool, cpu: CpuFeatures) -> Result<(), Box<dyn std::error::Error>> {
     let model = Model::open(path)?;
-    let cpu = if portable {
-        CpuFeatures::portable()
-    } else {
-        CpuFeatures::detect()
-    };
     let resolved = ResolvedModel::resolve(
         model,
         &ResolveOptions {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use onnx_prepared::decoder::Lengths;
 use onnx_prepared::npz;
 use onnx_prepared::session::{RuntimeContext, RuntimeSession, SessionOptions};
-use onnx_prepared::{CpuFeatures, ResolveOptions, Tensor};
+use onnx_prepared::{ResolveOptions, Tensor};
 
 use super::common::{generated_inputs, write_trace};
 use super::{CacheArgs, ChecksumArgs, LimitArgs};
@@ -40,6 +40,8 @@ pub struct RunArgs {
     pub repeat: usize,
     /// `--portable`.
     pub portable: bool,
+    /// `--isa`.
+    pub isa: Option<super::common::IsaChoice>,
     /// `--int8-activations`.
     pub int8_activations: bool,
     /// Where to write the session's trace.
@@ -121,11 +123,7 @@ pub fn main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
 /// the inference (`run` is synchronous) with N - 1 CPU workers helping its
 /// kernels.
 fn open_session(args: &RunArgs) -> Result<RuntimeSession, Box<dyn std::error::Error>> {
-    let cpu = if args.portable {
-        CpuFeatures::portable()
-    } else {
-        CpuFeatures::detect()
-    };
+    let cpu = super::common::cpu_features(args.isa, args.portable)?;
     let options = SessionOptions::default()
         .with_threads(args.threads)
         .with_trace(args.trace.is_some())

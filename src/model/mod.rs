@@ -7,6 +7,7 @@
 //! through a [`PayloadSource`] that reads through those handles.
 
 mod attrs;
+mod conv_chain;
 mod dtype;
 mod error;
 mod external;

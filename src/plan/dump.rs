@@ -75,6 +75,18 @@ pub struct StepDump {
     pub requires: Vec<u32>,
 }
 
+/// One node of the resolved graph, as its step runs it.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeDump {
+    /// Its index (the steps' node ranges count these).
+    pub index: u32,
+    /// Its name.
+    pub name: String,
+    /// Its operator, with the nodes it runs fused
+    /// (`Conv+BatchNormalization+Relu`).
+    pub op: String,
+}
+
 /// The whole plan, as `onnx-prepared plan --json` prints it.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanDump {
@@ -84,6 +96,8 @@ pub struct PlanDump {
     pub requirements: Vec<RequirementDump>,
     /// Invocation steps in order.
     pub steps: Vec<StepDump>,
+    /// The nodes the steps run.
+    pub nodes: Vec<NodeDump>,
 }
 
 impl PlanDump {
@@ -146,10 +160,21 @@ impl PlanDump {
                 requires: s.needs.iter_ones().map(|b| b as u32).collect(),
             })
             .collect();
+        let nodes = resolved
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeDump {
+                index: i as u32,
+                name: n.name.clone(),
+                op: n.op.describe(),
+            })
+            .collect();
         Self {
             tasks,
             requirements,
             steps,
+            nodes,
         }
     }
 
@@ -210,6 +235,10 @@ impl PlanDump {
                 st.scope,
                 format!("{}..{}", st.nodes[0], st.nodes[1])
             );
+        }
+        let _ = writeln!(s, "\n{:<5} {:<48} operator", "node", "name");
+        for n in &self.nodes {
+            let _ = writeln!(s, "{:<5} {:<48} {}", n.index, n.name, n.op);
         }
         s
     }

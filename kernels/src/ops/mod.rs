@@ -23,3 +23,32 @@ pub mod linalg;
 pub mod math;
 pub mod normalize;
 pub mod quant;
+
+use crate::{KernelError, PackedWeight};
+
+/// Checks a packed weight of any layout this crate packs against its own
+/// header: the parts and their sizes agree with what the header says, and
+/// this CPU runs the layout's kernels — what a kernel would otherwise find
+/// wrong only when it runs. Without the sources at hand (a cache being
+/// verified on its own) this is what can be checked;
+/// [`Prepack::validate`](crate::Prepack::validate) also checks the object
+/// against the sources' shapes.
+///
+/// # Errors
+/// [`KernelError::Invalid`] saying what does not match, or a layout this
+/// crate does not pack.
+pub fn check_packed(packed: &PackedWeight) -> Result<(), KernelError> {
+    if let Some(result) = linalg::check_self_consistent(packed) {
+        return result;
+    }
+    if let Some(result) = conv::check_self_consistent(packed) {
+        return result;
+    }
+    Err(KernelError::Invalid {
+        op: "Prepack",
+        detail: format!(
+            "packed weight `{}`: not a layout this build packs",
+            packed.layout
+        ),
+    })
+}

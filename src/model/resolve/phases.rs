@@ -83,6 +83,8 @@ macro_rules! view {
     };
 }
 
+mod chain;
+
 impl<'m> Resolver<'m> {
     /// Phase 1: every initializer known as an inline constant or a weight.
     pub(super) fn new(model: &'m Model, options: &'m ResolveOptions) -> Result<Self, LoadError> {
@@ -165,9 +167,21 @@ impl<'m> Resolver<'m> {
     pub(super) fn nodes(&mut self) -> Result<(), LoadError> {
         let model = self.model;
         let (qdq_skip, qdq_fused) = crate::model::qdq::find(model);
-        for (index, node) in model.graph().node.iter().enumerate() {
-            if qdq_skip.contains(&index) {
-                continue; // runs inside its MatMul's fused operator
+        let chains = crate::model::conv_chain::find(model);
+        let nodes = &model.graph().node;
+        for (index, node) in nodes.iter().enumerate() {
+            if qdq_skip.contains(&index) || chains.inner.contains(&index) {
+                continue; // runs inside a fused operator
+            }
+            if let Some(chain) = chains.by_anchor.get(&index) {
+                if let Some((name, op, inputs)) = self.fuse_chain(chain) {
+                    self.place(name, op, &inputs, std::slice::from_ref(&chain.output))?;
+                } else {
+                    for &i in &chain.nodes {
+                        self.node(i, &nodes[i], qdq_fused.get(&i))?;
+                    }
+                }
+                continue;
             }
             self.node(index, node, qdq_fused.get(&index))?;
         }
@@ -178,24 +192,30 @@ impl<'m> Resolver<'m> {
         Ok(())
     }
 
-    /// Phase 3 for one node: its kernel, its inputs, then folded or
-    /// probed and kept for phase 4.
+    /// Phase 3 for one node: its kernel, then [`Resolver::place`].
     fn node(
         &mut self,
         index: usize,
         node: &NodeProto,
         fused: Option<&QdqMatMul>,
     ) -> Result<(), LoadError> {
-        let op_type = node.op_type.as_deref().unwrap_or_default();
-        let name = node
-            .name
-            .clone()
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| format!("#{index} {op_type}"));
+        let name = node_name(index, node);
         let Some(op) = self.kernel(node, &name, fused)? else {
             return Ok(());
         };
         let input_names: &[String] = fused.map_or(&node.input, |f| &f.inputs);
+        self.place(name, op, input_names, &node.output)
+    }
+
+    /// An operator over named inputs: folded, or probed and kept for
+    /// phase 4.
+    fn place(
+        &mut self,
+        name: String,
+        op: Box<dyn Operator>,
+        input_names: &[String],
+        output_names: &[String],
+    ) -> Result<(), LoadError> {
         let mut node_inputs = Vec::with_capacity(input_names.len());
         for input in input_names {
             if input.is_empty() {
@@ -238,14 +258,14 @@ impl<'m> Resolver<'m> {
         };
         if foldable {
             let outs = outs.expect("foldable nodes are probed");
-            return self.fold(&*op, &name, &node_inputs, &outs, &node.output);
+            return self.fold(&*op, &name, &node_inputs, &outs, output_names);
         }
         let probe_out = probe_evaluate(&*op, &infos, outs.as_deref(), &node_inputs, |k| match k {
             Known::Inline(i) => Some(&*self.inline[i.0 as usize]),
             Known::Value(id, ..) => self.probe_values.get(id).map(|t| &**t),
             Known::Weight(_) => None,
         });
-        let outputs = self.define_outputs(&name, &node.output, outs.as_deref())?;
+        let outputs = self.define_outputs(&name, output_names, outs.as_deref())?;
         if let Some(values) = probe_out {
             for (id, t) in outputs.iter().zip(values) {
                 self.probe_values.insert(*id, Arc::new(t));
@@ -297,6 +317,7 @@ impl<'m> Resolver<'m> {
                 &spec,
                 KernelOptions {
                     int8_activations: self.options.int8_activations,
+                    cpu: Some(self.options.cpu),
                 },
             ),
         };
@@ -537,6 +558,15 @@ impl<'m> Resolver<'m> {
             probe_outputs: p.probe_outputs,
         }
     }
+}
+
+/// A node's name, or `#index op_type` for an unnamed one.
+fn node_name(index: usize, node: &NodeProto) -> String {
+    let op_type = node.op_type.as_deref().unwrap_or_default();
+    node.name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("#{index} {op_type}"))
 }
 
 /// Phase 5's requirements, deduplicated by [`PreparedKey`].

@@ -11,17 +11,20 @@
 //! loops (f64 accumulation), which are also the oracle of the f32 paths.
 
 use super::direct;
+use super::epilogue::{self, ConvFusion};
 use super::geometry::Window;
 use super::im2col;
+use super::packing::{BatchNorm, ConvPacked, ConvPrepack, channel_affine};
 use super::shape::{ConvShape, check_types};
 use crate::ops::basic::common::{
     Attrs, check_inputs, checked_count, input, optional, output, required, typed, typed_mut,
 };
 use crate::ops::linalg::isa::Isa;
 use crate::ops::linalg::sgemm::{self, BSrc, OutPtr, Problem};
+use crate::vector::{self, Width};
 use crate::{
     CpuFeatures, DataMut, DataRef, ElementType, InputInfo, KernelError, NodeSpec, Operator,
-    OutputInfo, PackedWeight, ParallelFor, Tensor, for_each_chunk_mut,
+    OutputInfo, PackedWeight, ParallelFor, Prepack, Tensor, for_each_chunk_mut,
 };
 
 const OP: &str = "Conv";
@@ -29,17 +32,26 @@ const OP: &str = "Conv";
 /// The most im2col tiles gathered at once (one per running task); what
 /// [`Operator::scratch_bytes`] charges.
 const MAX_TASKS: usize = 8;
+/// The widest `B` panel of any kernel family.
+const NR_MAX: usize = 32;
 
-/// A Conv node: its window attributes and group count.
+/// A Conv node: its window attributes and group count, and what follows
+/// it inside the same operator when resolution fused a chain.
 #[derive(Debug)]
 pub(crate) struct Conv {
     window: Window,
     group: usize,
+    /// The kernel family of unpacked weights (packed ones name theirs).
     isa: Isa,
+    fusion: ConvFusion,
 }
 
 impl Conv {
-    pub(crate) fn new(spec: &NodeSpec<'_>) -> Result<Self, KernelError> {
+    pub(crate) fn new(
+        spec: &NodeSpec<'_>,
+        cpu: CpuFeatures,
+        fusion: ConvFusion,
+    ) -> Result<Self, KernelError> {
         let attrs = Attrs::new(
             spec,
             OP,
@@ -60,7 +72,8 @@ impl Conv {
         Ok(Self {
             window: Window::parse(&attrs, false)?,
             group,
-            isa: Isa::select(CpuFeatures::detect()),
+            isa: Isa::select(cpu),
+            fusion,
         })
     }
 
@@ -142,13 +155,85 @@ pub(crate) fn check_channels(
     Ok((x[0], channels, maps))
 }
 
+impl Conv {
+    /// The checks a fused operator adds to Conv's: f32 throughout, the
+    /// normalization's parameters of `[M]`, the residual of the output's
+    /// shape.
+    fn check_fused(
+        &self,
+        inputs: &[Option<InputInfo<'_>>],
+        out: &[usize],
+    ) -> Result<(), KernelError> {
+        let op = "FusedConv";
+        let f32_of = |info: InputInfo<'_>| {
+            if info.dtype == ElementType::F32 {
+                Ok(())
+            } else {
+                Err(KernelError::UnsupportedType {
+                    op,
+                    dtype: info.dtype,
+                })
+            }
+        };
+        f32_of(required(op, inputs, 0)?)?;
+        if self.fusion.batch_norm.is_some() {
+            for i in 3..7 {
+                let p = required(op, inputs, i)?;
+                f32_of(p)?;
+                if p.shape != [out[1]] {
+                    return Err(KernelError::Shape(format!(
+                        "{op}: normalization parameter {:?} must be [{}]",
+                        p.shape, out[1]
+                    )));
+                }
+            }
+        }
+        if let Some(i) = self.fusion.residual_input() {
+            let r = required(op, inputs, i)?;
+            f32_of(r)?;
+            if r.shape != out {
+                return Err(KernelError::Shape(format!(
+                    "{op}: the residual addend {:?} must have the output's shape {out:?}",
+                    r.shape
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Operator for Conv {
     fn name(&self) -> &'static str {
-        OP
+        if self.fusion.is_empty() {
+            OP
+        } else {
+            "FusedConv"
+        }
+    }
+
+    fn describe(&self) -> String {
+        let f = &self.fusion;
+        let mut s = String::from(OP);
+        if f.batch_norm.is_some() {
+            s.push_str("+BatchNormalization");
+        }
+        if f.residual {
+            s.push_str("+Add");
+        }
+        if f.activation != epilogue::ConvActivation::Identity {
+            s.push('+');
+            s.push_str(f.activation.name());
+        }
+        s
     }
 
     fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
-        let inputs = check_inputs(OP, inputs, 2, 3)?;
+        let inputs = if self.fusion.is_empty() {
+            check_inputs(OP, inputs, 2, 3)?
+        } else {
+            let n = self.fusion.inputs();
+            check_inputs("FusedConv", inputs, n, n)?
+        };
         let (x, w) = (required(OP, inputs, 0)?, required(OP, inputs, 1)?);
         let bias = optional(inputs, 2);
         use ElementType as E;
@@ -156,10 +241,41 @@ impl Operator for Conv {
         let s = self.shape(x.shape, w.shape, bias.map(|b| b.shape))?;
         let mut shape = vec![s.batch, s.maps];
         shape.extend_from_slice(&s.geometry.output[..s.geometry.rank]);
+        if !self.fusion.is_empty() {
+            self.check_fused(inputs, &shape)?;
+        }
         Ok(vec![OutputInfo {
             dtype: x.dtype,
             shape,
         }])
+    }
+
+    fn prepack(
+        &self,
+        inputs: &[Option<InputInfo<'_>>],
+        cpu: CpuFeatures,
+    ) -> Option<Box<dyn Prepack>> {
+        let f32_constant = |i: usize| {
+            inputs
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|t| t.constant && t.dtype == ElementType::F32)
+        };
+        let bias = optional(inputs, 2).is_some();
+        let bn = self.fusion.batch_norm.is_some();
+        if optional(inputs, 0)?.dtype != ElementType::F32
+            || !f32_constant(1)
+            || bias && !f32_constant(2)
+            || bn && !(3..7).all(f32_constant)
+        {
+            return None;
+        }
+        Some(Box::new(ConvPrepack::new(
+            Isa::select(cpu),
+            bias,
+            self.fusion.batch_norm,
+        )))
     }
 
     fn scratch_bytes(&self, inputs: &[Option<InputInfo<'_>>]) -> usize {
@@ -168,8 +284,7 @@ impl Operator for Conv {
         };
         match self.shape(x.shape, w.shape, None) {
             Ok(s) if x.dtype == ElementType::F32 && !s.pointwise() && !s.depthwise() => {
-                let nr = self.isa.f32_nr();
-                s.k() * s.tile(nr) * 4 * MAX_TASKS
+                s.k() * s.tile(NR_MAX) * 4 * MAX_TASKS
             }
             _ => 0,
         }
@@ -178,36 +293,263 @@ impl Operator for Conv {
     fn execute(
         &self,
         inputs: &[Option<&Tensor>],
-        _packed: Option<&PackedWeight>,
+        packed: Option<&PackedWeight>,
         outputs: &mut [Tensor],
         par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
-        let (x, w) = (input(OP, inputs, 0)?, input(OP, inputs, 1)?);
+        let x = input(OP, inputs, 0)?;
+        let y = output(OP, outputs, 0)?;
+        if let Some(packed) = packed {
+            let p = ConvPacked::of(packed)?;
+            let s = self.shape(x.shape(), &p.w_shape(), None)?;
+            let f = F32Conv {
+                isa: p.isa,
+                s,
+                w: p.weights,
+                channel: Channel::Packed(p.addend),
+                residual: self.residual(inputs)?,
+            };
+            return f.run(self, typed::<f32>(OP, x)?, y, par);
+        }
+        let w = input(OP, inputs, 1)?;
         let bias = inputs.get(2).copied().flatten();
         let s = self.shape(x.shape(), w.shape(), bias.map(|b| b.shape()))?;
-        let y = output(OP, outputs, 0)?;
-        if y.len() != s.batch * s.maps * s.geometry.output_len() {
+        if x.dtype() != ElementType::F32 {
+            if !self.fusion.is_empty() {
+                return Err(KernelError::UnsupportedType {
+                    op: "FusedConv",
+                    dtype: x.dtype(),
+                });
+            }
+            check_len(&s, y)?;
+            return reference_any(&s, x, w, bias, y);
+        }
+        let bn = match self.fusion.batch_norm {
+            Some(epsilon) => {
+                let p = |i| typed::<f32>(OP, input(OP, inputs, i)?);
+                Some(BatchNorm {
+                    scale: p(3)?,
+                    bias: p(4)?,
+                    mean: p(5)?,
+                    var: p(6)?,
+                    epsilon,
+                })
+            }
+            None => None,
+        };
+        let f = F32Conv {
+            isa: self.isa,
+            s,
+            w: typed::<f32>(OP, w)?,
+            channel: Channel::Params {
+                bias: bias.map(|b| typed::<f32>(OP, b)).transpose()?,
+                bn,
+            },
+            residual: self.residual(inputs)?,
+        };
+        f.run(self, typed::<f32>(OP, x)?, y, par)
+    }
+}
+
+impl Conv {
+    fn residual<'t>(
+        &self,
+        inputs: &[Option<&'t Tensor>],
+    ) -> Result<Option<&'t [f32]>, KernelError> {
+        self.fusion
+            .residual_input()
+            .map(|i| typed::<f32>(OP, input(OP, inputs, i)?))
+            .transpose()
+    }
+}
+
+/// Checks that `y` holds the output of `s`.
+fn check_len(s: &ConvShape, y: &Tensor) -> Result<(), KernelError> {
+    if y.len() != s.batch * s.maps * s.geometry.output_len() {
+        return Err(KernelError::Invalid {
+            op: OP,
+            detail: format!("output of {} elements for {s:?}", y.len()),
+        });
+    }
+    Ok(())
+}
+
+/// Where each output channel's factor and addend come from.
+#[derive(Debug, Clone, Copy)]
+enum Channel<'a> {
+    /// A packed object's addends (the factors are folded into its weights).
+    Packed(&'a [f32]),
+    /// The operator's bias and normalization inputs.
+    Params {
+        bias: Option<&'a [f32]>,
+        bn: Option<BatchNorm<'a>>,
+    },
+}
+
+impl Channel<'_> {
+    #[inline]
+    fn affine(&self, m: usize) -> (f32, f32) {
+        match self {
+            Self::Packed(a) => (1.0, a[m]),
+            Self::Params { bias, bn } => channel_affine(*bias, bn.as_ref(), m),
+        }
+    }
+
+    fn len_ok(&self, maps: usize) -> bool {
+        match self {
+            Self::Packed(a) => a.len() == maps,
+            Self::Params { bias, bn } => {
+                bias.is_none_or(|b| b.len() == maps)
+                    && bn.is_none_or(|n| {
+                        [n.scale, n.bias, n.mean, n.var]
+                            .iter()
+                            .all(|v| v.len() == maps)
+                    })
+            }
+        }
+    }
+}
+
+/// One f32 convolution on the fast paths, its operands checked.
+struct F32Conv<'a> {
+    isa: Isa,
+    s: ConvShape,
+    w: &'a [f32],
+    channel: Channel<'a>,
+    residual: Option<&'a [f32]>,
+}
+
+impl F32Conv<'_> {
+    fn run(
+        &self,
+        conv: &Conv,
+        x: &[f32],
+        y: &mut Tensor,
+        par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        let s = &self.s;
+        check_len(s, y)?;
+        let y = typed_mut::<f32>(OP, y)?;
+        let (pin, pout) = (s.geometry.input_len(), s.geometry.output_len());
+        if !self.channel.len_ok(s.maps)
+            || x.len() != s.batch * s.channels * pin
+            || self.w.len() != s.maps * s.k()
+            || self.residual.is_some_and(|r| r.len() != y.len())
+        {
             return Err(KernelError::Invalid {
                 op: OP,
-                detail: format!("output of {} elements for {s:?}", y.len()),
+                detail: "X, W, B or the residual does not hold the inferred element count".into(),
             });
         }
         if y.is_empty() {
             return Ok(());
         }
-        if x.dtype() == ElementType::F32 {
-            let b = bias.map(|b| typed::<f32>(OP, b)).transpose()?;
-            return f32_conv(
-                self.isa,
-                &s,
-                typed::<f32>(OP, x)?,
-                typed::<f32>(OP, w)?,
-                b,
-                typed_mut::<f32>(OP, y)?,
-                par,
-            );
+        let act = conv.fusion.activation;
+        let width = Width::of_isa(self.isa);
+        if s.depthwise() {
+            let finish = |plane: usize, out: &mut [f32]| {
+                let (mul, add) = self.channel.affine(plane % s.maps);
+                let r = self.residual.map(|r| &r[plane * pout..][..pout]);
+                vector::run(
+                    width,
+                    #[inline(always)]
+                    || epilogue::finish(act, out, mul, add, r),
+                );
+            };
+            direct::depthwise(s, width, x, self.w, y, &finish, par);
+            return Ok(());
         }
-        reference_any(&s, x, w, bias, y)
+        self.tiled(act, width, x, y, par)
+    }
+
+    /// The GEMM paths: tasks of consecutive `(image, group, column tile)`
+    /// items. Each item computes its tile's product, then finishes it
+    /// (factor, addend, residual, activation) while the tile is in cache:
+    /// a pointwise convolution reads the input in place, any other gathers
+    /// its tile into the task's own panels (im2col).
+    fn tiled(
+        &self,
+        act: epilogue::ConvActivation,
+        width: Width,
+        x: &[f32],
+        y: &mut [f32],
+        par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        let (s, isa, w) = (&self.s, self.isa, self.w);
+        let nr = isa.f32_nr();
+        let (cg, mg, k) = (s.cg(), s.mg(), s.k());
+        let (pin, pout) = (s.geometry.input_len(), s.geometry.output_len());
+        let tile = s.tile(nr);
+        let tiles = pout.div_ceil(tile);
+        let items = s.batch * s.group * tiles;
+        let macs = items.saturating_mul(mg * k * tile);
+        let tasks = if macs < sgemm::PARALLEL_MIN_MACS {
+            1
+        } else {
+            items.min(par.threads() * 2).clamp(1, MAX_TASKS)
+        };
+        let out = OutPtr::new(y);
+        let g3 = s.geometry.as_3d();
+        let pointwise = s.pointwise();
+        let slot = if pointwise { 1 } else { k * tile };
+        let mut scratch = crate::scratch::filled(OP, tasks * slot, 0.0f32)?;
+        for_each_chunk_mut(par, &mut scratch, slot, &|first, panels| {
+            let t = first / slot;
+            for item in crate::par::chunk(items, tasks, 1, t) {
+                let (ng, ti) = (item / tiles, item % tiles);
+                let (n, g) = (ng / s.group, ng % s.group);
+                let col0 = ti * tile;
+                let cols = tile.min(pout - col0);
+                let xg = &x[(n * s.channels + g * cg) * pin..][..cg * pin];
+                let b = if pointwise {
+                    BSrc::Rows {
+                        data: &xg[col0..],
+                        ldb: pin,
+                    }
+                } else {
+                    im2col::gather(&g3, cg, xg, col0, cols, nr, panels);
+                    BSrc::Packed(panels)
+                };
+                let yo = (n * s.maps + g * mg) * pout + col0;
+                let offsets = move |_| (0, 0, yo);
+                let prob = Problem {
+                    m: mg,
+                    n: cols,
+                    k,
+                    a: &w[g * mg * k..],
+                    lda: k,
+                    b,
+                    ldc: pout,
+                    alpha: 1.0,
+                    accumulate: false,
+                    batches: 1,
+                    offsets: &offsets,
+                };
+                // SAFETY: this task alone writes rows `0..mg` x columns
+                // `col0..col0 + cols` of this image's group planes (items
+                // are split between tasks without overlap) and `y` stays
+                // borrowed until `for_each_chunk_mut` returns.
+                unsafe { sgemm::run_on_caller(isa, &prob, out) };
+                vector::run(
+                    width,
+                    #[inline(always)]
+                    || {
+                        for r in 0..mg {
+                            let at = yo + r * pout;
+                            // SAFETY: row `r` of this task's tile, inside
+                            // `y` (`at + cols <= y.len()`), written by this
+                            // task alone (as above).
+                            let row =
+                                unsafe { std::slice::from_raw_parts_mut(out.ptr().add(at), cols) };
+                            let (mul, add) = self.channel.affine(g * mg + r);
+                            let res = self.residual.map(|v| &v[at..][..cols]);
+                            epilogue::finish(act, row, mul, add, res);
+                        }
+                    },
+                );
+            }
+        });
+        Ok(())
     }
 }
 
@@ -258,114 +600,5 @@ fn reference_any(
             });
         }
     }
-    Ok(())
-}
-
-/// f32 convolution on the fast paths.
-pub(crate) fn f32_conv(
-    isa: Isa,
-    s: &ConvShape,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-    par: &dyn ParallelFor,
-) -> Result<(), KernelError> {
-    let (pin, pout) = (s.geometry.input_len(), s.geometry.output_len());
-    if bias.is_some_and(|b| b.len() != s.maps) || x.len() != s.batch * s.channels * pin {
-        return Err(KernelError::Invalid {
-            op: OP,
-            detail: "X or B does not hold the inferred element count".into(),
-        });
-    }
-    if s.depthwise() {
-        // Bias first; the products accumulate onto it.
-        for (plane, out) in y.chunks_mut(pout).enumerate() {
-            out.fill(bias.map_or(0.0, |b| b[plane % s.maps]));
-        }
-        direct::depthwise(s, x, w, y, par);
-        return Ok(());
-    }
-    tiled(isa, s, x, w, bias, y, par)
-}
-
-/// The GEMM paths: tasks of consecutive `(image, group, column tile)`
-/// items. Each item writes its tile's bias, then adds the product onto it
-/// while the tile is in cache: a pointwise convolution reads the input in
-/// place, any other gathers its tile into the task's own panels (im2col).
-fn tiled(
-    isa: Isa,
-    s: &ConvShape,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-    par: &dyn ParallelFor,
-) -> Result<(), KernelError> {
-    let nr = isa.f32_nr();
-    let (cg, mg, k) = (s.cg(), s.mg(), s.k());
-    let (pin, pout) = (s.geometry.input_len(), s.geometry.output_len());
-    let tile = s.tile(nr);
-    let tiles = pout.div_ceil(tile);
-    let items = s.batch * s.group * tiles;
-    let macs = items.saturating_mul(mg * k * tile);
-    let tasks = if macs < sgemm::PARALLEL_MIN_MACS {
-        1
-    } else {
-        items.min(par.threads() * 2).clamp(1, MAX_TASKS)
-    };
-    let out = OutPtr::new(y);
-    let g3 = s.geometry.as_3d();
-    let pointwise = s.pointwise();
-    let slot = if pointwise { 1 } else { k * tile };
-    let mut scratch = crate::scratch::filled(OP, tasks * slot, 0.0f32)?;
-    for_each_chunk_mut(par, &mut scratch, slot, &|first, panels| {
-        let t = first / slot;
-        for item in crate::par::chunk(items, tasks, 1, t) {
-            let (ng, ti) = (item / tiles, item % tiles);
-            let (n, g) = (ng / s.group, ng % s.group);
-            let col0 = ti * tile;
-            let cols = tile.min(pout - col0);
-            let xg = &x[(n * s.channels + g * cg) * pin..][..cg * pin];
-            let b = if pointwise {
-                BSrc::Rows {
-                    data: &xg[col0..],
-                    ldb: pin,
-                }
-            } else {
-                im2col::gather(&g3, cg, xg, col0, cols, nr, panels);
-                BSrc::Packed(panels)
-            };
-            let yo = (n * s.maps + g * mg) * pout + col0;
-            for r in 0..mg {
-                let value = bias.map_or(0.0, |b| b[g * mg + r]);
-                // SAFETY: row `r` of this tile, inside `y` (`yo + r * pout
-                // + cols <= y.len()`), written by this task alone (see
-                // below).
-                unsafe {
-                    std::slice::from_raw_parts_mut(out.ptr().add(yo + r * pout), cols).fill(value)
-                };
-            }
-            let offsets = move |_| (0, 0, yo);
-            let prob = Problem {
-                m: mg,
-                n: cols,
-                k,
-                a: &w[g * mg * k..],
-                lda: k,
-                b,
-                ldc: pout,
-                alpha: 1.0,
-                accumulate: true,
-                batches: 1,
-                offsets: &offsets,
-            };
-            // SAFETY: this task alone writes rows `0..mg` x columns
-            // `col0..col0 + cols` of this image's group planes (items are
-            // split between tasks without overlap) and `y` stays borrowed
-            // until `for_each_chunk_mut` returns.
-            unsafe { sgemm::run_on_caller(isa, &prob, out) };
-        }
-    });
     Ok(())
 }

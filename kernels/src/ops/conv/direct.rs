@@ -9,16 +9,23 @@ use super::shape::ConvShape;
 use crate::vector::{self, Width};
 use crate::{ParallelFor, for_each_chunk_mut};
 
-/// Depthwise convolution: `y` holds the bias and receives the products,
-/// planes split across `par`.
-pub(crate) fn depthwise(s: &ConvShape, x: &[f32], w: &[f32], y: &mut [f32], par: &dyn ParallelFor) {
+/// Depthwise convolution: each plane of `y` receives its products, then
+/// `finish(plane, y)` while it is in cache; planes split across `par`.
+pub(crate) fn depthwise(
+    s: &ConvShape,
+    width: Width,
+    x: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+    finish: &(dyn Fn(usize, &mut [f32]) + Sync),
+    par: &dyn ParallelFor,
+) {
     let g = s.geometry.as_3d();
     let (pin, pout) = (s.geometry.input_len(), s.geometry.output_len());
     let taps = s.geometry.kernel_len();
     let planes = s.batch * s.maps;
     let per_task = planes.div_ceil((par.threads() * 4).max(1)).max(1);
     let par = crate::par::for_len(par, y.len());
-    let width = Width::detect();
     let flat = Flat::of(&g);
     let phase_len = if g.stride[2] == 2 { g.input[2] } else { 0 };
     for_each_chunk_mut(par, y, per_task * pout, &|first, ys| {
@@ -27,6 +34,7 @@ pub(crate) fn depthwise(s: &ConvShape, x: &[f32], w: &[f32], y: &mut [f32], par:
             let plane = first / pout + i;
             let c = plane % s.maps;
             let (xp, wc) = (&x[plane * pin..][..pin], &w[c * taps..][..taps]);
+            out.fill(0.0);
             match flat {
                 Some(f) => vector::run(
                     width,
@@ -39,6 +47,7 @@ pub(crate) fn depthwise(s: &ConvShape, x: &[f32], w: &[f32], y: &mut [f32], par:
                     || plane_kernel(&g, xp, wc, out, &mut scratch),
                 ),
             }
+            finish(plane, out);
         }
     });
 }

@@ -278,12 +278,12 @@ impl Geometry3 {
     }
 }
 
-/// Output positions `lo..hi` of an output row whose input column
-/// `o * stride + off` lies inside `0..len`.
+/// Output positions `lo..hi` (inside `0..out`) of an output row whose
+/// input column `o * stride + off` lies inside `0..len`.
 #[inline(always)]
 pub(crate) fn valid_range(out: usize, stride: usize, off: isize, len: usize) -> (usize, usize) {
     let lo = if off < 0 {
-        ((-off) as usize).div_ceil(stride)
+        ((-off) as usize).div_ceil(stride).min(out)
     } else {
         0
     };

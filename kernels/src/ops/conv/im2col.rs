@@ -70,6 +70,9 @@ pub(crate) fn gather(
                             let (lo, hi) = valid_range(len, sw, off, iw);
                             out[..lo].fill(0.0);
                             out[hi..].fill(0.0);
+                            if lo == hi {
+                                continue;
+                            }
                             let start = (lo as isize * sw as isize + off) as usize;
                             if sw == 1 {
                                 out[lo..hi].copy_from_slice(&src[start..start + (hi - lo)]);

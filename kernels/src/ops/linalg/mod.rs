@@ -301,37 +301,19 @@ impl Prepack for F32PanelPrepack {
     }
 }
 
-/// Checks a packed weight of any layout this crate packs against its own
-/// header: the parts and their sizes agree with what the header says, and
-/// this CPU runs the layout's kernels — what a kernel would otherwise find
-/// wrong only when it runs. Without the sources at hand (a cache being
-/// verified on its own) this is what can be checked;
-/// [`Prepack::validate`] also checks the object
-/// against the sources' shapes.
-///
-/// # Errors
-/// [`KernelError::Invalid`] saying what does not match, or a layout this
-/// crate does not pack.
-pub fn check_packed(packed: &PackedWeight) -> Result<(), KernelError> {
+/// [`crate::check_packed`] for the layouts of this family: `None` when
+/// `packed` is not one of them.
+pub(crate) fn check_self_consistent(packed: &PackedWeight) -> Option<Result<(), KernelError>> {
     if let Some(result) = q4::check_self_consistent(packed) {
-        return result;
+        return Some(result);
     }
-    if packed
+    (packed
         .parts
         .first()
         .and_then(|p| p.as_u64())
         .and_then(|h| h.first())
-        == Some(&F32_MAGIC)
-    {
-        return f32_panels(packed, "MatMul").map(|_| ());
-    }
-    Err(KernelError::Invalid {
-        op: "Prepack",
-        detail: format!(
-            "packed weight `{}`: not a layout this build packs",
-            packed.layout
-        ),
-    })
+        == Some(&F32_MAGIC))
+    .then(|| f32_panels(packed, "MatMul").map(|_| ()))
 }
 
 /// A checked view of an f32 panel packing.
