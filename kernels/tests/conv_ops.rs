@@ -159,6 +159,10 @@ fn every_convolution_path_matches_the_definition() {
             .dilation(&[2, 3])
             .pads(&[2, 1, 0, 3]),
         Case::new(&[1, 16, 40, 40], 8, &[3, 3]).pads(&[1, 1, 1, 1]),
+        // Few output columns for many rows: tiles split by rows between
+        // tasks (im2col and pointwise).
+        Case::new(&[1, 32, 7, 7], 64, &[3, 3]).pads(&[1, 1, 1, 1]),
+        Case::new(&[1, 64, 7, 7], 96, &[1, 1]),
         // A tap whose padding offset is larger than a short run of
         // output columns (a 9-wide row split at a panel boundary).
         Case::new(&[1, 8, 9, 9], 8, &[3, 3])
@@ -567,6 +571,7 @@ fn fused_chains_match_the_definitions_on_every_kernel_family() {
             .stride(&[2, 2])
             .pads(&[1, 1, 1, 1]),
         Case::new(&[3, 4, 17], 5, &[4]).stride(&[2]).pads(&[2, 1]),
+        Case::new(&[1, 32, 7, 7], 40, &[3, 3]).pads(&[1, 1, 1, 1]),
     ];
     let activations = [
         ConvActivation::Identity,

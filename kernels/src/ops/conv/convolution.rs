@@ -273,6 +273,8 @@ impl Operator for Conv {
         }
         Some(Box::new(ConvPrepack::new(
             Isa::select(cpu),
+            self.group,
+            optional(inputs, 1)?.shape,
             bias,
             self.fusion.batch_norm,
         )))
@@ -302,9 +304,16 @@ impl Operator for Conv {
         if let Some(packed) = packed {
             let p = ConvPacked::of(packed)?;
             let s = self.shape(x.shape(), &p.w_shape(), None)?;
+            if p.group != self.group || (p.panel == 0) != s.depthwise() {
+                return Err(KernelError::Invalid {
+                    op: OP,
+                    detail: format!("packed weight `{}` is not for this node", packed.layout),
+                });
+            }
             let f = F32Conv {
                 isa: p.isa,
                 s,
+                a_panels: p.panel != 0,
                 w: p.weights,
                 channel: Channel::Packed(p.addend),
                 residual: self.residual(inputs)?,
@@ -340,6 +349,7 @@ impl Operator for Conv {
         let f = F32Conv {
             isa: self.isa,
             s,
+            a_panels: false,
             w: typed::<f32>(OP, w)?,
             channel: Channel::Params {
                 bias: bias.map(|b| typed::<f32>(OP, b)).transpose()?,
@@ -414,6 +424,8 @@ impl Channel<'_> {
 struct F32Conv<'a> {
     isa: Isa,
     s: ConvShape,
+    /// `w` is in `A` panels of `isa` per group (else row-major).
+    a_panels: bool,
     w: &'a [f32],
     channel: Channel<'a>,
     residual: Option<&'a [f32]>,
@@ -433,7 +445,7 @@ impl F32Conv<'_> {
         let (pin, pout) = (s.geometry.input_len(), s.geometry.output_len());
         if !self.channel.len_ok(s.maps)
             || x.len() != s.batch * s.channels * pin
-            || self.w.len() != s.maps * s.k()
+            || self.w.len() != self.weights_len()
             || self.residual.is_some_and(|r| r.len() != y.len())
         {
             return Err(KernelError::Invalid {
@@ -462,6 +474,16 @@ impl F32Conv<'_> {
         self.tiled(act, width, x, y, par)
     }
 
+    /// Floats of the weights in their layout.
+    fn weights_len(&self) -> usize {
+        let s = &self.s;
+        if self.a_panels {
+            s.group * sgemm::packed_a_len(self.isa, s.mg(), s.k())
+        } else {
+            s.maps * s.k()
+        }
+    }
+
     /// The GEMM paths: tasks of consecutive `(image, group, column tile)`
     /// items. Each item computes its tile's product, then finishes it
     /// (factor, addend, residual, activation) while the tile is in cache:
@@ -483,10 +505,21 @@ impl F32Conv<'_> {
         let tiles = pout.div_ceil(tile);
         let items = s.batch * s.group * tiles;
         let macs = items.saturating_mul(mg * k * tile);
+        let want = (par.threads() * 2).clamp(1, MAX_TASKS);
+        // Too few column tiles for the threads (late, small planes): each
+        // tile's rows are split too, in whole micro-tiles (each part
+        // gathers the tile's panels itself).
+        let row_tiles = mg.div_ceil(isa.f32_mr());
+        let splits = if items >= want {
+            1
+        } else {
+            want.div_ceil(items).min(row_tiles).max(1)
+        };
+        let units = items * splits;
         let tasks = if macs < sgemm::PARALLEL_MIN_MACS {
             1
         } else {
-            items.min(par.threads() * 2).clamp(1, MAX_TASKS)
+            units.min(want)
         };
         let out = OutPtr::new(y);
         let g3 = s.geometry.as_3d();
@@ -495,9 +528,16 @@ impl F32Conv<'_> {
         let mut scratch = crate::scratch::filled(OP, tasks * slot, 0.0f32)?;
         for_each_chunk_mut(par, &mut scratch, slot, &|first, panels| {
             let t = first / slot;
-            for item in crate::par::chunk(items, tasks, 1, t) {
+            for unit in crate::par::chunk(units, tasks, 1, t) {
+                let (item, part) = (unit / splits, unit % splits);
                 let (ng, ti) = (item / tiles, item % tiles);
                 let (n, g) = (ng / s.group, ng % s.group);
+                let parts = crate::par::chunk(row_tiles, splits, 1, part);
+                let mr = isa.f32_mr();
+                let rows = (parts.start * mr).min(mg)..(parts.end * mr).min(mg);
+                if rows.is_empty() {
+                    continue;
+                }
                 let col0 = ti * tile;
                 let cols = tile.min(pout - col0);
                 let xg = &x[(n * s.channels + g * cg) * pin..][..cg * pin];
@@ -510,14 +550,22 @@ impl F32Conv<'_> {
                     im2col::gather(&g3, cg, xg, col0, cols, nr, panels);
                     BSrc::Packed(panels)
                 };
-                let yo = (n * s.maps + g * mg) * pout + col0;
+                let yo = (n * s.maps + g * mg + rows.start) * pout + col0;
                 let offsets = move |_| (0, 0, yo);
+                // Rows start at a multiple of MR: in panels as in rows,
+                // row r's data begins at r * k.
+                let a = if self.a_panels {
+                    &w[g * sgemm::packed_a_len(isa, mg, k) + rows.start * k..]
+                } else {
+                    &w[(g * mg + rows.start) * k..]
+                };
                 let prob = Problem {
-                    m: mg,
+                    m: rows.len(),
                     n: cols,
                     k,
-                    a: &w[g * mg * k..],
+                    a,
                     lda: k,
+                    a_panels: self.a_panels,
                     b,
                     ldc: pout,
                     alpha: 1.0,
@@ -525,8 +573,8 @@ impl F32Conv<'_> {
                     batches: 1,
                     offsets: &offsets,
                 };
-                // SAFETY: this task alone writes rows `0..mg` x columns
-                // `col0..col0 + cols` of this image's group planes (items
+                // SAFETY: this task alone writes rows `rows` x columns
+                // `col0..col0 + cols` of this image's group planes (units
                 // are split between tasks without overlap) and `y` stays
                 // borrowed until `for_each_chunk_mut` returns.
                 unsafe { sgemm::run_on_caller(isa, &prob, out) };
@@ -534,14 +582,14 @@ impl F32Conv<'_> {
                     width,
                     #[inline(always)]
                     || {
-                        for r in 0..mg {
+                        for r in 0..rows.len() {
                             let at = yo + r * pout;
-                            // SAFETY: row `r` of this task's tile, inside
+                            // SAFETY: row `r` of this task's part, inside
                             // `y` (`at + cols <= y.len()`), written by this
                             // task alone (as above).
                             let row =
                                 unsafe { std::slice::from_raw_parts_mut(out.ptr().add(at), cols) };
-                            let (mul, add) = self.channel.affine(g * mg + r);
+                            let (mul, add) = self.channel.affine(g * mg + rows.start + r);
                             let res = self.residual.map(|v| &v[at..][..cols]);
                             epilogue::finish(act, row, mul, add, res);
                         }

@@ -266,6 +266,7 @@ impl Operator for ConvTranspose {
                     k: cg,
                     a: &xt,
                     lda: cg,
+                    a_panels: false,
                     b: BSrc::Rows {
                         data: &w[grp * cg * cols..],
                         ldb: cols,

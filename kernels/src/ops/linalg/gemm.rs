@@ -210,6 +210,7 @@ impl Operator for Gemm {
             k,
             a: a_rows,
             lda: k,
+            a_panels: false,
             b: bsrc,
             ldc: n,
             alpha: self.p.alpha,

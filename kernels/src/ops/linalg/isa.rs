@@ -66,6 +66,16 @@ impl Isa {
         ok.then_some(isa)
     }
 
+    /// Rows of an f32 micro-tile (the height of an `A` panel).
+    pub(crate) fn f32_mr(self) -> usize {
+        use super::sgemm::{Arch, avx2::Avx2, avx512::Avx512, portable::Portable};
+        match self {
+            Self::Avx512 => Avx512::MR,
+            Self::Avx2 => Avx2::MR,
+            Self::Portable => Portable::MR,
+        }
+    }
+
     /// Width of an f32 `B` panel (columns per micro-tile).
     pub(crate) fn f32_nr(self) -> usize {
         match self {

@@ -558,6 +558,7 @@ pub(crate) fn matmul(
             k,
             a,
             lda: k,
+            a_panels: false,
             b: BSrc::Q4(v),
             ldc: n,
             alpha: 1.0,

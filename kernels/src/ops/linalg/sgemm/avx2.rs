@@ -4,7 +4,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{Arch, Tile};
+use super::{Arch, Tile, a_index};
 use crate::ops::linalg::Q4View;
 
 /// The AVX2 family.
@@ -44,12 +44,14 @@ impl Arch for Avx2 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile(t: &Tile) {
-    // SAFETY: (all arms) forwarded caller contract; `MASKED` when B rows are short.
+    // SAFETY: (all arms) forwarded caller contract; `MASKED` when B rows
+    // are short, `PANEL` the `A` panel height when A is packed (`a_step`).
     unsafe {
-        if t.b_cols == 16 {
-            tile_rows::<false>(t)
-        } else {
-            tile_rows::<true>(t)
+        match (t.b_cols == 16, t.a_step == 1) {
+            (true, true) => tile_rows::<false, 0>(t),
+            (false, true) => tile_rows::<true, 0>(t),
+            (true, false) => tile_rows::<false, 6>(t),
+            (false, false) => tile_rows::<true, 6>(t),
         }
     }
 }
@@ -57,17 +59,17 @@ unsafe fn tile(t: &Tile) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn tile_rows<const MASKED: bool>(t: &Tile) {
+unsafe fn tile_rows<const MASKED: bool, const PANEL: usize>(t: &Tile) {
     // SAFETY: (all arms) forwarded caller contract; `mr` selects the
     // instantiation with exactly `mr` rows.
     unsafe {
         match t.mr {
-            1 => tile_m1::<MASKED>(t),
-            2 => tile_mr::<2, MASKED>(t),
-            3 => tile_mr::<3, MASKED>(t),
-            4 => tile_mr::<4, MASKED>(t),
-            5 => tile_mr::<5, MASKED>(t),
-            _ => tile_mr::<6, MASKED>(t),
+            1 => tile_m1::<MASKED, PANEL>(t),
+            2 => tile_mr::<2, MASKED, PANEL>(t),
+            3 => tile_mr::<3, MASKED, PANEL>(t),
+            4 => tile_mr::<4, MASKED, PANEL>(t),
+            5 => tile_mr::<5, MASKED, PANEL>(t),
+            _ => tile_mr::<6, MASKED, PANEL>(t),
         }
     }
 }
@@ -151,7 +153,7 @@ unsafe fn store_row(
 /// `MR` rows by 16 columns.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_mr<const MR: usize, const MASKED: bool>(t: &Tile) {
+unsafe fn tile_mr<const MR: usize, const MASKED: bool, const PANEL: usize>(t: &Tile) {
     debug_assert!(t.mr == MR && t.nvalid >= 1 && t.nvalid <= 16 && t.b_cols >= t.nvalid);
     let bm = masks(t.b_cols);
     let mut c0 = [_mm256_setzero_ps(); MR];
@@ -164,7 +166,7 @@ unsafe fn tile_mr<const MR: usize, const MASKED: bool>(t: &Tile) {
         unsafe {
             let (b0, b1) = load_b::<MASKED>(b, bm);
             for i in 0..MR {
-                let av = _mm256_broadcast_ss(&*a.add(i * lda + p));
+                let av = _mm256_broadcast_ss(&*a.add(a_index::<PANEL>(i, p, lda)));
                 c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
                 c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
             }
@@ -190,7 +192,7 @@ unsafe fn tile_mr<const MR: usize, const MASKED: bool>(t: &Tile) {
 /// One row by 16 columns, `K` split four ways to hide the FMA latency.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_m1<const MASKED: bool>(t: &Tile) {
+unsafe fn tile_m1<const MASKED: bool, const PANEL: usize>(t: &Tile) {
     let bm = masks(t.b_cols);
     let mut acc = [_mm256_setzero_ps(); 8];
     let (a, ldb) = (t.a, t.ldb);
@@ -200,7 +202,7 @@ unsafe fn tile_m1<const MASKED: bool>(t: &Tile) {
         // SAFETY: rows p..p+4 < k of B and A[0][p..p+4] are readable.
         unsafe {
             for u in 0..4 {
-                let av = _mm256_broadcast_ss(&*a.add(p + u));
+                let av = _mm256_broadcast_ss(&*a.add(a_index::<PANEL>(0, p + u, 0)));
                 let (b0, b1) = load_b::<MASKED>(b.add(u * ldb), bm);
                 acc[2 * u] = _mm256_fmadd_ps(av, b0, acc[2 * u]);
                 acc[2 * u + 1] = _mm256_fmadd_ps(av, b1, acc[2 * u + 1]);
@@ -212,7 +214,7 @@ unsafe fn tile_m1<const MASKED: bool>(t: &Tile) {
     while p < t.k {
         // SAFETY: row p < k of B and A[0][p] are readable.
         unsafe {
-            let av = _mm256_broadcast_ss(&*a.add(p));
+            let av = _mm256_broadcast_ss(&*a.add(a_index::<PANEL>(0, p, 0)));
             let (b0, b1) = load_b::<MASKED>(b, bm);
             acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
             acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);

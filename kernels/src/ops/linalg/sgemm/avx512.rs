@@ -5,7 +5,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{Arch, Tile};
+use super::{Arch, Tile, a_index};
 use crate::ops::linalg::Q4View;
 
 /// The AVX-512 family.
@@ -45,13 +45,14 @@ impl Arch for Avx512 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
 unsafe fn tile(t: &Tile) {
-    // SAFETY: (all arms) forwarded caller contract; `mr` selects the
-    // instantiation with exactly `mr` rows, `MASKED` when B rows are short.
+    // SAFETY: (all arms) forwarded caller contract; `MASKED` when B rows
+    // are short, `PANEL` the `A` panel height when A is packed (`a_step`).
     unsafe {
-        if t.b_cols == 32 {
-            tile_rows::<false>(t)
-        } else {
-            tile_rows::<true>(t)
+        match (t.b_cols == 32, t.a_step == 1) {
+            (true, true) => tile_rows::<false, 0>(t),
+            (false, true) => tile_rows::<true, 0>(t),
+            (true, false) => tile_rows::<false, 12>(t),
+            (false, false) => tile_rows::<true, 12>(t),
         }
     }
 }
@@ -59,23 +60,23 @@ unsafe fn tile(t: &Tile) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
 #[inline]
-unsafe fn tile_rows<const MASKED: bool>(t: &Tile) {
+unsafe fn tile_rows<const MASKED: bool, const PANEL: usize>(t: &Tile) {
     // SAFETY: (all arms) forwarded caller contract; `mr` selects the
     // instantiation with exactly `mr` rows.
     unsafe {
         match t.mr {
-            1 => tile_m1::<MASKED>(t),
-            2 => tile_mr::<2, MASKED>(t),
-            3 => tile_mr::<3, MASKED>(t),
-            4 => tile_mr::<4, MASKED>(t),
-            5 => tile_mr::<5, MASKED>(t),
-            6 => tile_mr::<6, MASKED>(t),
-            7 => tile_mr::<7, MASKED>(t),
-            8 => tile_mr::<8, MASKED>(t),
-            9 => tile_mr::<9, MASKED>(t),
-            10 => tile_mr::<10, MASKED>(t),
-            11 => tile_mr::<11, MASKED>(t),
-            _ => tile_mr::<12, MASKED>(t),
+            1 => tile_m1::<MASKED, PANEL>(t),
+            2 => tile_mr::<2, MASKED, PANEL>(t),
+            3 => tile_mr::<3, MASKED, PANEL>(t),
+            4 => tile_mr::<4, MASKED, PANEL>(t),
+            5 => tile_mr::<5, MASKED, PANEL>(t),
+            6 => tile_mr::<6, MASKED, PANEL>(t),
+            7 => tile_mr::<7, MASKED, PANEL>(t),
+            8 => tile_mr::<8, MASKED, PANEL>(t),
+            9 => tile_mr::<9, MASKED, PANEL>(t),
+            10 => tile_mr::<10, MASKED, PANEL>(t),
+            11 => tile_mr::<11, MASKED, PANEL>(t),
+            _ => tile_mr::<12, MASKED, PANEL>(t),
         }
     }
 }
@@ -152,7 +153,7 @@ unsafe fn store_row(
 /// `MR` rows by 32 columns.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-unsafe fn tile_mr<const MR: usize, const MASKED: bool>(t: &Tile) {
+unsafe fn tile_mr<const MR: usize, const MASKED: bool, const PANEL: usize>(t: &Tile) {
     debug_assert!(t.mr == MR && t.nvalid >= 1 && t.nvalid <= 32 && t.b_cols >= t.nvalid);
     let bm = masks(t.b_cols);
     let mut c0 = [_mm512_setzero_ps(); MR];
@@ -165,7 +166,7 @@ unsafe fn tile_mr<const MR: usize, const MASKED: bool>(t: &Tile) {
         unsafe {
             let (b0, b1) = load_b::<MASKED>(b, bm);
             for i in 0..MR {
-                let av = _mm512_set1_ps(*a.add(i * lda + p));
+                let av = _mm512_set1_ps(*a.add(a_index::<PANEL>(i, p, lda)));
                 c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
                 c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
             }
@@ -191,7 +192,7 @@ unsafe fn tile_mr<const MR: usize, const MASKED: bool>(t: &Tile) {
 /// One row by 32 columns, `K` split four ways to hide the FMA latency.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-unsafe fn tile_m1<const MASKED: bool>(t: &Tile) {
+unsafe fn tile_m1<const MASKED: bool, const PANEL: usize>(t: &Tile) {
     let bm = masks(t.b_cols);
     let mut acc = [_mm512_setzero_ps(); 8];
     let (a, ldb) = (t.a, t.ldb);
@@ -201,7 +202,7 @@ unsafe fn tile_m1<const MASKED: bool>(t: &Tile) {
         // SAFETY: rows p..p+4 < k of B and A[0][p..p+4] are readable.
         unsafe {
             for u in 0..4 {
-                let av = _mm512_set1_ps(*a.add(p + u));
+                let av = _mm512_set1_ps(*a.add(a_index::<PANEL>(0, p + u, 0)));
                 let (b0, b1) = load_b::<MASKED>(b.add(u * ldb), bm);
                 acc[2 * u] = _mm512_fmadd_ps(av, b0, acc[2 * u]);
                 acc[2 * u + 1] = _mm512_fmadd_ps(av, b1, acc[2 * u + 1]);
@@ -213,7 +214,7 @@ unsafe fn tile_m1<const MASKED: bool>(t: &Tile) {
     while p < t.k {
         // SAFETY: row p < k of B and A[0][p] are readable.
         unsafe {
-            let av = _mm512_set1_ps(*a.add(p));
+            let av = _mm512_set1_ps(*a.add(a_index::<PANEL>(0, p, 0)));
             let (b0, b1) = load_b::<MASKED>(b, bm);
             acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
             acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);

@@ -4,7 +4,9 @@
 //! task streams past it. Tasks split `N` panels first (so a 4-bit panel is
 //! dequantized once) and then `M` tiles, over the caller's [`ParallelFor`].
 //!
-//! `A` is read in place (row-major, row stride `lda`). `B` comes from a
+//! `A` is read in place (row-major, row stride `lda`) or from panels of
+//! `MR` rows packed by the caller (`[row tile][k][MR]`, [`packed_a_len`]: the kernels
+//! broadcast its elements at constant offsets from one pointer). `B` comes from a
 //! [`BSrc`]: panels prepacked by [`pack_b`], a row-major or transposed
 //! matrix read as is or copied panel by panel into a stack scratch, or
 //! 4-bit weights dequantized panel by panel.
@@ -69,7 +71,10 @@ pub(crate) struct Problem<'a> {
     pub(crate) n: usize,
     pub(crate) k: usize,
     pub(crate) a: &'a [f32],
+    /// Row stride of a row-major `A`; ignored for panels.
     pub(crate) lda: usize,
+    /// `A` is in panels of this ISA's `MR` rows ([`packed_a_len`]).
+    pub(crate) a_panels: bool,
     pub(crate) b: BSrc<'a>,
     pub(crate) ldc: usize,
     pub(crate) alpha: f32,
@@ -114,7 +119,9 @@ impl OutPtr {
 /// One register tile: `C[0..mr][0..nvalid] (+)= alpha * A[0..mr][0..k] * B[0..k][0..NR]`.
 ///
 /// Contract for the kernels (they read and write through these pointers):
-/// `a + i * lda + p` is readable for `i < mr`, `p < k`; `b + p * ldb + j` is
+/// `a + i * lda + p * a_step` is readable for `i < mr`, `p < k`, where
+/// either `a_step == 1` (row-major) or `lda == 1` and `a_step == MR` (a
+/// panel, [`packed_a_len`]); `b + p * ldb + j` is
 /// readable for `p < k`, `j < b_cols` (`NR`, or `nvalid` for the last panel
 /// of a matrix read in place); `c + i * ldc + j` is
 /// writable (and readable when `accumulate`) for `i < mr`, `j < nvalid`;
@@ -125,6 +132,8 @@ pub(crate) struct Tile {
     pub(crate) k: usize,
     pub(crate) a: *const f32,
     pub(crate) lda: usize,
+    /// Distance between `A[i][p]` and `A[i][p + 1]`: 1, or `MR` in panels.
+    pub(crate) a_step: usize,
     pub(crate) b: *const f32,
     pub(crate) ldb: usize,
     pub(crate) c: *mut f32,
@@ -134,6 +143,18 @@ pub(crate) struct Tile {
     pub(crate) b_cols: usize,
     pub(crate) alpha: f32,
     pub(crate) accumulate: bool,
+}
+
+/// The offset of `A[i][p]` from a tile's `a`: row-major (`PANEL == 0`,
+/// row stride `lda`) or in a panel `PANEL` rows high (a constant, so the
+/// kernels broadcast at fixed offsets from one pointer).
+#[inline(always)]
+pub(crate) fn a_index<const PANEL: usize>(i: usize, p: usize, lda: usize) -> usize {
+    if PANEL == 0 {
+        i * lda + p
+    } else {
+        p * PANEL + i
+    }
 }
 
 /// A micro-kernel family.
@@ -184,6 +205,12 @@ pub(crate) fn pack_b(
             }
         }
     })
+}
+
+/// Floats of `A` (`[m, k]`) in zero-padded panels of `isa`'s `MR` rows,
+/// `[ceil(m / MR)][k][MR]`: what [`Problem::a_panels`] reads.
+pub(crate) fn packed_a_len(isa: Isa, m: usize, k: usize) -> usize {
+    m.div_ceil(isa.f32_mr()) * isa.f32_mr() * k
 }
 
 /// Stack scratch for one `KC x NR` panel of `B`.
@@ -296,7 +323,15 @@ fn block<A: Arch>(
     let b = prob.b.at(bo);
     // Bounds the kernels rely on (the operators check shapes first).
     let last_row = rows.end - 1;
-    assert!(k == 0 || a.len() >= last_row * lda + k, "A too short");
+    if prob.a_panels {
+        assert!(
+            rows.start.is_multiple_of(A::MR) && a.len() >= (last_row / A::MR + 1) * A::MR * k,
+            "A panels too short"
+        );
+    } else {
+        assert!(k == 0 || a.len() >= last_row * lda + k, "A too short");
+    }
+    let (a_lda, a_step) = if prob.a_panels { (1, A::MR) } else { (lda, 1) };
     assert!(co + last_row * ldc + n <= out.len(), "C too short");
     match b {
         BSrc::Packed(d) => assert!(
@@ -392,11 +427,17 @@ fn block<A: Arch>(
                 let mut i = rows.start;
                 while i < rows.end {
                     let mr = A::MR.min(rows.end - i);
+                    let a_at = if prob.a_panels {
+                        i * k + k0 * A::MR
+                    } else {
+                        i * lda + k0
+                    };
                     let t = Tile {
                         mr,
                         k: kl,
-                        a: a[i * lda + k0..].as_ptr(),
-                        lda,
+                        a: a[a_at..].as_ptr(),
+                        lda: a_lda,
+                        a_step,
                         b: bp,
                         ldb,
                         // SAFETY: (i, n0) is inside C (asserted above).
@@ -409,7 +450,8 @@ fn block<A: Arch>(
                     };
                     // SAFETY: the family was selected on this CPU (`Isa` invariant).
                     // A rows i..i+mr hold k0 + kl <= K floats from `a` (asserted
-                    // length); B rows: packed panels hold K x NR, row-major
+                    // length; in panels, i is a multiple of MR and the tile's
+                    // panel holds K x MR floats); B rows: packed panels hold K x NR, row-major
                     // panels have b_cols = min(NR, N - n0) columns for k0 + kl
                     // rows, the scratch holds kl x NR; C rows i..i+mr, columns n0..n0+nvalid
                     // are inside C and belong to this task only.

@@ -27,7 +27,7 @@ impl Arch for Portable {
             }
             for (i, row) in acc.iter_mut().enumerate().take(t.mr) {
                 // SAFETY: i < mr and p < k: A[i][p] is readable (Tile contract).
-                let av = unsafe { *t.a.add(i * t.lda + p) };
+                let av = unsafe { *t.a.add(i * t.lda + p * t.a_step) };
                 for (c, &bv) in row.iter_mut().zip(&brow) {
                     *c += av * bv;
                 }
