@@ -474,7 +474,7 @@ impl PreparedCache {
             return Some(*digest);
         }
         match d.source() {
-            WeightSource::Embedded { bytes } => Some(Sha256::digest(bytes).into()),
+            WeightSource::Embedded { .. } => d.embedded_sha256().copied(),
             WeightSource::External { .. } => self.recorded_digest(d),
         }
     }

@@ -407,6 +407,7 @@ fn describe(
         byte_len,
         source,
         checksum,
+        embedded_digest: crate::sync::OnceLock::new(),
     })
 }
 

@@ -158,9 +158,25 @@ pub struct WeightDescriptor {
     pub(crate) byte_len: u64,
     pub(crate) source: WeightSource,
     pub(crate) checksum: Option<Checksum>,
+    /// The SHA-256 of embedded bytes, computed once when first asked
+    /// (resolution's lineages and the prepared cache both ask).
+    pub(crate) embedded_digest: crate::sync::OnceLock<[u8; 32]>,
 }
 
 impl WeightDescriptor {
+    /// The SHA-256 of the bytes of an embedded weight (computed on the
+    /// first call, then remembered); `None` for an external one.
+    pub fn embedded_sha256(&self) -> Option<&[u8; 32]> {
+        use sha2::Digest;
+        match &self.source {
+            WeightSource::Embedded { bytes } => Some(
+                self.embedded_digest
+                    .get_or_init(|| sha2::Sha256::digest(bytes).into()),
+            ),
+            WeightSource::External { .. } => None,
+        }
+    }
+
     /// Its index in the model.
     pub fn id(&self) -> WeightId {
         self.id

@@ -3,10 +3,10 @@
 saved prepacked initializers.
 
     python tests/conformance/compare_cached_start.py --bin PATH --fixtures DIR
-        [--model PATH] [--threads 2] [--rounds 5] [--json PATH]
+        [--model PATH [--inputs NPZ]] [--threads 2] [--rounds 5] [--json PATH]
 
 One case: tiny-llm (or --model) prefill T=128, P=0, the same inputs for
-both runtimes. Each round, interleaved:
+both runtimes; with `--inputs`, those inputs (any model). Each round, interleaved:
   * ORT plain: `InferenceSession(model)` + the first `run`, in this process.
   * ORT prepacked: the same on the optimized model ORT saved once with
     `session.save_external_prepacked_constant_initializers=1` (its prepacked
@@ -94,16 +94,21 @@ def main() -> int:
     ap.add_argument("--model", type=Path, help="a tiny-llm-shaped model instead of the fixture")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--inputs", type=Path, help="the inputs of --model")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     model = args.model or (args.fixtures / "tiny-llm.onnx")
+    import numpy as np
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-        feeds = tiny_llm_feeds(sess, PREFILL_T, 0, seed=5, past=None)
-        del sess
+        if args.inputs:
+            feeds = dict(np.load(args.inputs))
+        else:
+            sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+            feeds = tiny_llm_feeds(sess, PREFILL_T, 0, seed=5, past=None)
+            del sess
         inputs = tmp / "inputs.npz"
         write_npz(inputs, feeds)
         optimized = ort_save_prepacked(model, tmp / "ort-optimized.onnx", args.threads)
@@ -126,7 +131,8 @@ def main() -> int:
             rows["bench_streaming"].append(b["streaming"])
             rows["bench_cached"].append(b["cached"])
     med = {k: statistics.median(v) * 1e3 for k, v in rows.items()}
-    print(f"{model.name}, prefill T={PREFILL_T}, {args.threads} threads, median of {args.rounds} "
+    case = f"inputs {args.inputs.name}" if args.inputs else f"prefill T={PREFILL_T}"
+    print(f"{model.name}, {case}, {args.threads} threads, median of {args.rounds} "
           "(ms to the first output; ours from process start, ORT in-process create + run)")
     print(f"  ORT create + first run            {med['ort']:8.1f}")
     print(f"  ORT, saved prepacked initializers {med['ort_prepacked']:8.1f}")

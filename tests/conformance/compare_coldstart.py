@@ -3,11 +3,12 @@
 
     python tests/conformance/compare_coldstart.py --bin PATH --fixtures DIR
         [--model PATH] [--threads 1,2] [--rounds 5] [--map-weights]
-        [--checksums strict|off] [--json PATH]
+        [--checksums strict|off] [--inputs NPZ] [--json PATH]
 
 Cases: tiny-llm (or --model, a decoder model with a past/present cache)
 prefill T=128 and T=1, P=0, at each thread count; same inputs for both
-runtimes. Every round starts fresh processes, interleaved:
+runtimes. With `--inputs NPZ` (any model, e.g. a vision model and its
+image): one case, those inputs. Every round starts fresh processes, interleaved:
   * ORT: a Python process imports onnxruntime and loads the inputs, then
     times `InferenceSession(model)` + the first `run` and reports its
     resident-set growth over that (VmHWM minus VmRSS before create).
@@ -146,6 +147,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--map-weights", action="store_true")
     ap.add_argument("--checksums", choices=("strict", "off"), default="strict")
+    ap.add_argument("--inputs", type=Path, help="the inputs of --model (one case)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     extra = ["--map-weights"] if args.map_weights else []
@@ -157,7 +159,9 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="coldstart-") as tmp:
         tmp = Path(tmp)
-        for label, inputs in cases_for(model, args.model is None, tmp):
+        cases = ([("inputs", args.inputs)] if args.inputs
+                 else cases_for(model, args.model is None, tmp))
+        for label, inputs in cases:
             for n in threads:
                 r = {"ort": [], "ort_rss": [], "stream": [], "hot": [], "proc": [], "wall": [],
                      "rss": [], "need": []}

@@ -66,8 +66,11 @@ pub(super) fn hash_source(h: &mut Sha256, model: &Model, w: WeightId) {
     let d = &model.weights()[w.index()];
     match (d.checksum().and_then(|c| c.tensor_sha256()), d.source()) {
         (Some(digest), _) => hash_source_identity(h, d, digest),
-        (None, WeightSource::Embedded { bytes }) => {
-            hash_source_identity(h, d, &Sha256::digest(bytes).into());
+        (None, WeightSource::Embedded { .. }) => {
+            let digest = d
+                .embedded_sha256()
+                .expect("an embedded weight has a digest");
+            hash_source_identity(h, d, digest);
         }
         (
             None,
