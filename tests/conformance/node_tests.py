@@ -2,7 +2,7 @@
 """The ONNX backend node tests, run through `onnx-prepared run`.
 
     python tests/conformance/node_tests.py --bin PATH [--ops Add,Sub,...]
-        [--keep DIR] [-j N] [--threads N] [--portable] [-v]
+        [--keep DIR] [-j N] [--threads N] [--portable | --isa scalar|avx2|avx512] [-v]
 
 Takes the node test cases of the installed onnx package
 (onnx.backend.test.case.node.collect_testcases(): each a model and data sets
@@ -209,7 +209,8 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, rtol: float, atol: floa
     return None
 
 
-def run_case(case, binary: str, workdir: Path, threads: int, portable: bool) -> Outcome:
+def run_case(case, binary: str, workdir: Path, threads: int, portable: bool,
+             isa: str | None = None) -> Outcome:
     import onnx
 
     graph = case.model.graph
@@ -241,7 +242,8 @@ def run_case(case, binary: str, workdir: Path, threads: int, portable: bool) -> 
         write_npz(in_path, {vi.name: v for vi, v in zip(inputs, in_values)})
         try:
             run_cli(binary, model_path, in_path, out_path, threads=threads,
-                    portable=portable, timeout=CASE_TIMEOUT_S)
+                    portable=portable, timeout=CASE_TIMEOUT_S,
+                    extra=("--isa", isa) if isa else ())
         except RunFailed as e:
             line = last_error_line(e.stderr)
             if e.rc is not None and e.rc == 1 and UNSUPPORTED.search(line) and "panicked" not in line:
@@ -273,6 +275,8 @@ def main() -> int:
     parser.add_argument("-j", "--jobs", type=int, default=2, help="cases run in parallel (default 2)")
     parser.add_argument("--threads", type=int, default=1, help="--threads passed to the runtime (default 1)")
     parser.add_argument("--portable", action="store_true", help="pass --portable (scalar kernels)")
+    parser.add_argument("--isa", choices=("scalar", "avx2", "avx512"),
+                        help="pass --isa (the kernel family every operator uses)")
     parser.add_argument("-v", "--verbose", action="store_true", help="also print passed cases")
     args = parser.parse_args()
 
@@ -295,7 +299,7 @@ def main() -> int:
 
     def one(case) -> Outcome:
         try:
-            return run_case(case, args.bin, workdir, args.threads, args.portable)
+            return run_case(case, args.bin, workdir, args.threads, args.portable, args.isa)
         except Exception as e:  # noqa: BLE001 - a harness error fails the case, loudly
             return Outcome(case.name, "failed", f"harness: {type(e).__name__}: {e}")
         finally:

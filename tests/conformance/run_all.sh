@@ -3,7 +3,8 @@
 # the committed real and vision models (tests/models/real, tests/models/vision),
 # the convolution chains the runtime fuses, the prepared cache's
 # companion model against onnx.checker, and the
-# ONNX backend node tests (SIMD kernels, then --portable scalar kernels).
+# ONNX backend node tests (SIMD kernels, then --portable scalar kernels,
+# then the AVX2 families where the CPU's best is AVX-512).
 # Builds nothing: pass the built binary and the make-fixtures output dir.
 #
 #   tests/conformance/run_all.sh BIN FIXTURES_DIR
@@ -58,6 +59,10 @@ run "convolution chains" "$here/conv_fusion.py" --bin "$bin"
 run "prepared cache" "$here/prepared_cache.py" --bin "$bin" --fixtures "$fixtures"
 run "node tests" "$here/node_tests.py" --bin "$bin"
 run "node tests (portable)" "$here/node_tests.py" --bin "$bin" --portable
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null && grep -qw avx2 /proc/cpuinfo; then
+    # The AVX2 kernel families too, on a machine whose best is AVX-512.
+    run "node tests (avx2)" "$here/node_tests.py" --bin "$bin" --isa avx2
+fi
 
 if [[ ${#failed[@]} -ne 0 ]]; then
     echo "conformance FAILED: ${failed[*]}"
