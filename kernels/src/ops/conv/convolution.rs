@@ -285,7 +285,11 @@ impl Operator for Conv {
             return 0;
         };
         match self.shape(x.shape, w.shape, None) {
-            Ok(s) if x.dtype == ElementType::F32 && !s.pointwise() && !s.depthwise() => {
+            Ok(s) if x.dtype == ElementType::F32 && s.depthwise() => {
+                // One scratch per task, at most one task per plane.
+                direct::depthwise_scratch(&s).max(1) * s.batch * s.maps * 4
+            }
+            Ok(s) if x.dtype == ElementType::F32 && !s.pointwise() => {
                 s.k() * s.tile(NR_MAX) * 4 * MAX_TASKS
             }
             _ => 0,
@@ -468,8 +472,7 @@ impl F32Conv<'_> {
                     || epilogue::finish(act, out, mul, add, r),
                 );
             };
-            direct::depthwise(s, width, x, self.w, y, &finish, par);
-            return Ok(());
+            return direct::depthwise(s, width, x, self.w, y, &finish, par);
         }
         self.tiled(act, width, x, y, par)
     }

@@ -7,10 +7,12 @@ use super::flat::Flat;
 use super::geometry::{Geometry3, valid_range};
 use super::shape::ConvShape;
 use crate::vector::{self, Width};
-use crate::{ParallelFor, for_each_chunk_mut};
+use crate::{KernelError, ParallelFor, for_each_chunk_mut};
 
 /// Depthwise convolution: each plane of `y` receives its products, then
-/// `finish(plane, y)` while it is in cache; planes split across `par`.
+/// `finish(plane, y)` while it is in cache; planes split across `par`,
+/// each task with its own scratch (allocated up front, so a refusal is an
+/// error and not an abort).
 pub(crate) fn depthwise(
     s: &ConvShape,
     width: Width,
@@ -19,7 +21,7 @@ pub(crate) fn depthwise(
     y: &mut [f32],
     finish: &(dyn Fn(usize, &mut [f32]) + Sync),
     par: &dyn ParallelFor,
-) {
+) -> Result<(), KernelError> {
     let g = s.geometry.as_3d();
     let (pin, pout) = (s.geometry.input_len(), s.geometry.output_len());
     let taps = s.geometry.kernel_len();
@@ -27,11 +29,15 @@ pub(crate) fn depthwise(
     let per_task = planes.div_ceil((par.threads() * 4).max(1)).max(1);
     let par = crate::par::for_len(par, y.len());
     let flat = Flat::of(&g);
-    let phase_len = if g.stride[2] == 2 { g.input[2] } else { 0 };
-    for_each_chunk_mut(par, y, per_task * pout, &|first, ys| {
-        let mut scratch = vec![0.0f32; flat.map_or(phase_len, |f| f.scratch_len())];
+    let len = depthwise_scratch(s).max(1);
+    let tasks = planes.div_ceil(per_task);
+    let mut scratch = crate::scratch::filled("Conv", tasks * len, 0.0f32)?;
+    let mut work = crate::scratch::with_capacity("Conv", tasks)?;
+    work.extend(y.chunks_mut(per_task * pout).zip(scratch.chunks_mut(len)));
+    for_each_chunk_mut(par, &mut work, 1, &|task, pair| {
+        let (ys, scratch) = &mut pair[0];
         for (i, out) in ys.chunks_exact_mut(pout).enumerate() {
-            let plane = first / pout + i;
+            let plane = task * per_task + i;
             let c = plane % s.maps;
             let (xp, wc) = (&x[plane * pin..][..pin], &w[c * taps..][..taps]);
             out.fill(0.0);
@@ -39,17 +45,25 @@ pub(crate) fn depthwise(
                 Some(f) => vector::run(
                     width,
                     #[inline(always)]
-                    || flat_plane(f, &g, xp, wc, out, &mut scratch),
+                    || flat_plane(f, &g, xp, wc, out, scratch),
                 ),
                 None => vector::run(
                     width,
                     #[inline(always)]
-                    || plane_kernel(&g, xp, wc, out, &mut scratch),
+                    || plane_kernel(&g, xp, wc, out, scratch),
                 ),
             }
             finish(plane, out);
         }
     });
+    Ok(())
+}
+
+/// Floats of one task's scratch of [`depthwise`].
+pub(crate) fn depthwise_scratch(s: &ConvShape) -> usize {
+    let g = s.geometry.as_3d();
+    let phase_len = if g.stride[2] == 2 { g.input[2] } else { 0 };
+    Flat::of(&g).map_or(phase_len, |f| f.scratch_len())
 }
 
 /// One 1-D or 2-D depthwise plane on [`Flat`] phases: `y` holds the bias

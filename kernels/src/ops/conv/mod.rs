@@ -35,8 +35,10 @@ pub fn lookup(
     }
     Some(match spec.op_type {
         "Conv" => boxed(convolution::Conv::new(spec, cpu, ConvFusion::default())),
-        "ConvTranspose" => boxed(transpose::ConvTranspose::new(spec)),
-        op @ ("MaxPool" | "AveragePool" | "LpPool") => boxed(pool::Pool::new(spec, op_name(op))),
+        "ConvTranspose" => boxed(transpose::ConvTranspose::new(spec, cpu)),
+        op @ ("MaxPool" | "AveragePool" | "LpPool") => {
+            boxed(pool::Pool::new(spec, op_name(op), cpu))
+        }
         _ => return None,
     })
 }

@@ -7,7 +7,9 @@ use half::{bf16, f16};
 
 use super::flat::Flat;
 use super::geometry::{Geometry, Geometry3, Window};
+use crate::CpuFeatures;
 use crate::ops::basic::common::{Attrs, Elem, check_inputs, input, required, typed, typed_mut};
+use crate::ops::linalg::isa::Isa;
 use crate::vector::{self, Width};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
@@ -33,10 +35,16 @@ pub(crate) struct Pool {
     op: &'static str,
     /// MaxPool's `Indices` output is wanted.
     indices: bool,
+    /// The vector width of the f32 loops.
+    width: Width,
 }
 
 impl Pool {
-    pub(crate) fn new(spec: &NodeSpec<'_>, op: &'static str) -> Result<Self, KernelError> {
+    pub(crate) fn new(
+        spec: &NodeSpec<'_>,
+        op: &'static str,
+        cpu: CpuFeatures,
+    ) -> Result<Self, KernelError> {
         let common = [
             "auto_pad",
             "ceil_mode",
@@ -90,6 +98,7 @@ impl Pool {
             window,
             op,
             indices,
+            width: Width::of_isa(Isa::select(cpu)),
         })
     }
 
@@ -173,6 +182,7 @@ impl Operator for Pool {
             _ => None,
         };
         let run = Run {
+            width: self.width,
             kind: self.kind,
             g: g.as_3d(),
             pin: g.input_len(),
@@ -237,6 +247,7 @@ impl Operator for Pool {
 
 /// One execution's geometry.
 struct Run {
+    width: Width,
     kind: PoolKind,
     g: Geometry3,
     pin: usize,
@@ -313,7 +324,7 @@ impl Run {
         let planes = y.len() / pout;
         let chunk = planes.div_ceil((par.threads() * 4).max(1)).max(1) * pout;
         let par = crate::par::for_len(par, x.len());
-        let width = Width::detect();
+        let width = self.width;
         let [_, kh, kw] = g.kernel;
         for_each_chunk_mut(par, y, chunk, &|first, ys| {
             let mut scratch = vec![0.0f32; f.scratch_len()];

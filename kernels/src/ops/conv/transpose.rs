@@ -57,7 +57,7 @@ fn non_negative(attrs: &Attrs<'_>, name: &'static str) -> Result<Option<Vec<usiz
 }
 
 impl ConvTranspose {
-    pub(crate) fn new(spec: &NodeSpec<'_>) -> Result<Self, KernelError> {
+    pub(crate) fn new(spec: &NodeSpec<'_>, cpu: CpuFeatures) -> Result<Self, KernelError> {
         let attrs = Attrs::new(
             spec,
             OP,
@@ -82,7 +82,7 @@ impl ConvTranspose {
             group,
             output_padding: non_negative(&attrs, "output_padding")?,
             output_shape: non_negative(&attrs, "output_shape")?,
-            isa: Isa::select(CpuFeatures::detect()),
+            isa: Isa::select(cpu),
         })
     }
 
