@@ -40,14 +40,15 @@ impl Width {
         })
     }
 
-    /// The width of a kernel family's vectors (its features are present:
-    /// the [`Isa`](crate::ops::linalg::isa::Isa) invariant).
-    pub(crate) fn of_isa(isa: crate::ops::linalg::isa::Isa) -> Self {
-        use crate::ops::linalg::isa::Isa;
-        Self(match isa {
-            Isa::Portable => Level::Baseline,
-            Isa::Avx2 => Level::Avx2,
-            Isa::Avx512 => Level::Avx512,
+    /// The best family `cpu` asks for that this CPU also has.
+    pub(crate) fn for_cpu(cpu: CpuFeatures) -> Self {
+        let have = CpuFeatures::detect();
+        Self(if cpu.avx512 && have.avx512 {
+            Level::Avx512
+        } else if cpu.avx2 && have.avx2 {
+            Level::Avx2
+        } else {
+            Level::Baseline
         })
     }
 

@@ -461,7 +461,7 @@ impl F32Conv<'_> {
             return Ok(());
         }
         let act = conv.fusion.activation;
-        let width = Width::of_isa(self.isa);
+        let width = self.isa.width();
         if s.depthwise() {
             let finish = |plane: usize, out: &mut [f32]| {
                 let (mul, add) = self.channel.affine(plane % s.maps);

@@ -253,7 +253,7 @@ impl Prepack for ConvPrepack {
         let w = sources[0];
         let wv = f32_source(w, "W")?;
         let maps = *w.shape().first().unwrap_or(&0);
-        let row = if maps == 0 { 0 } else { wv.len() / maps };
+        let row = wv.len().checked_div(maps).unwrap_or(0);
         let bias = if self.bias {
             Some(f32_source(sources[1], "B")?)
         } else {

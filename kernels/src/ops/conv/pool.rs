@@ -98,7 +98,7 @@ impl Pool {
             window,
             op,
             indices,
-            width: Width::of_isa(Isa::select(cpu)),
+            width: Isa::select(cpu).width(),
         })
     }
 

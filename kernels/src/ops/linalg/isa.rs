@@ -66,13 +66,22 @@ impl Isa {
         ok.then_some(isa)
     }
 
+    /// The vector width of this family's plain loops ([`crate::vector`]).
+    pub(crate) fn width(self) -> crate::vector::Width {
+        crate::vector::Width::for_cpu(CpuFeatures {
+            avx2: self != Self::Portable,
+            avx512: self == Self::Avx512,
+            avx512vnni: false,
+        })
+    }
+
     /// Rows of an f32 micro-tile (the height of an `A` panel).
-    pub(crate) fn f32_mr(self) -> usize {
-        use super::sgemm::{Arch, avx2::Avx2, avx512::Avx512, portable::Portable};
+    /// (The micro-kernels' `Arch::MR`, checked where they are defined.)
+    pub(crate) const fn f32_mr(self) -> usize {
         match self {
-            Self::Avx512 => Avx512::MR,
-            Self::Avx2 => Avx2::MR,
-            Self::Portable => Portable::MR,
+            Self::Avx512 => 12,
+            Self::Avx2 => 6,
+            Self::Portable => 4,
         }
     }
 

@@ -157,6 +157,13 @@ pub(crate) fn a_index<const PANEL: usize>(i: usize, p: usize, lda: usize) -> usi
     }
 }
 
+// `Isa::f32_mr`, the height of packed `A` panels, is each family's `MR`.
+const _: () = assert!(
+    Isa::Avx512.f32_mr() == <avx512::Avx512 as Arch>::MR
+        && Isa::Avx2.f32_mr() == <avx2::Avx2 as Arch>::MR
+        && Isa::Portable.f32_mr() == <portable::Portable as Arch>::MR
+);
+
 /// A micro-kernel family.
 pub(crate) trait Arch {
     /// Rows per tile.
