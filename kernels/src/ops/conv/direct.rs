@@ -40,18 +40,20 @@ pub(crate) fn depthwise(
             let plane = task * per_task + i;
             let c = plane % s.maps;
             let (xp, wc) = (&x[plane * pin..][..pin], &w[c * taps..][..taps]);
-            out.fill(0.0);
             match flat {
                 Some(f) => vector::run(
                     width,
                     #[inline(always)]
                     || flat_plane(f, &g, xp, wc, out, scratch),
                 ),
-                None => vector::run(
-                    width,
-                    #[inline(always)]
-                    || plane_kernel(&g, xp, wc, out, scratch),
-                ),
+                None => {
+                    out.fill(0.0);
+                    vector::run(
+                        width,
+                        #[inline(always)]
+                        || plane_kernel(&g, xp, wc, out, scratch),
+                    )
+                }
             }
             finish(plane, out);
         }
@@ -66,8 +68,7 @@ pub(crate) fn depthwise_scratch(s: &ConvShape) -> usize {
     Flat::of(&g).map_or(phase_len, |f| f.scratch_len())
 }
 
-/// One 1-D or 2-D depthwise plane on [`Flat`] phases: `y` holds the bias
-/// and receives the products.
+/// One 1-D or 2-D depthwise plane on [`Flat`] phases, written to `y`.
 #[inline(always)]
 fn flat_plane(f: Flat, g: &Geometry3, x: &[f32], w: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (phases, acc) = scratch.split_at_mut(f.phases_len());
@@ -83,9 +84,7 @@ fn flat_plane(f: Flat, g: &Geometry3, x: &[f32], w: &[f32], y: &mut [f32], scrat
         }
     }
     for (out, row) in y.chunks_exact_mut(f.ow).zip(f.rows(acc)) {
-        for (o, &v) in out.iter_mut().zip(row) {
-            *o += v;
-        }
+        out.copy_from_slice(row);
     }
 }
 

@@ -374,10 +374,19 @@ fn block<A: Arch>(
         BSrc::Rows { .. } => copy_rows,
         BSrc::Cols { .. } | BSrc::Q4(_) => true,
     };
-    let mut scratch_store;
+    let mut scratch_store = std::mem::MaybeUninit::<Scratch>::uninit();
     let scratch: &mut [f32] = if needs_scratch {
-        scratch_store = Scratch([0.0; KC * NR_MAX]);
-        &mut scratch_store.0
+        // Only the rows one K block uses (rounded up to 8 for 4-bit
+        // panels), zeroed: a short K does not pay for a whole block.
+        let len = KC.min(k).div_ceil(8) * 8 * NR_MAX;
+        let p = scratch_store.as_mut_ptr().cast::<f32>();
+        // SAFETY: `len <= KC * NR_MAX` floats of the store are zeroed
+        // (0.0f32 is all zero bits) before the slice over exactly them is
+        // made; the store outlives the slice.
+        unsafe {
+            p.write_bytes(0, len);
+            std::slice::from_raw_parts_mut(p, len)
+        }
     } else {
         &mut []
     };
