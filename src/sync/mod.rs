@@ -25,9 +25,10 @@ pub use free_list::FreeList;
 
 #[cfg(not(loom))]
 pub use std::sync::Arc;
-/// A value set once per process (the allocation ceiling's budget). Not
-/// modelled by loom: under `cfg(loom)` nothing in the crate names it.
-#[cfg(not(loom))]
+/// A value set once and read ever after (the allocation ceiling's budget, an
+/// embedded weight's digest). `std`'s under `cfg(loom)` too: a set-once memo
+/// whose only effect is to skip recomputing a pure value, which loom does not
+/// model.
 pub use std::sync::OnceLock;
 #[cfg(not(loom))]
 use std::sync::atomic as imp;
