@@ -11,9 +11,11 @@
 //!   (source lineage digest, layout, device) is present, its kernel ABI and
 //!   format version are this build's, and its payload file has the
 //!   recorded size. The lineage digest covers each source's name, element
-//!   type, dims and SHA-256 digest — declared (`checksum` `sha256:`),
-//!   computed from embedded bytes, or recorded by an earlier process that
-//!   read the source — never paths, sizes or timestamps. A source with no
+//!   type, dims and SHA-256 digest — declared (`checksum` `sha256:`), or
+//!   recorded by an earlier process that read the source (an embedded
+//!   source's digest is computed from the model's bytes by the first
+//!   process and recorded under the manifest of that model identity) —
+//!   never paths, sizes or timestamps. A source with no
 //!   digest makes the entry *unverified*: the source is read and packed.
 //! * **Read** (a read-packed task): the payload file is mapped read-only
 //!   and checked against its XXH3-128 checksum; a packed weight's parts are
@@ -284,6 +286,10 @@ pub struct PreparedCache {
     writes: AtomicU64,
 }
 
+/// The prefix of an embedded source's recorded digest (a data file's key
+/// is 16 hex digits, so the two never meet).
+const EMBEDDED_KEY: &str = "embedded:";
+
 /// The kernels' ABI: the crate version, a hash of the kernels' sources
 /// (so two builds with other packers never accept each other's payloads),
 /// the CPU features packing targets and the payload format.
@@ -474,9 +480,29 @@ impl PreparedCache {
             return Some(*digest);
         }
         match d.source() {
-            WeightSource::Embedded { .. } => d.embedded_sha256().copied(),
+            WeightSource::Embedded { .. } => self.embedded_digest(d),
             WeightSource::External { .. } => self.recorded_digest(d),
         }
+    }
+
+    /// The SHA-256 of an embedded source: recorded by an earlier process
+    /// under this manifest, else computed from the bytes (once per
+    /// process) and recorded. The manifest is named by, and checked
+    /// against, the XXH3-128 of the model file's bytes, which hold the
+    /// source: a model file with other bytes has another manifest, so a
+    /// second process keys its entries without hashing the weights again.
+    fn embedded_digest(&self, d: &WeightDescriptor) -> Option<[u8; 32]> {
+        let key = format!("{EMBEDDED_KEY}{}", d.name());
+        if let Some(digest) = self
+            .recorded
+            .with(|r| r.get(&key).copied())
+            .or_else(|| self.generation.source_digests.get(&key).copied())
+        {
+            return Some(digest);
+        }
+        let digest = *d.embedded_sha256()?;
+        self.recorded.with(|r| r.insert(key, digest));
+        Some(digest)
     }
 
     /// The digest a read recorded for `d` (this process or an earlier one,

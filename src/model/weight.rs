@@ -158,8 +158,8 @@ pub struct WeightDescriptor {
     pub(crate) byte_len: u64,
     pub(crate) source: WeightSource,
     pub(crate) checksum: Option<Checksum>,
-    /// The SHA-256 of embedded bytes, computed once when first asked
-    /// (resolution's lineages and the prepared cache both ask).
+    /// The SHA-256 of embedded bytes, computed once when first asked (the
+    /// prepared cache asks when no earlier process recorded it).
     pub(crate) embedded_digest: crate::sync::OnceLock<[u8; 32]>,
 }
 

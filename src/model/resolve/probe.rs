@@ -67,10 +67,13 @@ pub(super) fn hash_source(h: &mut Sha256, model: &Model, w: WeightId) {
     match (d.checksum().and_then(|c| c.tensor_sha256()), d.source()) {
         (Some(digest), _) => hash_source_identity(h, d, digest),
         (None, WeightSource::Embedded { .. }) => {
-            let digest = d
-                .embedded_sha256()
-                .expect("an embedded weight has a digest");
-            hash_source_identity(h, d, digest);
+            // No digest: identify by the model's bytes (the XXH3-128 Model::open
+            // computed over the file that holds this source), so resolution
+            // reads no weight; the prepared cache keys entries on the
+            // SHA-256 instead.
+            hash_source_fields(h, d);
+            field(h, b"embedded");
+            field(h, &model.identity().to_le_bytes());
         }
         (
             None,
