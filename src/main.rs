@@ -128,8 +128,10 @@ enum Command {
         #[command(flatten)]
         checksums: ChecksumArgs,
     },
-    /// Greedy decoding for a decoder model with a past/present KV cache: prints the new token ids, time to first token and tokens/s.
+    /// Text or token ids out of a decoder model with a past/present KV cache: streams the text (or prints the ids), then time to first token and tokens/s.
     Generate(cli::generate::GenerateArgs),
+    /// Encode texts with a model folder's tokenizer.json and render conversations with its chat template, as JSON lines.
+    Tokenize(cli::tokenize::TokenizeArgs),
     /// Generate the fixture models if missing, measure tiny-llm's four modes, show the streaming timeline and decode a few tokens.
     Demo {
         /// Where the fixtures live (default: target/fixtures).
@@ -165,6 +167,7 @@ fn main() -> ExitCode {
         } => cli::demo::main(fixtures, trace, cache, &limits),
         Command::Cache(command) => cli::cache::main(command),
         Command::Generate(args) => cli::generate::main(&args),
+        Command::Tokenize(args) => cli::tokenize::main(&args),
         Command::Bench {
             model,
             json,

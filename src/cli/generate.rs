@@ -1,29 +1,70 @@
-//! `onnx-prepared generate`: greedy decoding for a decoder model with a
-//! past/present KV cache (cold path but for the decoding loop itself).
+//! `onnx-prepared generate`: text or token ids out of a decoder model with
+//! a past/present KV cache (cold path but for the decoding loop itself).
+//! The folder's tokenizer, chat template and search options come from
+//! `onnx-prepared-text`.
 
+use std::io::Write;
 use std::path::PathBuf;
 
-use onnx_prepared::decoder;
+use onnx_prepared::decoder::{self, Next};
 use onnx_prepared::limits::MAX_NEW_TOKENS;
 use onnx_prepared::session::{RuntimeSession, SessionOptions};
+use onnx_prepared_text::{Message, ModelFolder, Sampler, SearchOptions, TextStream, Tokenizer};
 
 use super::{CacheArgs, ChecksumArgs, LimitArgs};
 
-/// Greedy decoding for a decoder model with a past/present KV cache: prints the new token ids, time to first token and tokens/s.
+/// Text or token ids out of a decoder model with a past/present KV cache: streams the text (or prints the ids), then time to first token and tokens/s.
 #[derive(clap::Args, Debug)]
+#[command(group = clap::ArgGroup::new("input").required(true).args(["prompt", "chat", "prompt_ids"]))]
 pub struct GenerateArgs {
-    /// The `.onnx` file.
+    /// A model folder (its `genai_config.json` decoder, else `model.onnx`, with `tokenizer.json` and the configs beside it) or a `.onnx` file.
     model: PathBuf,
-    /// The prompt's token ids, comma-separated (e.g. `1,2,3`).
-    #[arg(long, value_delimiter = ',', required = true, num_args = 1..)]
-    prompt_ids: Vec<i64>,
-    /// How many tokens to generate (at most 65,536).
+    /// The prompt as text, tokenized by the folder's `tokenizer.json` (special tokens added as its post-processor says).
+    #[arg(long)]
+    prompt: Option<String>,
+    /// A user message, put through the folder's chat template (with the assistant's turn opened).
+    #[arg(long)]
+    chat: Option<String>,
+    /// The prompt's token ids, comma-separated (e.g. `1,2,3`); prints ids.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    prompt_ids: Option<Vec<i64>>,
+    /// How many tokens to generate at most (1 to 65,536).
     #[arg(long, default_value_t = 16, value_parser = parse_new_tokens)]
     max_new_tokens: usize,
+    /// Sample with the folder's options (`do_sample` true); a sampling flag below also turns sampling on.
+    #[arg(long, conflicts_with = "greedy")]
+    sample: bool,
+    /// Take the largest logit every step, whatever the folder says.
+    #[arg(long)]
+    greedy: bool,
+    /// Sampling temperature (> 0).
+    #[arg(long, value_parser = positive)]
+    temperature: Option<f32>,
+    /// Sample among the K most likely tokens (0: all).
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Sample among the most likely tokens that hold this much probability (0 to 1).
+    #[arg(long, value_parser = unit)]
+    top_p: Option<f32>,
+    /// Drop tokens less likely than this fraction of the most likely one (0 to 1).
+    #[arg(long, value_parser = unit)]
+    min_p: Option<f32>,
+    /// Penalize every token already seen (transformers' repetition_penalty; 1: none).
+    #[arg(long, value_parser = positive)]
+    repetition_penalty: Option<f32>,
+    /// The sampling seed: the same seed gives the same tokens.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop when the text contains this string (repeatable); the text ends before it.
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Do not stop at the model's EOS ids: generate exactly --max-new-tokens.
+    #[arg(long)]
+    ignore_eos: bool,
     /// Threads in all (1 to 1024): this thread runs the inference, N - 1 CPU workers (at least one) help its kernels and prepack.
     #[arg(long, default_value_t = 1, value_parser = crate::cli::common::parse_threads)]
     threads: u16,
-    /// Print `{"tokens": [...], "time_to_first_token_s": ..., "tokens_per_s": ...}`.
+    /// Print `{"text": ..., "tokens": [...], "time_to_first_token_s": ..., "tokens_per_s": ...}` at the end instead of streaming.
     #[arg(long)]
     json: bool,
     /// Map external data files read-only and use suitably aligned weights in place (no read buffer, copy or decode); a data file truncated by another program while mapped kills the process.
@@ -44,13 +85,36 @@ pub struct GenerateArgs {
 }
 
 /// `generate`: a streaming session (the prompt's run starts while the
-/// weights load), then greedy decoding (on the hot path once every
+/// weights load), then one token per step (on the hot path once every
 /// weight is resident; under a prepared-domain limit, every step takes
 /// the cold path and restores what was evicted).
 pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let folder = ModelFolder::open(&args.model)?;
+    let text = args.prompt_ids.is_none();
+    let tokenizer = if text {
+        Some(folder.tokenizer()?)
+    } else {
+        None
+    };
+    let prompt: Vec<i64> = match (&args.prompt_ids, &tokenizer) {
+        (Some(ids), _) => ids.clone(),
+        (None, Some(t)) => match (&args.prompt, &args.chat) {
+            (Some(p), _) => t.encode(p, true)?,
+            (None, Some(c)) => {
+                // The template writes the special tokens itself.
+                let rendered = folder
+                    .chat_template()?
+                    .render(&[Message::new("user", c)], true)?;
+                t.encode(&rendered, false)?
+            }
+            (None, None) => unreachable!("clap requires one input"),
+        },
+        (None, None) => unreachable!("a text prompt loads the tokenizer"),
+    };
+    let search = args.search(folder.search());
     let threads = usize::from(args.threads);
     let session = RuntimeSession::open(
-        &args.model,
+        folder.model(),
         args.cache.apply(
             args.checksums.apply(
                 args.limits.apply(
@@ -66,31 +130,172 @@ pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
         )?,
     )?;
     // A GenAI-builder model runs in the cache form its config names.
-    let cache = decoder::genai_kv_cache(&args.model).unwrap_or(decoder::KvCache::Growing);
-    let out = decoder::generate_with(&session, &args.prompt_ids, args.max_new_tokens, cache)?;
+    let cache = decoder::genai_kv_cache(folder.model()).unwrap_or(decoder::KvCache::Growing);
+    let mut sampler = Sampler::new(search, args.seed);
+    let mut out = Output::new(tokenizer.as_ref(), &args.stop, !args.json);
+    let generated = decoder::generate_streaming(
+        &session,
+        &prompt,
+        args.max_new_tokens,
+        cache,
+        |logits, history| {
+            let id = sampler.next(logits, history).unwrap_or(0);
+            let eos = !args.ignore_eos && sampler.options().is_eos(id);
+            let stop = out.push(id, eos).map_err(|e| {
+                onnx_prepared::Error::from(onnx_prepared::RunError::Unsupported {
+                    what: format!("decoding token {id}: {e}"),
+                })
+            })?;
+            Ok(if eos || stop {
+                Next::Last(id)
+            } else {
+                Next::Token(id)
+            })
+        },
+    )?;
+    out.finish();
     if let Some(stats) = &args.stats {
         session.flush_cache();
-        super::write_stats(stats, &session, out.time_to_first_token)?;
+        super::write_stats(stats, &session, generated.time_to_first_token)?;
     }
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "tokens": out.tokens,
-                "time_to_first_token_s": out.time_to_first_token.as_secs_f64(),
-                "tokens_per_s": out.tokens_per_s(),
-            })
-        );
+        let mut json = serde_json::json!({
+            "tokens": generated.tokens,
+            "time_to_first_token_s": generated.time_to_first_token.as_secs_f64(),
+            "tokens_per_s": generated.tokens_per_s(),
+        });
+        if text {
+            json["text"] = out.text.clone().into();
+        }
+        println!("{json}");
     } else {
-        let ids: Vec<String> = out.tokens.iter().map(i64::to_string).collect();
-        println!("{}", ids.join(","));
+        if text {
+            println!();
+        } else {
+            let ids: Vec<String> = generated.tokens.iter().map(i64::to_string).collect();
+            println!("{}", ids.join(","));
+        }
         eprintln!(
             "time to first token {:.2?}, {:.1} tokens/s after it",
-            out.time_to_first_token,
-            out.tokens_per_s()
+            generated.time_to_first_token,
+            generated.tokens_per_s()
         );
     }
     Ok(())
+}
+
+impl GenerateArgs {
+    /// The folder's search options under this command line's flags.
+    fn search(&self, folder: &SearchOptions) -> SearchOptions {
+        let mut o = folder.clone();
+        let mut sampling = self.sample;
+        if let Some(t) = self.temperature {
+            o.temperature = t;
+            sampling = true;
+        }
+        if let Some(k) = self.top_k {
+            o.top_k = k;
+            sampling = true;
+        }
+        if let Some(p) = self.top_p {
+            o.top_p = p;
+            sampling = true;
+        }
+        if let Some(p) = self.min_p {
+            o.min_p = p;
+            sampling = true;
+        }
+        if let Some(p) = self.repetition_penalty {
+            o.repetition_penalty = p;
+        }
+        if sampling {
+            o.do_sample = true;
+        }
+        if self.greedy {
+            o.do_sample = false;
+        }
+        o
+    }
+}
+
+/// The text as tokens arrive: streamed to stdout (unless JSON is asked
+/// for), cut at the first stop string.
+struct Output<'t> {
+    stream: Option<TextStream<'t>>,
+    stops: &'t [String],
+    print: bool,
+    /// The text so far (EOS and special tokens left out).
+    text: String,
+    /// Bytes of `text` already printed (held back while a stop string may
+    /// be forming).
+    printed: usize,
+}
+
+impl<'t> Output<'t> {
+    fn new(tokenizer: Option<&'t Tokenizer>, stops: &'t [String], print: bool) -> Self {
+        Self {
+            stream: tokenizer.map(|t| t.stream(true)),
+            stops,
+            print,
+            text: String::new(),
+            printed: 0,
+        }
+    }
+
+    /// Takes token `id`; true when a stop string completed.
+    fn push(&mut self, id: i64, eos: bool) -> Result<bool, onnx_prepared_text::TextError> {
+        let Some(stream) = &mut self.stream else {
+            return Ok(false);
+        };
+        if !eos {
+            self.text.push_str(&stream.step(id)?);
+        }
+        let stop_at = self
+            .stops
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| self.text.find(s.as_str()))
+            .min();
+        if let Some(at) = stop_at {
+            self.text.truncate(at);
+        }
+        // Hold back the longest tail that could still begin a stop string.
+        let hold = if stop_at.is_some() || eos {
+            0
+        } else {
+            self.stops
+                .iter()
+                .map(|s| {
+                    (1..s.len())
+                        .rev()
+                        .find(|&n| s.is_char_boundary(n) && self.text.ends_with(&s[..n]))
+                        .unwrap_or(0)
+                })
+                .max()
+                .unwrap_or(0)
+        };
+        let upto = self.text.len() - hold;
+        if self.print && upto > self.printed {
+            let mut stdout = std::io::stdout().lock();
+            // A closed stdout (a pipe into `head`) ends the printing, not the run.
+            let _ = stdout
+                .write_all(&self.text.as_bytes()[self.printed..upto])
+                .and_then(|()| stdout.flush());
+            self.printed = upto;
+        }
+        Ok(stop_at.is_some())
+    }
+
+    /// Prints what was held back for a stop string that never completed.
+    fn finish(&mut self) {
+        if self.print && self.text.len() > self.printed {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout
+                .write_all(&self.text.as_bytes()[self.printed..])
+                .and_then(|()| stdout.flush());
+            self.printed = self.text.len();
+        }
+    }
 }
 
 /// `--max-new-tokens`: 1 to [`MAX_NEW_TOKENS`].
@@ -104,4 +309,20 @@ fn parse_new_tokens(s: &str) -> Result<usize, String> {
         ));
     }
     Ok(n as usize)
+}
+
+/// A float above 0.
+fn positive(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("`{s}` is not a number above 0")),
+    }
+}
+
+/// A float in [0, 1].
+fn unit(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!("`{s}` is not a number from 0 to 1")),
+    }
 }

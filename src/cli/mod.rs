@@ -8,6 +8,7 @@ pub mod generate;
 pub mod inspect;
 pub mod report;
 pub mod run;
+pub mod tokenize;
 
 use std::path::PathBuf;
 

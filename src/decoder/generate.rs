@@ -96,6 +96,37 @@ pub fn generate_with(
     max_new_tokens: usize,
     cache: KvCache,
 ) -> Result<Generated, Error> {
+    generate_streaming(session, prompt, max_new_tokens, cache, |logits, _| {
+        Ok(Next::Token(argmax(logits)))
+    })
+}
+
+/// What the chooser of [`generate_streaming`] decides after a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Append this token and go on.
+    Token(i64),
+    /// Append this token and stop (an EOS id, a stop string completed).
+    Last(i64),
+    /// Stop without another token (the caller was interrupted).
+    Stop,
+}
+
+/// [`generate_with`] with the choice of each token left to `choose`: it
+/// gets the last row of the logits and every token so far (the prompt,
+/// then the new ones) and returns what to do — so sampling, stop ids and
+/// streaming the text live with the caller. Stops after
+/// `max_new_tokens` tokens, or when `choose` says so.
+///
+/// # Errors
+/// As [`generate_with`], and what `choose` returns.
+pub fn generate_streaming(
+    session: &RuntimeSession,
+    prompt: &[i64],
+    max_new_tokens: usize,
+    cache: KvCache,
+    mut choose: impl FnMut(&[f32], &[i64]) -> Result<Next, Error>,
+) -> Result<Generated, Error> {
     if prompt.is_empty() {
         return Err(unsupported("generating from an empty prompt".into()));
     }
@@ -130,6 +161,7 @@ pub fn generate_with(
     let start = Instant::now();
     let mut rng = Rng::default();
     let mut tokens = Vec::with_capacity(max_new_tokens.min(1 << 12));
+    let mut history: Vec<i64> = prompt.to_vec();
     let mut ids: Vec<i64> = prompt.to_vec();
     let mut past = 0usize;
     let mut time_to_first_token = Duration::ZERO;
@@ -161,11 +193,18 @@ pub fn generate_with(
             ctx.set_input(&input.name, t)?;
         }
         ctx = session.run(ctx).map_err(|e| e.error)?;
-        let next = greedy_next(&ctx, &logits)?;
+        let decision = choose(last_row(&ctx, &logits)?, &history)?;
         if tokens.is_empty() {
             time_to_first_token = start.elapsed();
         }
+        let (Next::Token(next) | Next::Last(next)) = decision else {
+            break;
+        };
         tokens.push(next);
+        history.push(next);
+        if matches!(decision, Next::Last(_)) {
+            break;
+        }
         past += ids.len();
         ids.clear();
         ids.push(next);
@@ -202,9 +241,8 @@ fn decoder_outputs(resolved: &ResolvedModel) -> Result<(String, usize), Error> {
     Ok((logits, vocab))
 }
 
-/// The greedy choice of the next token: the largest logit of the last row
-/// of `logits` after a run.
-fn greedy_next(ctx: &RuntimeContext, logits: &str) -> Result<i64, Error> {
+/// The last row of `logits` after a run.
+fn last_row<'c>(ctx: &'c RuntimeContext, logits: &str) -> Result<&'c [f32], Error> {
     let out = ctx.output(logits)?;
     let DataRef::F32(values) = out.data() else {
         return Err(unsupported(format!(
@@ -219,13 +257,15 @@ fn greedy_next(ctx: &RuntimeContext, logits: &str) -> Result<i64, Error> {
             out.shape()
         )));
     }
-    let row = &values[values.len() - width..];
-    let next = row
-        .iter()
+    Ok(&values[values.len() - width..])
+}
+
+/// The greedy choice: the index of the first largest logit.
+fn argmax(row: &[f32]) -> i64 {
+    row.iter()
         .enumerate()
         .fold((0usize, f32::NEG_INFINITY), |best, (i, &v)| {
             if v > best.1 { (i, v) } else { best }
         })
-        .0 as i64;
-    Ok(next)
+        .0 as i64
 }

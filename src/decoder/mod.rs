@@ -21,7 +21,9 @@ use std::collections::BTreeSet;
 
 use onnx_prepared_kernels::{DataMut, Tensor};
 
-pub use generate::{Generated, KvCache, genai_kv_cache, generate, generate_with};
+pub use generate::{
+    Generated, KvCache, Next, genai_kv_cache, generate, generate_streaming, generate_with,
+};
 
 use crate::arena::{Ceiling, Domain, Reservation};
 use crate::exec::RunError;

@@ -25,6 +25,7 @@ fn generate_prints_tokens_and_timings_as_json() {
         "3,1,4,1,5",
         "--max-new-tokens",
         "6",
+        "--ignore-eos",
         "--json",
     ]);
     assert!(
@@ -52,6 +53,7 @@ fn generate_prints_tokens_and_timings_as_json() {
         "3,1,4,1,5",
         "--max-new-tokens",
         "6",
+        "--ignore-eos",
     ]);
     let ids: Vec<i64> = String::from_utf8_lossy(&plain.stdout)
         .trim()
@@ -70,6 +72,7 @@ fn generate_prints_tokens_and_timings_as_json() {
         "3,1,4,1,5",
         "--max-new-tokens",
         "6",
+        "--ignore-eos",
         "--map-weights",
     ]);
     assert!(
@@ -205,6 +208,7 @@ fn generate_under_a_prepared_limit() {
         "3,1,4,1,5",
         "--max-new-tokens",
         "6",
+        "--ignore-eos",
     ];
     let free = cli(&args);
     assert!(
@@ -247,4 +251,50 @@ fn generate_under_a_prepared_limit() {
         err.contains("prepared domain") && err.contains("1024"),
         "{err}"
     );
+}
+
+#[test]
+fn generate_text_stops_at_a_stop_string_and_needs_a_tokenizer() {
+    let folder = model("llama-genai-fp32").parent().unwrap().to_owned();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            folder.to_str().unwrap(),
+            "--prompt",
+            "the quick brown fox",
+            "--max-new-tokens",
+            "16",
+            "--ignore-eos",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = cli(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(out.stdout.trim_ascii()).unwrap()
+    };
+    let full = run(&[]);
+    let text = full["text"].as_str().unwrap().to_owned();
+    let tokens = full["tokens"].as_array().unwrap().len();
+    assert_eq!(tokens, 16);
+    // A stop string taken from the middle of the text: the text ends before
+    // it and fewer tokens are generated.
+    let chars: Vec<char> = text.chars().collect();
+    assert!(chars.len() > 6, "{text:?}");
+    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
+    let cut = run(&["--stop", &stop]);
+    let at = text.find(&stop).unwrap();
+    assert_eq!(cut["text"].as_str().unwrap(), &text[..at]);
+    assert!(cut["tokens"].as_array().unwrap().len() < tokens);
+
+    // A model without a tokenizer.json beside it: a typed error naming it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(model("llama-nbits-sym"), dir.path().join("model.onnx")).unwrap();
+    let out = cli(&["generate", dir.path().to_str().unwrap(), "--prompt", "hi"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no tokenizer.json"), "{err}");
 }

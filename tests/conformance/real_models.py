@@ -230,7 +230,8 @@ def check_model(binary: str, model: Path, work: Path, threads: int) -> list[str]
     # Greedy generation.
     want = ort_greedy(sess, prompt, NEW_TOKENS, head)
     cmd = bin_command(binary) + ["generate", str(model), "--prompt-ids", ",".join(map(str, prompt)),
-                                 "--max-new-tokens", str(NEW_TOKENS), "--threads", str(threads), "--json"]
+                                 "--max-new-tokens", str(NEW_TOKENS), "--threads", str(threads), "--json",
+                                 "--ignore-eos"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         failures.append(f"generate: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The conformance checks CI runs: ONNX Runtime parity on the fixtures and on
 # the committed real and vision models (tests/models/real, tests/models/vision),
-# the convolution chains the runtime fuses, the prepared cache's
+# the convolution chains the runtime fuses, tokenizers, chat templates and
+# text generation (tests/models/tokenizers), the prepared cache's
 # companion model against onnx.checker, and the
 # ONNX backend node tests (SIMD kernels, then --portable scalar kernels,
 # then the AVX2 families where the CPU's best is AVX-512).
@@ -56,6 +57,7 @@ run "parity" "$here/parity.py" --bin "$bin" --fixtures "$fixtures"
 run "real models" "$here/real_models.py" --bin "$bin"
 run "vision models" "$here/vision_models.py" --bin "$bin"
 run "convolution chains" "$here/conv_fusion.py" --bin "$bin"
+run "text" "$here/text.py" --bin "$bin"
 run "prepared cache" "$here/prepared_cache.py" --bin "$bin" --fixtures "$fixtures"
 run "node tests" "$here/node_tests.py" --bin "$bin"
 run "node tests (portable)" "$here/node_tests.py" --bin "$bin" --portable

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::error::{TextError, read, read_json};
 
 /// One message of a conversation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Message {
     /// `system`, `user` or `assistant`.
     pub role: String,
