@@ -133,12 +133,16 @@ pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
     let cache = decoder::genai_kv_cache(folder.model()).unwrap_or(decoder::KvCache::Growing);
     let mut sampler = Sampler::new(search, args.seed);
     let mut out = Output::new(tokenizer.as_ref(), &args.stop, !args.json);
+    let interrupt = Interrupt::install()?;
     let generated = decoder::generate_streaming(
         &session,
         &prompt,
         args.max_new_tokens,
         cache,
         |logits, history| {
+            if interrupt.happened() {
+                return Ok(Next::Stop);
+            }
             let id = sampler.next(logits, history).unwrap_or(0);
             let eos = !args.ignore_eos && sampler.options().is_eos(id);
             let stop = out.push(id, eos).map_err(|e| {
@@ -154,6 +158,9 @@ pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
         },
     )?;
     out.finish();
+    if interrupt.happened() {
+        eprintln!("\ninterrupted after {} tokens", generated.tokens.len());
+    }
     if let Some(stats) = &args.stats {
         session.flush_cache();
         super::write_stats(stats, &session, generated.time_to_first_token)?;
@@ -215,6 +222,36 @@ impl GenerateArgs {
             o.do_sample = false;
         }
         o
+    }
+}
+
+/// Ctrl-C while generating: the signal handler writes a byte to one end
+/// of a socket pair, the decoding loop polls the other between tokens and
+/// stops there (the text so far stays printed, the process exits as after
+/// a normal end).
+struct Interrupt {
+    read: std::os::unix::net::UnixStream,
+    seen: std::cell::OnceCell<()>,
+}
+
+impl Interrupt {
+    fn install() -> std::io::Result<Self> {
+        let (read, write) = std::os::unix::net::UnixStream::pair()?;
+        read.set_nonblocking(true)?;
+        signal_hook::low_level::pipe::register(signal_hook::consts::SIGINT, write)?;
+        Ok(Self {
+            read,
+            seen: std::cell::OnceCell::new(),
+        })
+    }
+
+    /// Whether Ctrl-C was pressed (remembered once seen).
+    fn happened(&self) -> bool {
+        use std::io::Read;
+        if self.seen.get().is_none() && matches!((&self.read).read(&mut [0u8; 1]), Ok(1)) {
+            let _ = self.seen.set(());
+        }
+        self.seen.get().is_some()
     }
 }
 

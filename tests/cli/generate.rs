@@ -298,3 +298,50 @@ fn generate_text_stops_at_a_stop_string_and_needs_a_tokenizer() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no tokenizer.json"), "{err}");
 }
+
+#[test]
+fn ctrl_c_stops_generation_between_tokens_and_keeps_the_text() {
+    use std::io::Read;
+    let folder = model("llama-optimum").parent().unwrap().to_owned();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onnx-prepared"))
+        .args([
+            "generate",
+            folder.to_str().unwrap(),
+            "--prompt",
+            "the quick brown fox",
+            "--max-new-tokens",
+            "65536",
+            "--ignore-eos",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    // Text streams before the end: read some, then interrupt.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    stdout
+        .read_exact(&mut first)
+        .expect("text streams as tokens arrive");
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{status:?}: {err}");
+    assert!(err.contains("interrupted after"), "{err}");
+    let tokens: usize = err
+        .split("interrupted after ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("a token count");
+    assert!(tokens > 0 && tokens < 65536, "{tokens}");
+}
