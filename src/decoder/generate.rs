@@ -1,4 +1,6 @@
-//! Greedy decoding for any decoder model with a past/present KV cache.
+//! Decoding for any decoder model with a past/present KV cache: a step-wise
+//! [`Generator`], and loops over it (greedy, or with the choice left to the
+//! caller).
 
 use std::time::{Duration, Instant};
 
@@ -138,62 +140,13 @@ pub fn generate_streaming(
             prompt.len()
         )));
     }
-    let resolved = session.plan().resolved().clone();
-    let inputs = resolved.inputs();
-    let (logits, vocab) = decoder_outputs(&resolved)?;
-
-    let mut ctx = RuntimeContext::new(session);
-    ctx.bind_kv_cache();
-    let pasts: Vec<&str> = inputs
-        .iter()
-        .filter(|i| input_role(&i.name) == InputRole::PastKv)
-        .map(|i| i.name.as_str())
-        .collect();
-    for p in &pasts {
-        if !ctx.cache_bindings().iter().any(|(_, i)| i == p) {
-            return Err(unsupported(format!(
-                "generating: past input `{p}` has no matching present output"
-            )));
-        }
-    }
-
-    let others = super::model_dims(&resolved);
     let start = Instant::now();
-    let mut rng = Rng::default();
+    let mut generator = Generator::new(session, cache)?;
+    generator.append(prompt)?;
     let mut tokens = Vec::with_capacity(max_new_tokens.min(1 << 12));
-    let mut history: Vec<i64> = prompt.to_vec();
-    let mut ids: Vec<i64> = prompt.to_vec();
-    let mut past = 0usize;
     let mut time_to_first_token = Duration::ZERO;
     while tokens.len() < max_new_tokens {
-        let len = Lengths {
-            batch: 1,
-            tokens: ids.len(),
-            past,
-        };
-        for input in inputs {
-            let role = input_role(&input.name);
-            if role == InputRole::PastKv && !tokens.is_empty() {
-                continue; // the bound present of the last run
-            }
-            let t = match (role, cache) {
-                (InputRole::PastKv, KvCache::Shared { capacity }) => {
-                    let full = Lengths {
-                        past: capacity,
-                        ..len
-                    };
-                    let shape = super::input_shape(input, full, &others);
-                    Tensor::zeros(input.dtype, shape).map_err(|source| RunError::Kernel {
-                        node: format!("KV cache `{}`", input.name),
-                        source,
-                    })?
-                }
-                _ => input_tensor(input, len, &others, Some(&ids), vocab, &mut rng)?,
-            };
-            ctx.set_input(&input.name, t)?;
-        }
-        ctx = session.run(ctx).map_err(|e| e.error)?;
-        let decision = choose(last_row(&ctx, &logits)?, &history)?;
+        let decision = choose(generator.logits()?, generator.sequence())?;
         if tokens.is_empty() {
             time_to_first_token = start.elapsed();
         }
@@ -201,13 +154,10 @@ pub fn generate_streaming(
             break;
         };
         tokens.push(next);
-        history.push(next);
-        if matches!(decision, Next::Last(_)) {
+        if matches!(decision, Next::Last(_)) || tokens.len() == max_new_tokens {
             break;
         }
-        past += ids.len();
-        ids.clear();
-        ids.push(next);
+        generator.append(&[next])?;
     }
     let decode_time = start.elapsed().saturating_sub(time_to_first_token);
     Ok(Generated {
@@ -215,6 +165,185 @@ pub fn generate_streaming(
         time_to_first_token,
         decode_time,
     })
+}
+
+/// A decoder model driven one step at a time, as onnxruntime-genai's
+/// `Generator` is: [`Generator::append`] runs the model on new tokens after
+/// those already in its KV cache and keeps the logits of the last one;
+/// [`Generator::rewind_to`] forgets the tail of the sequence. The caller
+/// chooses tokens from [`Generator::logits`].
+#[derive(Debug)]
+pub struct Generator<'s> {
+    session: &'s RuntimeSession,
+    cache: KvCache,
+    /// The context between runs (taken while one runs).
+    ctx: Option<RuntimeContext>,
+    logits_name: String,
+    vocab: usize,
+    others: Vec<(String, usize)>,
+    rng: Rng,
+    /// Every token appended, in order.
+    sequence: Vec<i64>,
+    /// Tokens whose keys and values the bound cache holds (a prefix of
+    /// `sequence`); 0 before the first run and after a rewind.
+    cached: usize,
+    /// Whether the context holds the logits of the sequence's last token.
+    fresh: bool,
+}
+
+impl<'s> Generator<'s> {
+    /// A generator over `session` (batch 1) holding its KV cache as `cache`
+    /// says.
+    ///
+    /// # Errors
+    /// A model without a token-ids input, a logits output, or with past
+    /// inputs that have no matching present outputs.
+    pub fn new(session: &'s RuntimeSession, cache: KvCache) -> Result<Self, Error> {
+        let resolved = session.plan().resolved().clone();
+        let (logits_name, vocab) = decoder_outputs(&resolved)?;
+        let others = super::model_dims(&resolved);
+        let ctx = Self::context(session)?;
+        Ok(Self {
+            session,
+            cache,
+            ctx: Some(ctx),
+            logits_name,
+            vocab,
+            others,
+            rng: Rng::default(),
+            sequence: Vec::new(),
+            cached: 0,
+            fresh: false,
+        })
+    }
+
+    fn context(session: &RuntimeSession) -> Result<RuntimeContext, Error> {
+        let mut ctx = RuntimeContext::new(session);
+        ctx.bind_kv_cache();
+        for i in session.plan().resolved().inputs() {
+            if input_role(&i.name) == InputRole::PastKv
+                && !ctx.cache_bindings().iter().any(|(_, p)| *p == i.name)
+            {
+                return Err(unsupported(format!(
+                    "generating: past input `{}` has no matching present output",
+                    i.name
+                )));
+            }
+        }
+        Ok(ctx)
+    }
+
+    /// Every token appended so far.
+    pub fn sequence(&self) -> &[i64] {
+        &self.sequence
+    }
+
+    /// The logits of the sequence's last token (one per vocabulary entry).
+    ///
+    /// # Errors
+    /// Before the first [`Generator::append`], after a rewind, or when the
+    /// logits output is not f32.
+    pub fn logits(&self) -> Result<&[f32], Error> {
+        match (&self.ctx, self.fresh) {
+            (Some(ctx), true) => last_row(ctx, &self.logits_name),
+            _ => Err(unsupported(
+                "reading logits before any token was appended since the last rewind".into(),
+            )),
+        }
+    }
+
+    /// Forgets every token from position `len` on; the next append runs
+    /// the kept prefix again (the KV cache is rebuilt from it).
+    ///
+    /// # Errors
+    /// A `len` beyond the sequence.
+    pub fn rewind_to(&mut self, len: usize) -> Result<(), Error> {
+        if len > self.sequence.len() {
+            return Err(unsupported(format!(
+                "rewinding to {len} tokens of a {}-token sequence",
+                self.sequence.len()
+            )));
+        }
+        if len < self.sequence.len() {
+            self.sequence.truncate(len);
+            self.cached = 0;
+            self.fresh = false;
+            self.ctx = Some(Self::context(self.session)?);
+        }
+        Ok(())
+    }
+
+    /// Runs the model on `tokens` after the sequence so far (and on any
+    /// rewound prefix not in the cache yet).
+    ///
+    /// # Errors
+    /// Empty `tokens`, a shared cache that would overflow, and run errors
+    /// (after which the generator starts again from an empty cache).
+    pub fn append(&mut self, tokens: &[i64]) -> Result<(), Error> {
+        if tokens.is_empty() {
+            return Err(unsupported("appending no tokens".into()));
+        }
+        let total = self.sequence.len() + tokens.len();
+        if let KvCache::Shared { capacity } = self.cache
+            && total > capacity
+        {
+            return Err(unsupported(format!(
+                "{total} tokens in a shared KV cache of {capacity} positions"
+            )));
+        }
+        self.sequence.extend_from_slice(tokens);
+        let ids = self.sequence[self.cached..].to_vec();
+        let result = self.run(&ids);
+        if result.is_err() {
+            self.sequence.truncate(total - tokens.len());
+            self.cached = 0;
+            self.fresh = false;
+            self.ctx = Some(Self::context(self.session)?);
+        }
+        result
+    }
+
+    fn run(&mut self, ids: &[i64]) -> Result<(), Error> {
+        let mut ctx = self.ctx.take().expect("a context between runs");
+        let len = Lengths {
+            batch: 1,
+            tokens: ids.len(),
+            past: self.cached,
+        };
+        for input in self.session.plan().resolved().inputs() {
+            let role = input_role(&input.name);
+            if role == InputRole::PastKv && self.cached > 0 {
+                continue; // the bound present of the last run
+            }
+            let t = match (role, self.cache) {
+                (InputRole::PastKv, KvCache::Shared { capacity }) => {
+                    let full = Lengths {
+                        past: capacity,
+                        ..len
+                    };
+                    let shape = super::input_shape(input, full, &self.others);
+                    Tensor::zeros(input.dtype, shape).map_err(|source| RunError::Kernel {
+                        node: format!("KV cache `{}`", input.name),
+                        source,
+                    })?
+                }
+                _ => input_tensor(
+                    input,
+                    len,
+                    &self.others,
+                    Some(ids),
+                    self.vocab,
+                    &mut self.rng,
+                )?,
+            };
+            ctx.set_input(&input.name, t)?;
+        }
+        let ctx = self.session.run(ctx).map_err(|e| e.error)?;
+        self.ctx = Some(ctx);
+        self.cached += ids.len();
+        self.fresh = true;
+        Ok(())
+    }
 }
 
 /// The logits output of a decoder model (the output whose name contains

@@ -22,7 +22,8 @@ use std::collections::BTreeSet;
 use onnx_prepared_kernels::{DataMut, Tensor};
 
 pub use generate::{
-    Generated, KvCache, Next, genai_kv_cache, generate, generate_streaming, generate_with,
+    Generated, Generator, KvCache, Next, genai_kv_cache, generate, generate_streaming,
+    generate_with,
 };
 
 use crate::arena::{Ceiling, Domain, Reservation};

@@ -272,3 +272,43 @@ fn the_genai_shared_buffer_cache_generates_the_same_tokens() {
         );
     }
 }
+
+/// The step-wise generator: a prompt appended in pieces gives the logits of
+/// one prefill (the cache carries the first piece), and a rewind followed by
+/// the same tokens gives the same logits again, in either cache form.
+#[test]
+fn the_step_wise_generator_appends_in_pieces_and_rewinds() {
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        let max = a.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let err = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(err <= 1e-4 * max.max(1.0), "{what}: max|err| {err}");
+    };
+    for name in ["llama-genai-fp32", "qwen2-optimum"] {
+        let path = model(name);
+        let cache = decoder::genai_kv_cache(&path).unwrap_or(decoder::KvCache::Growing);
+        let session = session(&path);
+        let prompt = [7i64, 3, 99, 12, 5, 41];
+        let mut whole = decoder::Generator::new(&session, cache).unwrap();
+        assert!(whole.logits().is_err(), "no logits before a token");
+        whole.append(&prompt).unwrap();
+        let once = whole.logits().unwrap().to_vec();
+
+        let mut pieces = decoder::Generator::new(&session, cache).unwrap();
+        pieces.append(&prompt[..2]).unwrap();
+        pieces.append(&prompt[2..5]).unwrap();
+        pieces.append(&prompt[5..]).unwrap();
+        assert_eq!(pieces.sequence(), &prompt);
+        close(pieces.logits().unwrap(), &once, name);
+
+        // Two more tokens, then back to the prompt and the same two again.
+        pieces.append(&[17]).unwrap();
+        pieces.append(&[23]).unwrap();
+        let ahead = pieces.logits().unwrap().to_vec();
+        pieces.rewind_to(prompt.len()).unwrap();
+        assert!(pieces.logits().is_err(), "a rewind drops the logits");
+        pieces.append(&[17, 23]).unwrap();
+        close(pieces.logits().unwrap(), &ahead, name);
+        assert!(pieces.rewind_to(100).is_err());
+        assert!(pieces.append(&[]).is_err());
+    }
+}
