@@ -216,7 +216,8 @@ impl Gqa {
             let p = past_of(bi) + i;
             let ok = j <= p
                 && j <= self.seqlens[bi] as usize
-                && (window <= 0 || j + window as usize >= p);
+                // The last `window` positions, the query's own included.
+                && (window <= 0 || j + window as usize > p);
             if ok { 0.0 } else { f64::NEG_INFINITY }
         };
         let (y, _, _) = attention(

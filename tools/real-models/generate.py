@@ -50,7 +50,7 @@ MAX_POS = 256
 
 
 def configs():
-    from transformers import LlamaConfig, MistralConfig, Phi3Config, Qwen2Config
+    from transformers import Gemma2Config, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config
 
     common = dict(
         hidden_size=HIDDEN,
@@ -69,6 +69,12 @@ def configs():
         "qwen2": ("Qwen2ForCausalLM", Qwen2Config(**common, use_sliding_window=False)),
         "phi3": ("Phi3ForCausalLM", Phi3Config(**common, pad_token_id=0, original_max_position_embeddings=MAX_POS)),
         "mistral": ("MistralForCausalLM", MistralConfig(**common, sliding_window=None)),
+        # Sliding-window layers (a window shorter than the test sequences)
+        # alternate with global ones; attention logits and final logits are
+        # soft-capped.
+        "gemma2": ("Gemma2ForCausalLM", Gemma2Config(**common, head_dim=HIDDEN // HEADS, sliding_window=8,
+                                                     query_pre_attn_scalar=HIDDEN // HEADS,
+                                                     attn_logit_softcapping=50.0, final_logit_softcapping=30.0)),
     }
 
 
@@ -270,7 +276,7 @@ def main() -> int:
         LAYERS, HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POS = 8, 1024, 16, 16, 2816, 32000, 512
     all_producers = ("torch-dynamo,torch-dynamo-op23,torchscript,optimum,"
                      "nbits-sym,nbits-asym,nbits-qdq,genai-int4,genai-fp32")
-    subset = {"mistral": "torchscript,optimum,nbits-qdq,genai-int4"}
+    subset = {"mistral": "torchscript,optimum,nbits-qdq,genai-int4", "gemma2": "genai-fp32,genai-int4"}
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"versions": versions(), "config": dict(layers=LAYERS, hidden=HIDDEN, heads=HEADS,
               kv_heads=KV_HEADS, intermediate=INTERMEDIATE, vocab=VOCAB), "made": [], "failed": {}}

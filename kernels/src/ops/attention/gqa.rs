@@ -16,7 +16,13 @@
 //! rows (so a past buffer shared with the present, of the maximum length,
 //! works too). Present rows past the valid ones are zero. The query at
 //! position `p` attends keys `0..=p` below the batch's total length, and
-//! only `p - local_window_size ..= p` when the window is set (> 0).
+//! only the last `local_window_size` of them, `p + 1 - local_window_size ..=
+//! p`, when the window is set (> 0): ONNX Runtime 1.32's window, and
+//! `transformers`' `sliding_window`.
+//!
+//! With `sliding_window_cache = 1` the past and present buffers are
+//! window-sized and cache-relative (`windowed.rs`): the present has the
+//! past's shape and the absolute lengths may exceed it.
 
 use std::ops::Range;
 
@@ -50,6 +56,8 @@ pub(crate) struct GroupQueryAttention {
     scale: f32,
     softcap: f32,
     window: usize,
+    /// `sliding_window_cache`: cache-relative, window-sized KV buffers.
+    sliding_cache: bool,
     rotary: bool,
     interleaved: bool,
 }
@@ -80,6 +88,7 @@ impl GroupQueryAttention {
                 "do_rotary",
                 "rotary_interleaved",
                 "smooth_softmax",
+                "sliding_window_cache",
             ],
         )?;
         let heads = |name: &'static str| -> Result<usize, KernelError> {
@@ -123,6 +132,13 @@ impl GroupQueryAttention {
         };
         let rotary = flag("do_rotary")?;
         let interleaved = flag("rotary_interleaved")?;
+        let sliding_cache = flag("sliding_window_cache")?;
+        if sliding_cache && window <= 0 {
+            return Err(attrs.error(
+                "sliding_window_cache",
+                "1 needs a local_window_size of at least 1",
+            ));
+        }
         if flag("smooth_softmax")? {
             return Err(attrs.error("smooth_softmax", "1 is not supported (only 0)"));
         }
@@ -139,6 +155,7 @@ impl GroupQueryAttention {
             scale,
             softcap,
             window: window.max(0) as usize,
+            sliding_cache,
             rotary,
             interleaved,
         })
@@ -273,15 +290,16 @@ impl GroupQueryAttention {
             other => return Err(shape_err(format!("present_key has shape {other:?}"))),
         };
         let first = total == s as i64;
-        // Per batch: tokens before the new ones (validated once here).
+        // Per batch: tokens before the new ones (validated once here). A
+        // windowed cache holds the tail of longer sequences.
+        let windowed = self.sliding_cache;
         for b in 0..batch {
             let tot = seqlens.get(b) + 1;
             let past = if first { 0 } else { tot - s as i64 };
             if tot < 1
-                || tot > len as i64
                 || past < 0
-                || past as usize > dims.past
-                || past as usize + s > len
+                || (!windowed
+                    && (tot > len as i64 || past as usize > dims.past || past as usize + s > len))
             {
                 return Err(KernelError::Invalid {
                     op: OP,
@@ -353,6 +371,41 @@ impl GroupQueryAttention {
         let past_strides = Strides::bnsh(dims.past, kvh, d);
         let present_strides = Strides::bnsh(len, kvh, d);
         let empty: &[T] = &[];
+        if windowed && (0..batch).any(|b| past_of(b) + s > len) {
+            let pasts: Vec<usize> = (0..batch).map(past_of).collect();
+            let steps = super::windowed::plan(&pasts, s, len, self.window)?;
+            let past_k = match pk_t {
+                Some(t) => typed::<T>(OP, t)?,
+                None => empty,
+            };
+            let past_v = match pv_t {
+                Some(t) => typed::<T>(OP, t)?,
+                None => empty,
+            };
+            let step = super::windowed::Windowed {
+                heads: (h, kvh),
+                d,
+                s,
+                window: self.window,
+                scale: if self.scale == 0.0 {
+                    1.0 / (d as f32).sqrt()
+                } else {
+                    self.scale
+                },
+                softcap: self.softcap,
+                steps: &steps,
+                q: (qkv, q_strides),
+                new: (k_new, v_new, kv_strides),
+                past: (past_k, past_v, past_strides),
+                rotary,
+                position: &position,
+            };
+            let y = typed_mut::<T>(OP, y)?;
+            check_len(OP, "output", y.len(), batch * s * h * d)?;
+            let pk = typed_mut::<T>(OP, pk_out)?;
+            let pv = typed_mut::<T>(OP, pv_out)?;
+            return step.run(y, [pk, pv], len, par);
+        }
         for (dst, past_t, new, rotate) in [
             (&mut *pk_out, pk_t, k_new, true),
             (&mut *pv_out, pv_t, v_new, false),
@@ -386,7 +439,7 @@ impl GroupQueryAttention {
             let p = past_of(b) + i;
             let hi = (p + 1).min((seqlens.get(b) + 1) as usize);
             let lo = if window > 0 {
-                p.saturating_sub(window)
+                (p + 1).saturating_sub(window)
             } else {
                 0
             };
@@ -508,6 +561,14 @@ impl Operator for GroupQueryAttention {
             .and_then(|v| v.to_i64_vec())
             .and_then(|v| v.first().copied());
         let len = match known {
+            _ if self.sliding_cache => {
+                if past.is_none() {
+                    return Err(shape_err(
+                        "sliding_window_cache needs past_key and past_value",
+                    ));
+                }
+                dims.past
+            }
             Some(tot) => {
                 if tot < dims.seq as i64 {
                     return Err(shape_err(format!(

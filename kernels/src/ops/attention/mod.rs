@@ -16,6 +16,7 @@ mod gqa;
 mod panels;
 mod problem;
 mod rotary;
+mod windowed;
 
 use rotary::RotaryKind;
 
