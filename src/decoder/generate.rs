@@ -68,6 +68,11 @@ pub enum KvCache {
     Shared {
         /// Positions per cache buffer (GenAI's `search.max_length`).
         capacity: usize,
+        /// Positions of the window-sized buffers of sliding-window layers
+        /// (pasts whose length dim is named `past_sliding_length`; GenAI's
+        /// `sliding_window.window_size + cache_slack`), which hold the tail
+        /// of longer sequences.
+        window: Option<usize>,
     },
 }
 
@@ -80,8 +85,16 @@ pub fn genai_kv_cache(model: &std::path::Path) -> Option<KvCache> {
     let search = config.get("search")?;
     let shared = search.get("past_present_share_buffer")?.as_bool()?;
     let capacity = usize::try_from(search.get("max_length")?.as_u64()?).ok()?;
+    let window = config
+        .pointer("/model/decoder/sliding_window")
+        .and_then(|w| {
+            let size = w.get("window_size")?.as_u64()?;
+            let slack = w.get("cache_slack").and_then(|s| s.as_u64()).unwrap_or(0);
+            usize::try_from(size.checked_add(slack)?).ok()
+        })
+        .map(|w| w.min(capacity));
     Some(if shared {
-        KvCache::Shared { capacity }
+        KvCache::Shared { capacity, window }
     } else {
         KvCache::Growing
     })
@@ -132,7 +145,7 @@ pub fn generate_streaming(
     if prompt.is_empty() {
         return Err(unsupported("generating from an empty prompt".into()));
     }
-    if let KvCache::Shared { capacity } = cache
+    if let KvCache::Shared { capacity, .. } = cache
         && prompt.len().saturating_add(max_new_tokens) > capacity
     {
         return Err(unsupported(format!(
@@ -284,7 +297,7 @@ impl<'s> Generator<'s> {
             return Err(unsupported("appending no tokens".into()));
         }
         let total = self.sequence.len() + tokens.len();
-        if let KvCache::Shared { capacity } = self.cache
+        if let KvCache::Shared { capacity, .. } = self.cache
             && total > capacity
         {
             return Err(unsupported(format!(
@@ -316,12 +329,17 @@ impl<'s> Generator<'s> {
                 continue; // the bound present of the last run
             }
             let t = match (role, self.cache) {
-                (InputRole::PastKv, KvCache::Shared { capacity }) => {
+                (InputRole::PastKv, KvCache::Shared { capacity, window }) => {
                     let full = Lengths {
                         past: capacity,
                         ..len
                     };
-                    let shape = super::input_shape(input, full, &self.others);
+                    let mut shape = super::input_shape(input, full, &self.others);
+                    // A window-sized buffer as the config sizes it (window
+                    // and slack), else as the model's window.
+                    if let (Some(w), Some(axis)) = (window, sliding_axis(input)) {
+                        shape[axis] = w;
+                    }
                     Tensor::zeros(input.dtype, shape).map_err(|source| RunError::Kernel {
                         node: format!("KV cache `{}`", input.name),
                         source,
@@ -344,6 +362,15 @@ impl<'s> Generator<'s> {
         self.fresh = true;
         Ok(())
     }
+}
+
+/// The axis of a past input's length when it is a sliding-window layer's
+/// window-sized buffer (GenAI names that dim `past_sliding_length`).
+fn sliding_axis(input: &crate::model::GraphInput) -> Option<usize> {
+    let dims = input.dims.as_deref()?;
+    (dims.len() == 4).then_some(2).filter(
+        |&a| matches!(&dims[a], crate::model::Dim::Symbolic(name) if name.contains("sliding")),
+    )
 }
 
 /// The logits output of a decoder model (the output whose name contains

@@ -234,22 +234,53 @@ pub fn kv_head_size(resolved: &ResolvedModel) -> Option<usize> {
     None
 }
 
+/// The window of the sliding-window layers whose KV buffers are
+/// window-sized (`GroupQueryAttention` with `sliding_window_cache = 1`):
+/// the largest `local_window_size` among them.
+pub fn sliding_window(resolved: &ResolvedModel) -> Option<usize> {
+    use onnx_prepared_kernels::Attributes;
+    resolved
+        .model()
+        .graph()
+        .node
+        .iter()
+        .filter(|n| n.op_type.as_deref() == Some("GroupQueryAttention"))
+        .filter_map(|n| {
+            let attrs = model::NodeAttributes::new(n).ok()?;
+            let int = |name| attrs.int(name).ok().flatten();
+            (int("sliding_window_cache") == Some(1))
+                .then(|| int("local_window_size"))
+                .flatten()
+                .and_then(|w| usize::try_from(w).ok())
+        })
+        .max()
+}
+
 /// Sizes of symbolic dims no role decides but the model does: the head
 /// size of past KV inputs declared as a symbolic dim (the GenAI builder's
-/// `kv_cache_dim`).
+/// `kv_cache_dim`), and the length of window-sized KV buffers (its
+/// `past_sliding_length`: the window, the least such a buffer holds).
 pub fn model_dims(resolved: &ResolvedModel) -> Vec<(String, usize)> {
-    let mut out = Vec::new();
-    let Some(head) = kv_head_size(resolved) else {
-        return out;
+    let mut out: Vec<(String, usize)> = Vec::new();
+    let head = kv_head_size(resolved);
+    let window = sliding_window(resolved);
+    let mut add = |name: &String, size| {
+        if !out.iter().any(|(n, _)| n == name) {
+            out.push((name.clone(), size));
+        }
     };
     for input in resolved.inputs() {
         if input_role(&input.name) != InputRole::PastKv {
             continue;
         }
-        if let Some(Dim::Symbolic(name)) = input.dims.as_ref().and_then(|d| d.last())
-            && !out.iter().any(|(n, _)| n == name)
+        let dims = input.dims.as_deref().unwrap_or(&[]);
+        if let (Some(head), Some(Dim::Symbolic(name))) = (head, dims.last()) {
+            add(name, head);
+        }
+        if let (Some(window), Some(Dim::Symbolic(name))) = (window, dims.get(2))
+            && name.contains("sliding")
         {
-            out.push((name.clone(), head));
+            add(name, window);
         }
     }
     out

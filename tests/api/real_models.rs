@@ -251,16 +251,27 @@ fn generated_inputs_follow_the_roles() {
 
 #[test]
 fn the_genai_shared_buffer_cache_generates_the_same_tokens() {
-    for name in ["llama-genai-int4", "qwen2-genai-fp32", "phi3-genai-int4"] {
+    // Gemma-2's local layers hold window-sized buffers (a window of 8).
+    for (name, window) in [
+        ("llama-genai-int4", None),
+        ("qwen2-genai-fp32", None),
+        ("phi3-genai-int4", None),
+        ("gemma2-genai-fp32", Some(8)),
+        ("gemma2-genai-int4", Some(8)),
+    ] {
         let path = model(name);
         let cache = decoder::genai_kv_cache(&path);
         assert_eq!(
             cache,
-            Some(decoder::KvCache::Shared { capacity: 256 }),
+            Some(decoder::KvCache::Shared {
+                capacity: 256,
+                window
+            }),
             "{name}"
         );
         let session = session(&path);
-        let prompt = [7i64, 3, 99, 12, 5];
+        // Longer than the window: the local layers' buffers compact.
+        let prompt = [7i64, 3, 99, 12, 5, 41, 17, 8, 200, 31];
         let shared = decoder::generate_with(&session, &prompt, 6, cache.unwrap()).unwrap();
         let growing = decoder::generate(&session, &prompt, 6).unwrap();
         assert_eq!(shared.tokens, growing.tokens, "{name}");

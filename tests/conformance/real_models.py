@@ -116,7 +116,21 @@ def head_size(model: Path) -> int | None:
     return None
 
 
-def make_inputs(sess, t: int, p: int, ids: np.ndarray, pasts: dict | None, head: int | None = None) -> dict:
+def sliding_capacity(model: Path) -> int | None:
+    """Positions of a sliding-window layer's window-sized KV buffer (the
+    GenAI builder's `past_sliding_length` inputs, GroupQueryAttention's
+    `sliding_window_cache`): window_size + cache_slack, as onnxruntime-genai
+    sizes them."""
+    config = model.parent / "genai_config.json"
+    if config.exists():
+        w = json.loads(config.read_text())["model"]["decoder"].get("sliding_window")
+        if w:
+            return w["window_size"] + w.get("cache_slack", 0)
+    return None
+
+
+def make_inputs(sess, t: int, p: int, ids: np.ndarray, pasts: dict | None, head: int | None = None,
+                sliding: int | None = None) -> dict:
     feeds = {}
     for i in sess.get_inputs():
         dtype = NP_TYPES[i.type]
@@ -137,7 +151,7 @@ def make_inputs(sess, t: int, p: int, ids: np.ndarray, pasts: dict | None, head:
             else:
                 shape = [1 if not isinstance(d, int) else d for d in i.shape]
                 shape[0] = 1
-                shape[2] = 0
+                shape[2] = sliding if sliding is not None and "sliding" in str(i.shape[2]) else 0
                 if not isinstance(i.shape[3], int):
                     shape[3] = head
                 feeds[i.name] = np.zeros(shape, dtype=dtype)
@@ -181,13 +195,13 @@ def compare(label: str, ours: dict, ref: dict) -> list[str]:
     return failures
 
 
-def ort_greedy(sess, prompt: np.ndarray, n: int, head: int | None) -> list[int]:
+def ort_greedy(sess, prompt: np.ndarray, n: int, head: int | None, sliding: int | None = None) -> list[int]:
     pairs = present_to_past(sess)
     out_names = [o.name for o in sess.get_outputs()]
     logits_name = next((o for o in out_names if "logits" in o), out_names[0])
     ids, p, pasts, tokens = prompt, 0, None, []
     for _ in range(n):
-        feeds = make_inputs(sess, len(ids), p, ids, pasts, head)
+        feeds = make_inputs(sess, len(ids), p, ids, pasts, head, sliding)
         outs = dict(zip(out_names, sess.run(None, feeds)))
         tok = int(np.argmax(outs[logits_name].reshape(-1, outs[logits_name].shape[-1])[-1]))
         tokens.append(tok)
@@ -208,7 +222,8 @@ def check_model(binary: str, model: Path, work: Path, threads: int) -> list[str]
 
     # Prefill, then one decode step fed with ORT's presents.
     head = head_size(model)
-    feeds = make_inputs(sess, PREFILL, 0, prompt, None, head)
+    sliding = sliding_capacity(model)
+    feeds = make_inputs(sess, PREFILL, 0, prompt, None, head, sliding)
     ref = dict(zip(out_names, sess.run(None, feeds)))
     pairs = present_to_past(sess)
     step_ids = np.array([int(rng.integers(0, vocab))], dtype=np.int64)
@@ -228,7 +243,7 @@ def check_model(binary: str, model: Path, work: Path, threads: int) -> list[str]
             failures += compare(f"{label} {mode}", read_npz(out), r)
 
     # Greedy generation.
-    want = ort_greedy(sess, prompt, NEW_TOKENS, head)
+    want = ort_greedy(sess, prompt, NEW_TOKENS, head, sliding)
     cmd = bin_command(binary) + ["generate", str(model), "--prompt-ids", ",".join(map(str, prompt)),
                                  "--max-new-tokens", str(NEW_TOKENS), "--threads", str(threads), "--json",
                                  "--ignore-eos"]

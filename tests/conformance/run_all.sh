@@ -58,6 +58,7 @@ run "real models" "$here/real_models.py" --bin "$bin"
 run "vision models" "$here/vision_models.py" --bin "$bin"
 run "convolution chains" "$here/conv_fusion.py" --bin "$bin"
 run "text" "$here/text.py" --bin "$bin"
+run "windowed attention" "$here/windowed_attention.py" --bin "$bin"
 run "prepared cache" "$here/prepared_cache.py" --bin "$bin" --fixtures "$fixtures"
 run "node tests" "$here/node_tests.py" --bin "$bin"
 run "node tests (portable)" "$here/node_tests.py" --bin "$bin" --portable
