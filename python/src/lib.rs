@@ -13,9 +13,12 @@
 //! * `meta.rs`: declared input and output types and shapes, onnxruntime's
 //!   spelling.
 //! * `errors.rs`: runtime errors as `onnx_prepared.errors` exceptions.
+//! * `genai.rs`: model folders, tokenizers and step-wise generators for
+//!   `onnx_prepared.genai` (onnxruntime-genai's API).
 
 mod convert;
 mod errors;
+mod genai;
 mod handle;
 mod meta;
 mod options;
@@ -28,6 +31,9 @@ use pyo3::prelude::*;
 fn _onnx_prepared(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::InferenceSession>()?;
     m.add_class::<handle::RunHandle>()?;
+    m.add_class::<genai::GenaiModel>()?;
+    m.add_class::<genai::GenaiTokenizerStream>()?;
+    m.add_class::<genai::GenaiGenerator>()?;
     m.add(
         "MAX_NEW_TOKENS",
         onnx_prepared::limits::MAX_NEW_TOKENS as u64,

@@ -101,6 +101,14 @@ def is_decoder(inputs) -> bool:
     return any(role(i.name) == "ids" for i in inputs)
 
 
+def sliding_capacity(model: Path) -> int:
+    """window_size + cache_slack of the folder's genai_config.json, as
+    onnxruntime-genai sizes a sliding-window layer's KV buffer."""
+    config = json.loads((model.parent / "genai_config.json").read_text())
+    w = config["model"]["decoder"]["sliding_window"]
+    return w["window_size"] + w.get("cache_slack", 0)
+
+
 def feeds_for(model: Path, inputs, outputs, t: int, p: int, seed: int, pasts: dict | None = None) -> dict:
     """Inputs for T new positions after P past ones (a decoder), or
     standard-normal values with every symbolic dim 3 (anything else)."""
@@ -139,7 +147,10 @@ def feeds_for(model: Path, inputs, outputs, t: int, p: int, seed: int, pasts: di
                 feeds[i.name] = pasts[i.name]
             else:
                 shape = [d if isinstance(d, int) else 1 for d in i.shape]
-                shape[0], shape[2] = 1, 0
+                # A sliding-window layer's window-sized buffer (GenAI's
+                # `past_sliding_length`) holds at least the window.
+                shape[0] = 1
+                shape[2] = sliding_capacity(model) if "sliding" in str(i.shape[2]) else 0
                 if not isinstance(i.shape[3], int):
                     shape[3] = head_size(model)
                 feeds[i.name] = np.zeros(shape, dtype=dtype)

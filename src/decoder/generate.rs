@@ -2,6 +2,7 @@
 //! [`Generator`], and loops over it (greedy, or with the choice left to the
 //! caller).
 
+use std::borrow::Borrow;
 use std::time::{Duration, Instant};
 
 use onnx_prepared_kernels::{DataRef, Tensor};
@@ -185,9 +186,13 @@ pub fn generate_streaming(
 /// those already in its KV cache and keeps the logits of the last one;
 /// [`Generator::rewind_to`] forgets the tail of the sequence. The caller
 /// chooses tokens from [`Generator::logits`].
+///
+/// `S` is how it holds the session: `&RuntimeSession` for a loop in one
+/// scope, `Arc<RuntimeSession>` for a generator that outlives it (a
+/// binding's object).
 #[derive(Debug)]
-pub struct Generator<'s> {
-    session: &'s RuntimeSession,
+pub struct Generator<S: Borrow<RuntimeSession>> {
+    session: S,
     cache: KvCache,
     /// The context between runs (taken while one runs).
     ctx: Option<RuntimeContext>,
@@ -204,18 +209,18 @@ pub struct Generator<'s> {
     fresh: bool,
 }
 
-impl<'s> Generator<'s> {
+impl<S: Borrow<RuntimeSession>> Generator<S> {
     /// A generator over `session` (batch 1) holding its KV cache as `cache`
     /// says.
     ///
     /// # Errors
     /// A model without a token-ids input, a logits output, or with past
     /// inputs that have no matching present outputs.
-    pub fn new(session: &'s RuntimeSession, cache: KvCache) -> Result<Self, Error> {
-        let resolved = session.plan().resolved().clone();
+    pub fn new(session: S, cache: KvCache) -> Result<Self, Error> {
+        let resolved = session.borrow().plan().resolved().clone();
         let (logits_name, vocab) = decoder_outputs(&resolved)?;
         let others = super::model_dims(&resolved);
-        let ctx = Self::context(session)?;
+        let ctx = context(session.borrow())?;
         Ok(Self {
             session,
             cache,
@@ -228,22 +233,6 @@ impl<'s> Generator<'s> {
             cached: 0,
             fresh: false,
         })
-    }
-
-    fn context(session: &RuntimeSession) -> Result<RuntimeContext, Error> {
-        let mut ctx = RuntimeContext::new(session);
-        ctx.bind_kv_cache();
-        for i in session.plan().resolved().inputs() {
-            if input_role(&i.name) == InputRole::PastKv
-                && !ctx.cache_bindings().iter().any(|(_, p)| *p == i.name)
-            {
-                return Err(unsupported(format!(
-                    "generating: past input `{}` has no matching present output",
-                    i.name
-                )));
-            }
-        }
-        Ok(ctx)
     }
 
     /// Every token appended so far.
@@ -281,7 +270,7 @@ impl<'s> Generator<'s> {
             self.sequence.truncate(len);
             self.cached = 0;
             self.fresh = false;
-            self.ctx = Some(Self::context(self.session)?);
+            self.ctx = Some(context(self.session.borrow())?);
         }
         Ok(())
     }
@@ -311,7 +300,7 @@ impl<'s> Generator<'s> {
             self.sequence.truncate(total - tokens.len());
             self.cached = 0;
             self.fresh = false;
-            self.ctx = Some(Self::context(self.session)?);
+            self.ctx = Some(context(self.session.borrow())?);
         }
         result
     }
@@ -323,7 +312,8 @@ impl<'s> Generator<'s> {
             tokens: ids.len(),
             past: self.cached,
         };
-        for input in self.session.plan().resolved().inputs() {
+        let session = self.session.borrow();
+        for input in session.plan().resolved().inputs() {
             let role = input_role(&input.name);
             if role == InputRole::PastKv && self.cached > 0 {
                 continue; // the bound present of the last run
@@ -356,12 +346,29 @@ impl<'s> Generator<'s> {
             };
             ctx.set_input(&input.name, t)?;
         }
-        let ctx = self.session.run(ctx).map_err(|e| e.error)?;
+        let ctx = session.run(ctx).map_err(|e| e.error)?;
         self.ctx = Some(ctx);
         self.cached += ids.len();
         self.fresh = true;
         Ok(())
     }
+}
+
+/// A context with the KV cache bound (presents become the next pasts).
+fn context(session: &RuntimeSession) -> Result<RuntimeContext, Error> {
+    let mut ctx = RuntimeContext::new(session);
+    ctx.bind_kv_cache();
+    for i in session.plan().resolved().inputs() {
+        if input_role(&i.name) == InputRole::PastKv
+            && !ctx.cache_bindings().iter().any(|(_, p)| *p == i.name)
+        {
+            return Err(unsupported(format!(
+                "generating: past input `{}` has no matching present output",
+                i.name
+            )));
+        }
+    }
+    Ok(ctx)
 }
 
 /// The axis of a past input's length when it is a sliding-window layer's

@@ -33,4 +33,4 @@ pub use folder::ModelFolder;
 pub use sample::Sampler;
 pub use search::SearchOptions;
 pub use template::{ChatTemplate, Message};
-pub use tokenizer::{TextStream, Tokenizer};
+pub use tokenizer::{StreamState, TextStream, Tokenizer};

@@ -71,8 +71,49 @@ impl Tokenizer {
     pub fn stream(&self, skip_special_tokens: bool) -> TextStream<'_> {
         TextStream {
             tokenizer: self,
-            inner: self.inner.decode_stream(skip_special_tokens),
+            state: StreamState::new(skip_special_tokens),
         }
+    }
+
+    /// The text `id` completes after the ids `state` holds (possibly
+    /// empty); the owned form of [`TextStream::step`], for a stream that
+    /// cannot borrow its tokenizer.
+    ///
+    /// # Errors
+    /// [`TextError::UnknownToken`] for an id outside the vocabulary.
+    pub fn step(&self, state: &mut StreamState, id: i64) -> Result<String, TextError> {
+        let id = self.checked(&[id])?[0];
+        Ok(tokenizers::step_decode_stream(
+            &self.inner,
+            vec![id],
+            state.skip_special_tokens,
+            &mut state.ids,
+            &mut state.prefix,
+            &mut state.prefix_index,
+        )
+        .map_err(TextError::tokenizer)?
+        .unwrap_or_default())
+    }
+
+    /// A stream state for text that continues earlier text (generated
+    /// tokens after a prompt): a word-initial token keeps its leading space
+    /// (`▁Paris` → `" Paris"`) instead of being decoded as the start of a
+    /// text. The stream is seeded with an ordinary one-character token
+    /// whose text is then left out.
+    pub fn continuation(&self, skip_special_tokens: bool) -> StreamState {
+        let mut state = StreamState::new(skip_special_tokens);
+        let seed = (0..self.vocab_size().min(1 << 16) as u32).find_map(|id| {
+            let text = self.inner.decode(&[id], skip_special_tokens).ok()?;
+            let mut chars = text.chars();
+            matches!((chars.next(), chars.next()), (Some(c), None) if c.is_ascii_alphanumeric())
+                .then_some((id, text))
+        });
+        if let Some((id, text)) = seed {
+            state.ids = vec![id];
+            state.prefix = text;
+            state.prefix_index = 1;
+        }
+        state
     }
 
     fn checked(&self, ids: &[i64]) -> Result<Vec<u32>, TextError> {
@@ -88,28 +129,33 @@ impl Tokenizer {
     }
 }
 
-type Stream<'a> = tokenizers::DecodeStream<
-    'a,
-    tokenizers::ModelWrapper,
-    tokenizers::NormalizerWrapper,
-    tokenizers::PreTokenizerWrapper,
-    tokenizers::PostProcessorWrapper,
-    tokenizers::DecoderWrapper,
->;
+/// The ids a streaming decode has seen and the text already returned.
+#[derive(Debug, Clone, Default)]
+pub struct StreamState {
+    skip_special_tokens: bool,
+    ids: Vec<u32>,
+    prefix: String,
+    prefix_index: usize,
+}
+
+impl StreamState {
+    /// An empty stream; `skip_special_tokens` leaves special tokens out.
+    pub fn new(skip_special_tokens: bool) -> Self {
+        Self {
+            skip_special_tokens,
+            ..Self::default()
+        }
+    }
+}
 
 /// Text as tokens arrive ([`Tokenizer::stream`]): each step returns the
 /// text the new id completes — empty while a multi-byte character or a
 /// merge with the next token is still open — so the concatenation of the
 /// steps is the decode of all ids.
+#[derive(Debug)]
 pub struct TextStream<'a> {
     tokenizer: &'a Tokenizer,
-    inner: Stream<'a>,
-}
-
-impl std::fmt::Debug for TextStream<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TextStream").finish_non_exhaustive()
-    }
+    state: StreamState,
 }
 
 impl TextStream<'_> {
@@ -118,11 +164,6 @@ impl TextStream<'_> {
     /// # Errors
     /// [`TextError::UnknownToken`] for an id outside the vocabulary.
     pub fn step(&mut self, id: i64) -> Result<String, TextError> {
-        let id = self.tokenizer.checked(&[id])?[0];
-        Ok(self
-            .inner
-            .step(id)
-            .map_err(TextError::tokenizer)?
-            .unwrap_or_default())
+        self.tokenizer.step(&mut self.state, id)
     }
 }
