@@ -132,6 +132,8 @@ enum Command {
     Generate(cli::generate::GenerateArgs),
     /// Encode texts with a model folder's tokenizer.json and render conversations with its chat template, as JSON lines.
     Tokenize(cli::tokenize::TokenizeArgs),
+    /// Chat with a model folder: each line on stdin is a user message, the reply streams to stdout; the KV cache carries the conversation across turns.
+    Chat(cli::chat::ChatArgs),
     /// Generate the fixture models if missing, measure tiny-llm's four modes, show the streaming timeline and decode a few tokens.
     Demo {
         /// Where the fixtures live (default: target/fixtures).
@@ -168,6 +170,7 @@ fn main() -> ExitCode {
         Command::Cache(command) => cli::cache::main(command),
         Command::Generate(args) => cli::generate::main(&args),
         Command::Tokenize(args) => cli::tokenize::main(&args),
+        Command::Chat(args) => cli::chat::main(&args),
         Command::Bench {
             model,
             json,

@@ -3,13 +3,14 @@
 //! The folder's tokenizer, chat template and search options come from
 //! `onnx-prepared-text`.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use onnx_prepared::decoder::{self, Next};
 use onnx_prepared::limits::MAX_NEW_TOKENS;
 use onnx_prepared::session::{RuntimeSession, SessionOptions};
-use onnx_prepared_text::{Message, ModelFolder, Sampler, SearchOptions, TextStream, Tokenizer};
+use onnx_prepared_text::{Message, ModelFolder, Sampler};
+
+use super::text_out::{Interrupt, Output, SearchArgs};
 
 use super::{CacheArgs, ChecksumArgs, LimitArgs};
 
@@ -31,36 +32,8 @@ pub struct GenerateArgs {
     /// How many tokens to generate at most (1 to 65,536).
     #[arg(long, default_value_t = 16, value_parser = parse_new_tokens)]
     max_new_tokens: usize,
-    /// Sample with the folder's options (`do_sample` true); a sampling flag below also turns sampling on.
-    #[arg(long, conflicts_with = "greedy")]
-    sample: bool,
-    /// Take the largest logit every step, whatever the folder says.
-    #[arg(long)]
-    greedy: bool,
-    /// Sampling temperature (> 0).
-    #[arg(long, value_parser = positive)]
-    temperature: Option<f32>,
-    /// Sample among the K most likely tokens (0: all).
-    #[arg(long)]
-    top_k: Option<usize>,
-    /// Sample among the most likely tokens that hold this much probability (0 to 1).
-    #[arg(long, value_parser = unit)]
-    top_p: Option<f32>,
-    /// Drop tokens less likely than this fraction of the most likely one (0 to 1).
-    #[arg(long, value_parser = unit)]
-    min_p: Option<f32>,
-    /// Penalize every token already seen (transformers' repetition_penalty; 1: none).
-    #[arg(long, value_parser = positive)]
-    repetition_penalty: Option<f32>,
-    /// The sampling seed: the same seed gives the same tokens.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Stop when the text contains this string (repeatable); the text ends before it.
-    #[arg(long)]
-    stop: Vec<String>,
-    /// Do not stop at the model's EOS ids: generate exactly --max-new-tokens.
-    #[arg(long)]
-    ignore_eos: bool,
+    #[command(flatten)]
+    search: SearchArgs,
     /// Threads in all (1 to 1024): this thread runs the inference, N - 1 CPU workers (at least one) help its kernels and prepack.
     #[arg(long, default_value_t = 1, value_parser = crate::cli::common::parse_threads)]
     threads: u16,
@@ -111,7 +84,7 @@ pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
         },
         (None, None) => unreachable!("a text prompt loads the tokenizer"),
     };
-    let search = args.search(folder.search());
+    let search = args.search.apply(folder.search());
     let threads = usize::from(args.threads);
     let session = RuntimeSession::open(
         folder.model(),
@@ -131,8 +104,8 @@ pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
     )?;
     // A GenAI-builder model runs in the cache form its config names.
     let cache = decoder::genai_kv_cache(folder.model()).unwrap_or(decoder::KvCache::Growing);
-    let mut sampler = Sampler::new(search, args.seed);
-    let mut out = Output::new(tokenizer.as_ref(), &args.stop, !args.json);
+    let mut sampler = Sampler::new(search, args.search.seed);
+    let mut out = Output::new(tokenizer.as_ref(), &args.search.stop, !args.json);
     let interrupt = Interrupt::install()?;
     let generated = decoder::generate_streaming(
         &session,
@@ -144,7 +117,7 @@ pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
                 return Ok(Next::Stop);
             }
             let id = sampler.next(logits, history).unwrap_or(0);
-            let eos = !args.ignore_eos && sampler.options().is_eos(id);
+            let eos = !args.search.ignore_eos && sampler.options().is_eos(id);
             let stop = out.push(id, eos).map_err(|e| {
                 onnx_prepared::Error::from(onnx_prepared::RunError::Unsupported {
                     what: format!("decoding token {id}: {e}"),
@@ -191,152 +164,8 @@ pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-impl GenerateArgs {
-    /// The folder's search options under this command line's flags.
-    fn search(&self, folder: &SearchOptions) -> SearchOptions {
-        let mut o = folder.clone();
-        let mut sampling = self.sample;
-        if let Some(t) = self.temperature {
-            o.temperature = t;
-            sampling = true;
-        }
-        if let Some(k) = self.top_k {
-            o.top_k = k;
-            sampling = true;
-        }
-        if let Some(p) = self.top_p {
-            o.top_p = p;
-            sampling = true;
-        }
-        if let Some(p) = self.min_p {
-            o.min_p = p;
-            sampling = true;
-        }
-        if let Some(p) = self.repetition_penalty {
-            o.repetition_penalty = p;
-        }
-        if sampling {
-            o.do_sample = true;
-        }
-        if self.greedy {
-            o.do_sample = false;
-        }
-        o
-    }
-}
-
-/// Ctrl-C while generating: the signal handler writes a byte to one end
-/// of a socket pair, the decoding loop polls the other between tokens and
-/// stops there (the text so far stays printed, the process exits as after
-/// a normal end).
-struct Interrupt {
-    read: std::os::unix::net::UnixStream,
-    seen: std::cell::OnceCell<()>,
-}
-
-impl Interrupt {
-    fn install() -> std::io::Result<Self> {
-        let (read, write) = std::os::unix::net::UnixStream::pair()?;
-        read.set_nonblocking(true)?;
-        signal_hook::low_level::pipe::register(signal_hook::consts::SIGINT, write)?;
-        Ok(Self {
-            read,
-            seen: std::cell::OnceCell::new(),
-        })
-    }
-
-    /// Whether Ctrl-C was pressed (remembered once seen).
-    fn happened(&self) -> bool {
-        use std::io::Read;
-        if self.seen.get().is_none() && matches!((&self.read).read(&mut [0u8; 1]), Ok(1)) {
-            let _ = self.seen.set(());
-        }
-        self.seen.get().is_some()
-    }
-}
-
-/// The text as tokens arrive: streamed to stdout (unless JSON is asked
-/// for), cut at the first stop string.
-struct Output<'t> {
-    stream: Option<TextStream<'t>>,
-    stops: &'t [String],
-    print: bool,
-    /// The text so far (EOS and special tokens left out).
-    text: String,
-    /// Bytes of `text` already printed (held back while a stop string may
-    /// be forming).
-    printed: usize,
-}
-
-impl<'t> Output<'t> {
-    fn new(tokenizer: Option<&'t Tokenizer>, stops: &'t [String], print: bool) -> Self {
-        Self {
-            stream: tokenizer.map(|t| t.stream(true)),
-            stops,
-            print,
-            text: String::new(),
-            printed: 0,
-        }
-    }
-
-    /// Takes token `id`; true when a stop string completed.
-    fn push(&mut self, id: i64, eos: bool) -> Result<bool, onnx_prepared_text::TextError> {
-        let Some(stream) = &mut self.stream else {
-            return Ok(false);
-        };
-        if !eos {
-            self.text.push_str(&stream.step(id)?);
-        }
-        let stop_at = self
-            .stops
-            .iter()
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| self.text.find(s.as_str()))
-            .min();
-        if let Some(at) = stop_at {
-            self.text.truncate(at);
-        }
-        // Hold back the longest tail that could still begin a stop string.
-        let hold = if stop_at.is_some() || eos {
-            0
-        } else {
-            self.stops
-                .iter()
-                .map(|s| {
-                    (1..s.len())
-                        .rev()
-                        .find(|&n| s.is_char_boundary(n) && self.text.ends_with(&s[..n]))
-                        .unwrap_or(0)
-                })
-                .max()
-                .unwrap_or(0)
-        };
-        let upto = self.text.len() - hold;
-        if self.print && upto > self.printed {
-            let mut stdout = std::io::stdout().lock();
-            // A closed stdout (a pipe into `head`) ends the printing, not the run.
-            let _ = stdout
-                .write_all(&self.text.as_bytes()[self.printed..upto])
-                .and_then(|()| stdout.flush());
-            self.printed = upto;
-        }
-        Ok(stop_at.is_some())
-    }
-
-    /// Prints what was held back for a stop string that never completed.
-    fn finish(&mut self) {
-        if self.print && self.text.len() > self.printed {
-            let mut stdout = std::io::stdout().lock();
-            let _ = stdout
-                .write_all(&self.text.as_bytes()[self.printed..])
-                .and_then(|()| stdout.flush());
-            self.printed = self.text.len();
-        }
-    }
-}
-
 /// `--max-new-tokens`: 1 to [`MAX_NEW_TOKENS`].
-fn parse_new_tokens(s: &str) -> Result<usize, String> {
+pub fn parse_new_tokens(s: &str) -> Result<usize, String> {
     let n: u64 = s
         .parse()
         .map_err(|_| format!("`{s}` is not a number of tokens"))?;
@@ -346,20 +175,4 @@ fn parse_new_tokens(s: &str) -> Result<usize, String> {
         ));
     }
     Ok(n as usize)
-}
-
-/// A float above 0.
-fn positive(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
-        _ => Err(format!("`{s}` is not a number above 0")),
-    }
-}
-
-/// A float in [0, 1].
-fn unit(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
-        _ => Err(format!("`{s}` is not a number from 0 to 1")),
-    }
 }

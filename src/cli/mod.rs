@@ -2,12 +2,14 @@
 
 pub mod bench;
 pub mod cache;
+pub mod chat;
 pub mod common;
 pub mod demo;
 pub mod generate;
 pub mod inspect;
 pub mod report;
 pub mod run;
+pub mod text_out;
 pub mod tokenize;
 
 use std::path::PathBuf;

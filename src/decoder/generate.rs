@@ -254,8 +254,9 @@ impl<S: Borrow<RuntimeSession>> Generator<S> {
         }
     }
 
-    /// Forgets every token from position `len` on; the next append runs
-    /// the kept prefix again (the KV cache is rebuilt from it).
+    /// Forgets every token from position `len` on. A shared-buffer cache
+    /// keeps the rows of the kept tokens; other caches are rebuilt from
+    /// them by the next append.
     ///
     /// # Errors
     /// A `len` beyond the sequence.
@@ -268,9 +269,17 @@ impl<S: Borrow<RuntimeSession>> Generator<S> {
         }
         if len < self.sequence.len() {
             self.sequence.truncate(len);
-            self.cached = 0;
             self.fresh = false;
-            self.ctx = Some(context(self.session.borrow())?);
+            // A shared buffer keeps the rows before `len` (later ones are
+            // overwritten; seqlens_k and the mask hide them). Other caches
+            // (grown to the old length, or window-sized and compacted) are
+            // rebuilt from the kept tokens.
+            if matches!(self.cache, KvCache::Shared { window: None, .. }) && len > 0 {
+                self.cached = self.cached.min(len);
+            } else {
+                self.cached = 0;
+                self.ctx = Some(context(self.session.borrow())?);
+            }
         }
         Ok(())
     }

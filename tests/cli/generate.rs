@@ -345,3 +345,53 @@ fn ctrl_c_stops_generation_between_tokens_and_keeps_the_text() {
         .expect("a token count");
     assert!(tokens > 0 && tokens < 65536, "{tokens}");
 }
+
+#[test]
+fn chat_replies_as_generate_does_and_reuses_the_cache_across_turns() {
+    use std::io::Write;
+    let folder = model("qwen2-genai-fp32").parent().unwrap().to_owned();
+    let folder = folder.to_str().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onnx-prepared"))
+        .args(["chat", folder, "--max-new-tokens", "8", "--ignore-eos"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello there\nand then?\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let replies: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    let reused: Vec<usize> = err
+        .split('[')
+        .skip(1)
+        .filter_map(|s| s.split("; ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(reused.len(), 2, "{err}");
+    assert_eq!(reused[0], 0, "{err}");
+    assert!(
+        reused[1] > 0,
+        "the second turn reuses the first's prompt: {err}"
+    );
+
+    // The first reply is what `generate --chat` gives for the same message.
+    let once = cli(&[
+        "generate",
+        folder,
+        "--chat",
+        "hello there",
+        "--max-new-tokens",
+        "8",
+        "--ignore-eos",
+        "--json",
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(once.stdout.trim_ascii()).unwrap();
+    assert_eq!(replies[0], json["text"].as_str().unwrap());
+}
