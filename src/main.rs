@@ -168,7 +168,7 @@ fn main() -> ExitCode {
             limits,
         } => cli::demo::main(fixtures, trace, cache, &limits),
         Command::Cache(command) => cli::cache::main(command),
-        Command::Generate(args) => cli::generate::main(&args),
+        Command::Generate(args) => cli::generate::main(&args, started),
         Command::Tokenize(args) => cli::tokenize::main(&args),
         Command::Chat(args) => cli::chat::main(&args),
         Command::Bench {

@@ -37,7 +37,7 @@ pub struct GenerateArgs {
     /// Threads in all (1 to 1024): this thread runs the inference, N - 1 CPU workers (at least one) help its kernels and prepack.
     #[arg(long, default_value_t = 1, value_parser = crate::cli::common::parse_threads)]
     threads: u16,
-    /// Print `{"text": ..., "tokens": [...], "time_to_first_token_s": ..., "tokens_per_s": ...}` at the end instead of streaming.
+    /// Print `{"text": ..., "tokens": [...], "time_to_first_token_s": ..., "tokens_per_s": ..., "process_time_to_first_token_s": ...}` at the end instead of streaming (the first time from the session's first run, the last from the process's start).
     #[arg(long)]
     json: bool,
     /// Map external data files read-only and use suitably aligned weights in place (no read buffer, copy or decode); a data file truncated by another program while mapped kills the process.
@@ -61,7 +61,10 @@ pub struct GenerateArgs {
 /// weights load), then one token per step (on the hot path once every
 /// weight is resident; under a prepared-domain limit, every step takes
 /// the cold path and restores what was evicted).
-pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn main(
+    args: &GenerateArgs,
+    started: std::time::Instant,
+) -> Result<(), Box<dyn std::error::Error>> {
     let folder = ModelFolder::open(&args.model)?;
     let text = args.prompt_ids.is_none();
     let tokenizer = if text {
@@ -107,6 +110,7 @@ pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut sampler = Sampler::new(search, args.search.seed);
     let mut out = Output::new(tokenizer.as_ref(), &args.search.stop, !args.json);
     let interrupt = Interrupt::install()?;
+    let mut first_token = None;
     let generated = decoder::generate_streaming(
         &session,
         &prompt,
@@ -116,6 +120,7 @@ pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
             if interrupt.happened() {
                 return Ok(Next::Stop);
             }
+            first_token.get_or_insert_with(|| started.elapsed());
             let id = sampler.next(logits, history).unwrap_or(0);
             let eos = !args.search.ignore_eos && sampler.options().is_eos(id);
             let stop = out.push(id, eos).map_err(|e| {
@@ -143,6 +148,7 @@ pub fn main(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
             "tokens": generated.tokens,
             "time_to_first_token_s": generated.time_to_first_token.as_secs_f64(),
             "tokens_per_s": generated.tokens_per_s(),
+            "process_time_to_first_token_s": first_token.unwrap_or_default().as_secs_f64(),
         });
         if text {
             json["text"] = out.text.clone().into();
