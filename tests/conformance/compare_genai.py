@@ -25,6 +25,7 @@ x tokens/s.
 """
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -85,7 +86,12 @@ def level0_copy(folder: Path, work: Path) -> Path:
         if f.name != "model.onnx":
             dst = out / f.name
             if not dst.exists():
-                dst.symlink_to(f.resolve())
+                # A hard link (ONNX Runtime refuses data reached through a
+                # link out of the folder), else a copy.
+                try:
+                    os.link(f, dst)
+                except OSError:
+                    shutil.copy(f, dst)
     m = onnx.load(str(folder / "model.onnx"), load_external_data=False)
     for node in m.graph.node:
         if node.op_type == "MatMulNBits":
