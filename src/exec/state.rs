@@ -245,7 +245,13 @@ impl PreparedExecutionState {
         {
             return Ok(());
         }
-        invocation.lowered = None;
+        // The old lowering's buffers are offered to the new one (a decoder
+        // step's shapes change every step; most of its buffers do not).
+        let mut pool = invocation
+            .lowered
+            .take()
+            .map(Lowered::into_pool)
+            .unwrap_or_default();
         invocation.execution = None;
         invocation.ceiling = None;
         let ordered: Vec<&Tensor> = (0..count).map(input).collect();
@@ -271,7 +277,9 @@ impl PreparedExecutionState {
             &ordered,
             &mut invocation.value_inputs,
             &gate,
+            &mut pool,
         )?;
+        drop(pool);
         lowered.charge_late_to(self.budget());
         // Activation buffers live in the execution domain for as long as
         // this lowering is kept; over the limit, the run is refused.
@@ -467,6 +475,16 @@ impl PreparedExecutionState {
             .as_ref()
             .expect("begin_run_ordered comes first");
         lowered.output_bytes(&GuardObjects(self.store().read_guard()))
+    }
+
+    /// Whether graph output `i` of the invocation's lowering is written
+    /// into a buffer of its own (traded with the caller's slot by
+    /// [`Self::outputs_into`] when sizes match).
+    pub fn output_has_buffer(&self, invocation: &InvocationState, i: usize) -> bool {
+        invocation
+            .lowered
+            .as_ref()
+            .is_some_and(|l| l.output_has_buffer(i))
     }
 
     /// The graph outputs of the invocation's last run written into `out`,

@@ -155,6 +155,7 @@ impl RuntimeContext {
             Some(io) => io.resize(bytes)?,
             None => self.io = Some(state.budget().reserve(Domain::Io, bytes)?),
         }
+        self.recycle_cache_inputs(state);
         state.outputs_into(&mut self.invocation, &mut self.outputs);
         self.apply_cache();
         // Outputs moved into inputs are the caller's cache, not outputs.
@@ -173,6 +174,31 @@ impl RuntimeContext {
     /// I/O domain (0 once taken).
     pub fn output_bytes(&self) -> usize {
         self.io.as_ref().map_or(0, Reservation::bytes)
+    }
+
+    /// Before the outputs are taken: each bound input the run read (the
+    /// last past) goes into its output's empty slot, so that an output in
+    /// a buffer of its own trades places with it — the next run writes its
+    /// present into the old past's memory (a shared-buffer KV cache of
+    /// fixed size allocates and copies nothing per step). A slot whose
+    /// size does not match (a growing cache) is replaced as before.
+    fn recycle_cache_inputs(&mut self, state: &PreparedExecutionState) {
+        for (output, input) in &self.cache {
+            let Some(at) = self.outputs.iter().position(|(n, _)| n == output) else {
+                continue;
+            };
+            if self.outputs[at].1.byte_len() != 0 || !state.output_has_buffer(&self.invocation, at)
+            {
+                continue;
+            }
+            // Only memory of its own: a past over a caller's buffer (shared
+            // storage) is never written.
+            if let Some((_, past)) = self.inputs.iter_mut().find(|(n, _)| n == input)
+                && !past.is_shared()
+            {
+                self.outputs[at].1 = std::mem::take(past);
+            }
+        }
     }
 
     /// Moves bound outputs into their inputs (after a successful run).

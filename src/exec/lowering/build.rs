@@ -39,6 +39,7 @@ fn lower(
     inputs: &[&Tensor],
     value_inputs: &HashSet<usize>,
     gate: AllocationGate<'_>,
+    pool: &mut Vec<Tensor>,
 ) -> Result<Result<Lowered, Error>, NeedsValue> {
     let shapes = match infer_and_fold(resolved, inputs, value_inputs, gate)? {
         Ok(shapes) => shapes,
@@ -60,7 +61,7 @@ fn lower(
     }
     let lowered = &mut layout.lowered;
     lowered.node_action.push(lowered.actions.len() as u32);
-    Ok(layout.finish(gate, shapes.folded_bytes, shapes.most_scratch))
+    Ok(layout.finish(gate, shapes.folded_bytes, shapes.most_scratch, pool))
 }
 
 /// The dimensions of each weight, by weight index.
@@ -579,6 +580,7 @@ impl<'a> Layout<'a> {
         gate: AllocationGate<'_>,
         folded_bytes: usize,
         most_scratch: usize,
+        pool: &mut Vec<Tensor>,
     ) -> Result<Lowered, Error> {
         let buffer_bytes = self
             .buffer_specs
@@ -596,13 +598,40 @@ impl<'a> Layout<'a> {
             .into_iter()
             .enumerate()
         {
+            let reusable = |pool: &Vec<Tensor>, count: Option<usize>| {
+                pool.iter()
+                    .position(|t| t.dtype() == dtype && Some(t.len()) == count)
+            };
             self.lowered.buffers[b] = match shape {
-                None => self.inputs[b].clone(),
+                None => {
+                    let input: &Tensor = self.inputs[b];
+                    match reusable(pool, Some(input.len())) {
+                        Some(at) => {
+                            let mut t = pool.swap_remove(at);
+                            match t.copy_from(input) {
+                                Ok(()) => t,
+                                Err(_) => input.clone(),
+                            }
+                        }
+                        None => input.clone(),
+                    }
+                }
                 Some(shape) => {
-                    Tensor::zeros(dtype, shape).map_err(|source| ResolveError::Kernel {
+                    let err = |source| ResolveError::Kernel {
                         node: "activation buffers".to_owned(),
                         source,
-                    })?
+                    };
+                    // A buffer of the previous lowering of the same type
+                    // and size (its contents are overwritten, as a hot
+                    // run's are): no allocation, no fresh pages.
+                    match reusable(pool, onnx_prepared_kernels::element_count(&shape)) {
+                        Some(at) => {
+                            let mut t = pool.swap_remove(at);
+                            t.set_shape(shape).map_err(err)?;
+                            t
+                        }
+                        None => Tensor::zeros(dtype, shape).map_err(err)?,
+                    }
                 }
             };
         }
@@ -698,9 +727,10 @@ pub(crate) fn lower_all(
     inputs: &[&Tensor],
     value_inputs: &mut HashSet<usize>,
     gate: AllocationGate<'_>,
+    pool: &mut Vec<Tensor>,
 ) -> Result<Lowered, Error> {
     loop {
-        match lower(resolved, inputs, value_inputs, gate) {
+        match lower(resolved, inputs, value_inputs, gate, pool) {
             Ok(result) => return result,
             Err(NeedsValue(sources)) => value_inputs.extend(sources),
         }

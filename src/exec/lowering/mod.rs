@@ -382,6 +382,23 @@ impl Lowered {
     /// outputs every run, as the Python binding does, copies nothing
     /// here); other outputs are copied into their slots, without allocating
     /// when types and element counts match.
+    /// Its buffers that a new lowering may reuse (those with memory of
+    /// their own): a lowering for new shapes takes those of the same type
+    /// and size instead of allocating.
+    pub(crate) fn into_pool(self) -> Vec<Tensor> {
+        self.buffers
+            .into_iter()
+            .filter(|t| !t.is_shared() && !t.is_empty())
+            .collect()
+    }
+
+    /// Whether graph output `i` is written into a buffer of its own (which
+    /// [`Self::outputs_into`] trades with the caller's slot), not a view of
+    /// an input, a weight or a constant.
+    pub(crate) fn output_has_buffer(&self, i: usize) -> bool {
+        self.output_buffers.get(i).is_some_and(Option::is_some)
+    }
+
     pub(crate) fn outputs_into<O: Objects + ?Sized>(
         &mut self,
         resolved: &ResolvedModel,
