@@ -603,18 +603,20 @@ impl<'a> Layout<'a> {
                     .position(|t| t.dtype() == dtype && Some(t.len()) == count)
             };
             self.lowered.buffers[b] = match shape {
+                // A graph input's buffer: every run copies or swaps the
+                // input into it before any kernel reads it, so only its
+                // size matters here.
                 None => {
                     let input: &Tensor = self.inputs[b];
-                    match reusable(pool, Some(input.len())) {
-                        Some(at) => {
-                            let mut t = pool.swap_remove(at);
-                            match t.copy_from(input) {
-                                Ok(()) => t,
-                                Err(_) => input.clone(),
-                            }
-                        }
-                        None => input.clone(),
+                    let mut fresh = match reusable(pool, Some(input.len())) {
+                        Some(at) => pool.swap_remove(at),
+                        None => Tensor::zeros(input.dtype(), input.shape().to_vec())
+                            .unwrap_or_else(|_| input.clone()),
+                    };
+                    if fresh.set_shape_from(input.shape()).is_err() {
+                        fresh = input.clone();
                     }
+                    fresh
                 }
                 Some(shape) => {
                     let err = |source| ResolveError::Kernel {
