@@ -121,7 +121,8 @@ impl GenaiModel {
         let messages: Vec<Message> = serde_json::from_str(messages)
             .map_err(|e| PyValueError::new_err(format!("messages: {e}")))?;
         let rendered = match template {
-            Some(t) => onnx_prepared_text::ChatTemplate::new(t, &[]).render(&messages, add_generation_prompt),
+            Some(t) => onnx_prepared_text::ChatTemplate::new(t, &[])
+                .render(&messages, add_generation_prompt),
             None => self
                 .folder
                 .chat_template()
@@ -154,7 +155,9 @@ impl GenaiTokenizerStream {
 
     /// The text `token` completes (possibly empty).
     fn decode(&mut self, token: i64) -> PyResult<String> {
-        self.tokenizer.step(&mut self.state, token).map_err(text_error)
+        self.tokenizer
+            .step(&mut self.state, token)
+            .map_err(text_error)
     }
 }
 
@@ -211,7 +214,9 @@ impl GenaiGenerator {
         };
         let default_max = match model.cache {
             KvCache::Shared { capacity, .. } => capacity,
-            KvCache::Growing => o.max_length.unwrap_or(onnx_prepared::limits::MAX_NEW_TOKENS),
+            KvCache::Growing => o
+                .max_length
+                .unwrap_or(onnx_prepared::limits::MAX_NEW_TOKENS),
         };
         let max_length: usize = match get("max_length")? {
             Some(v) => v.extract()?,
@@ -297,7 +302,9 @@ impl GenaiGenerator {
     /// long.
     fn is_done(&self) -> bool {
         let len = self.generator.sequence().len() + usize::from(self.pending.is_some());
-        self.pending.is_some_and(|t| self.sampler.options().is_eos(t)) || len >= self.max_length
+        self.pending
+            .is_some_and(|t| self.sampler.options().is_eos(t))
+            || len >= self.max_length
     }
 
     /// Keeps the first `length` tokens; generation goes on from them.
