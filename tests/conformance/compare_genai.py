@@ -78,7 +78,7 @@ def ours_once(binary: str, folder: Path, threads: int, prompt: list[int], n: int
 def level0_copy(folder: Path, work: Path) -> Path:
     """The folder with every MatMulNBits at accuracy_level 0."""
     import onnx
-    out = work / (folder.name + "-level0")
+    out = work / f"{folder.parent.name}-{folder.name}-level0"
     if (out / "model.onnx").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
