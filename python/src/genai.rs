@@ -183,24 +183,22 @@ impl GenaiGenerator {
     fn new(model: &GenaiModel, options: &Bound<'_, PyDict>) -> PyResult<Self> {
         let get = |key: &str| options.get_item(key);
         let mut o: SearchOptions = model.folder.search().clone();
-        if let Some(v) = get("do_sample")? {
-            o.do_sample = v.extract()?;
+        // Each option given replaces the folder's.
+        fn set<T: for<'a, 'py> FromPyObject<'a, 'py>>(
+            value: Option<Bound<'_, PyAny>>,
+            slot: &mut T,
+        ) -> PyResult<()> {
+            if let Some(v) = value {
+                *slot = v.extract().map_err(Into::into)?;
+            }
+            Ok(())
         }
-        if let Some(v) = get("temperature")? {
-            o.temperature = v.extract()?;
-        }
-        if let Some(v) = get("top_k")? {
-            o.top_k = v.extract()?;
-        }
-        if let Some(v) = get("top_p")? {
-            o.top_p = v.extract()?;
-        }
-        if let Some(v) = get("min_p")? {
-            o.min_p = v.extract()?;
-        }
-        if let Some(v) = get("repetition_penalty")? {
-            o.repetition_penalty = v.extract()?;
-        }
+        set(get("do_sample")?, &mut o.do_sample)?;
+        set(get("temperature")?, &mut o.temperature)?;
+        set(get("top_k")?, &mut o.top_k)?;
+        set(get("top_p")?, &mut o.top_p)?;
+        set(get("min_p")?, &mut o.min_p)?;
+        set(get("repetition_penalty")?, &mut o.repetition_penalty)?;
         let seed: i64 = match get("random_seed")? {
             Some(v) => v.extract()?,
             None => -1,

@@ -303,8 +303,7 @@ impl<S: Borrow<RuntimeSession>> Generator<S> {
             )));
         }
         self.sequence.extend_from_slice(tokens);
-        let ids = self.sequence[self.cached..].to_vec();
-        let result = self.run(&ids);
+        let result = self.run();
         if result.is_err() {
             self.sequence.truncate(total - tokens.len());
             self.cached = 0;
@@ -314,8 +313,10 @@ impl<S: Borrow<RuntimeSession>> Generator<S> {
         result
     }
 
-    fn run(&mut self, ids: &[i64]) -> Result<(), Error> {
+    /// Runs the tokens of the sequence the cache does not hold yet.
+    fn run(&mut self) -> Result<(), Error> {
         let mut ctx = self.ctx.take().expect("a context between runs");
+        let ids = &self.sequence[self.cached..];
         let len = Lengths {
             batch: 1,
             tokens: ids.len(),

@@ -446,14 +446,7 @@ impl GroupQueryAttention {
             lo.min(hi)..hi
         };
         let present = |t: &'a Tensor| -> Result<Rows<'a, T>, KernelError> {
-            Ok(Rows {
-                past: &[],
-                past_strides: present_strides,
-                past_len: 0,
-                new: typed::<T>(OP, t)?,
-                new_strides: present_strides,
-                width: d,
-            })
+            Ok(Rows::single(typed::<T>(OP, t)?, present_strides, d))
         };
         let problem = Problem {
             batch,

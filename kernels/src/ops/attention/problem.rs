@@ -70,6 +70,18 @@ pub(crate) struct Rows<'a, T> {
 }
 
 impl<'a, T> Rows<'a, T> {
+    /// Every row in one buffer laid out by `strides` (no separate past).
+    pub fn single(buf: &'a [T], strides: Strides, width: usize) -> Self {
+        Self {
+            past: &[],
+            past_strides: strides,
+            past_len: 0,
+            new: buf,
+            new_strides: strides,
+            width,
+        }
+    }
+
     /// Rows `j0..j0 + n` of head `g` of batch `b` as (data, offset of the
     /// first, stride) when they lie all in `past` or all in `new`.
     #[inline(always)]

@@ -195,7 +195,7 @@ impl<T: Float> Windowed<'_, T> {
             let r = self.steps[b].resident + i;
             (r + 1).saturating_sub(window)..r + 1
         };
-        let view = |buf| buffer_rows(buf, strides, d);
+        let view = |buf| Rows::single(buf, strides, d);
         let problem = Problem {
             batch,
             q_heads: h,
@@ -230,18 +230,6 @@ impl<T: Float> Windowed<'_, T> {
             });
         }
         Ok(())
-    }
-}
-
-/// Rows of an attention buffer.
-fn buffer_rows<T>(buf: &[T], strides: Strides, width: usize) -> Rows<'_, T> {
-    Rows {
-        past: &[],
-        past_strides: strides,
-        past_len: 0,
-        new: buf,
-        new_strides: strides,
-        width,
     }
 }
 
