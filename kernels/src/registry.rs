@@ -31,6 +31,9 @@ pub fn operator_with(
     if let Some(op) = ops::conv::lookup(&spec, cpu) {
         return op;
     }
+    if let Some(op) = ops::quant::lookup(&spec, cpu) {
+        return op;
+    }
     let families = [
         ops::index::lookup,
         ops::math::lookup,
@@ -38,7 +41,6 @@ pub fn operator_with(
         ops::normalize::lookup,
         ops::detect::lookup,
         ops::attention::lookup,
-        ops::quant::lookup,
     ];
     for lookup in families {
         if let Some(op) = lookup(&spec) {

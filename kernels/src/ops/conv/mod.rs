@@ -2,15 +2,15 @@
 //! ConvTranspose, MaxPool, AveragePool and LpPool (cold path: attributes,
 //! shapes and packing; hot path: `execute` and the kernels).
 
-mod convolution;
+pub(crate) mod convolution;
 mod direct;
 mod epilogue;
 mod flat;
-mod geometry;
+pub(crate) mod geometry;
 mod im2col;
 mod packing;
-mod pool;
-mod shape;
+pub(crate) mod pool;
+pub(crate) mod shape;
 mod transpose;
 
 pub use epilogue::{ConvActivation, ConvFusion};

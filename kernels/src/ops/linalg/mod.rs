@@ -37,7 +37,7 @@ mod nbits;
 pub(crate) mod q4;
 pub mod reference;
 pub(crate) mod sgemm;
-mod shape;
+pub(crate) mod shape;
 
 use isa::Isa;
 

@@ -4,8 +4,12 @@
 
 use half::{bf16, f16};
 
-use crate::ops::basic::common::Elem;
-use crate::{ElementType, ParallelFor};
+use crate::ops::basic::common::{Elem, normalize_axis, numel};
+use crate::par::{for_each_chunk_mut, rows_chunk};
+use crate::{ElementType, KernelError, ParallelFor};
+
+/// Elements per task of a per-tensor (de)quantization.
+const FLAT_CHUNK: usize = 16 * 1024;
 
 /// A float output type: values are computed in f32 and rounded once.
 pub(crate) trait OutFloat: Elem {
@@ -94,4 +98,194 @@ pub(crate) fn onnx_float_code(t: ElementType) -> Option<i64> {
 #[inline]
 pub(crate) fn worth_parallel(par: &dyn ParallelFor, elements: usize) -> bool {
     par.threads() > 1 && elements >= crate::par::PARALLEL_MIN_ELEMENTS
+}
+
+/// How scales map onto `x`, seen as `[outer, dim, inner]` around the axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// One scale.
+    Tensor,
+    /// One scale per index of the axis.
+    Axis,
+    /// Scales `[outer, blocks, inner]`: index `j` of the axis uses block
+    /// `j / block_size`.
+    Blocked { block_size: usize, blocks: usize },
+}
+
+/// The scale layout of a QuantizeLinear or DequantizeLinear (per tensor,
+/// per axis or blocked) over `x`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Geometry {
+    outer: usize,
+    dim: usize,
+    inner: usize,
+    mode: Mode,
+}
+
+/// Where the scales (and zero points) of one row of `x` are.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ScaleAt {
+    /// One scale for the row, at this index.
+    One(usize),
+    /// A row of scales (one per element), starting at this index.
+    Row(usize),
+}
+
+impl Geometry {
+    /// The layout of scales of shape `scale` (and zero points of shape
+    /// `zp`, which must equal it) over `x`, for attributes `axis` and
+    /// `block_size` (0: not blocked).
+    pub(crate) fn of(
+        op: &'static str,
+        axis: i64,
+        block_size: usize,
+        x: &[usize],
+        scale: &[usize],
+        zp: Option<&[usize]>,
+    ) -> Result<Self, KernelError> {
+        if let Some(z) = zp {
+            let scalars = numel(z) == 1 && numel(scale) == 1 && z.len() <= 1 && scale.len() <= 1;
+            if z != scale && !scalars {
+                return Err(KernelError::Shape(format!(
+                    "{op}: zero point shape {z:?} differs from scale shape {scale:?}"
+                )));
+            }
+        }
+        let n = numel(x);
+        if block_size == 0 {
+            if scale.len() <= 1 && numel(scale) == 1 {
+                return Ok(Self {
+                    outer: 1,
+                    dim: 1,
+                    inner: n,
+                    mode: Mode::Tensor,
+                });
+            }
+            if scale.len() != 1 {
+                return Err(KernelError::Shape(format!(
+                    "{op}: scale {scale:?} must be a scalar or 1-D without block_size"
+                )));
+            }
+            let a = normalize_axis(op, "axis", axis, x.len())?;
+            if scale[0] != x[a] {
+                return Err(KernelError::Shape(format!(
+                    "{op}: per-axis scale has {} values, axis {a} of x {x:?} has {}",
+                    scale[0], x[a]
+                )));
+            }
+            return Ok(Self {
+                outer: numel(&x[..a]),
+                dim: x[a],
+                inner: numel(&x[a + 1..]),
+                mode: Mode::Axis,
+            });
+        }
+        if scale.len() != x.len() || x.is_empty() {
+            return Err(KernelError::Shape(format!(
+                "{op}: blocked scale {scale:?} must have the rank of x {x:?}"
+            )));
+        }
+        let a = normalize_axis(op, "axis", axis, x.len())?;
+        let bs = block_size;
+        let blocks = x[a].div_ceil(bs);
+        let ok = x
+            .iter()
+            .zip(scale)
+            .enumerate()
+            .all(|(i, (&d, &s))| if i == a { s == blocks } else { s == d });
+        if !ok {
+            return Err(KernelError::Shape(format!(
+                "{op}: blocked scale {scale:?} does not fit x {x:?} with axis {a} and block_size {bs} (axis {a} needs {blocks} blocks)"
+            )));
+        }
+        Ok(Self {
+            outer: numel(&x[..a]),
+            dim: x[a],
+            inner: numel(&x[a + 1..]),
+            mode: Mode::Blocked {
+                block_size: bs,
+                blocks,
+            },
+        })
+    }
+
+    /// Calls `f(offset, scales, row)` for runs of `y` (of `x`'s elements)
+    /// that share one scale or one row of scales, possibly in parallel.
+    pub(crate) fn for_each_row<O: Send>(
+        self,
+        y: &mut [O],
+        par: &dyn ParallelFor,
+        f: &(dyn Fn(usize, ScaleAt, &mut [O]) + Sync),
+    ) {
+        if y.is_empty() {
+            return;
+        }
+        let parallel = worth_parallel(par, y.len());
+        if self.mode == Mode::Tensor {
+            let chunk = if parallel { FLAT_CHUNK } else { y.len() };
+            for_each_chunk_mut(par, y, chunk, &|off, out| f(off, ScaleAt::One(0), out));
+            return;
+        }
+        let rows = self.outer * self.dim;
+        let inner = self.inner;
+        let chunk = if parallel {
+            rows_chunk(par, rows, inner)
+        } else {
+            y.len()
+        };
+        for_each_chunk_mut(par, y, chunk, &|off, out| {
+            for (i, yr) in out.chunks_exact_mut(inner).enumerate() {
+                let r = off / inner + i;
+                let (o, j) = (r / self.dim, r % self.dim);
+                let at = match self.mode {
+                    Mode::Axis => ScaleAt::One(j),
+                    Mode::Blocked { block_size, blocks } => {
+                        ScaleAt::Row((o * blocks + j / block_size) * inner)
+                    }
+                    Mode::Tensor => ScaleAt::One(0),
+                };
+                f(r * inner, at, yr);
+            }
+        });
+    }
+}
+
+/// An integer quantized type: its range and conversions.
+pub(crate) trait QInt: Elem {
+    /// Smallest value.
+    const MIN: i32;
+    /// Largest value.
+    const MAX: i32;
+    /// `v`, which is in range.
+    fn from_i32(v: i32) -> Self;
+    /// The value.
+    fn to_i32(self) -> i32;
+}
+
+macro_rules! qint {
+    ($($t:ty),*) => {$(
+        impl QInt for $t {
+            const MIN: i32 = <$t>::MIN as i32;
+            const MAX: i32 = <$t>::MAX as i32;
+            #[inline(always)]
+            fn from_i32(v: i32) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn to_i32(self) -> i32 {
+                self as i32
+            }
+        }
+    )*};
+}
+
+qint!(u8, i8, u16, i16);
+
+/// ONNX Runtime's quantization of one value: `v` (already divided by the
+/// scale, or multiplied by a requantization multiplier) rounded half to
+/// even, plus the zero point, saturated to `T` (NaN gives the zero point).
+#[inline(always)]
+pub(crate) fn quantize_value<T: QInt>(v: f32, zero: i32) -> T {
+    let r = v.round_ties_even() as i32;
+    T::from_i32(r.saturating_add(zero).clamp(T::MIN, T::MAX))
 }

@@ -10,19 +10,16 @@
 
 use half::{bf16, f16};
 
-use super::common::{OutFloat, QElem, onnx_float_code, worth_parallel};
+use super::common::{Geometry, OutFloat, QElem, ScaleAt, onnx_float_code};
 use crate::ops::basic::common::{
-    Attrs, check_len, input, normalize_axis, numel, optional, output, required, typed, typed_mut,
+    Attrs, check_len, input, optional, output, required, typed, typed_mut,
 };
-use crate::par::{for_each_chunk_mut, rows_chunk};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
     Tensor,
 };
 
 const OP: &str = "DequantizeLinear";
-/// Elements per task of a per-tensor dequantization.
-const FLAT_CHUNK: usize = 16 * 1024;
 
 /// DequantizeLinear.
 #[derive(Debug)]
@@ -32,26 +29,6 @@ pub(crate) struct DequantizeLinear {
     block_size: usize,
     /// `output_dtype` (0 = the scale type).
     output_dtype: i64,
-}
-
-/// How scales map onto `x`, seen as `[outer, dim, inner]` around the axis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    /// One scale.
-    Tensor,
-    /// One scale per index of the axis.
-    Axis,
-    /// Scales `[outer, blocks, inner]`: index `j` of the axis uses block
-    /// `j / block_size`.
-    Blocked { block_size: usize, blocks: usize },
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Geometry {
-    outer: usize,
-    dim: usize,
-    inner: usize,
-    mode: Mode,
 }
 
 impl DequantizeLinear {
@@ -93,70 +70,7 @@ impl DequantizeLinear {
         scale: &[usize],
         zp: Option<&[usize]>,
     ) -> Result<Geometry, KernelError> {
-        if let Some(z) = zp {
-            let scalars = numel(z) == 1 && numel(scale) == 1 && z.len() <= 1 && scale.len() <= 1;
-            if z != scale && !scalars {
-                return Err(KernelError::Shape(format!(
-                    "{OP}: x_zero_point shape {z:?} differs from x_scale shape {scale:?}"
-                )));
-            }
-        }
-        let n = numel(x);
-        if self.block_size == 0 {
-            if scale.len() <= 1 && numel(scale) == 1 {
-                return Ok(Geometry {
-                    outer: 1,
-                    dim: 1,
-                    inner: n,
-                    mode: Mode::Tensor,
-                });
-            }
-            if scale.len() != 1 {
-                return Err(KernelError::Shape(format!(
-                    "{OP}: x_scale {scale:?} must be a scalar or 1-D without block_size"
-                )));
-            }
-            let a = normalize_axis(OP, "axis", self.axis, x.len())?;
-            if scale[0] != x[a] {
-                return Err(KernelError::Shape(format!(
-                    "{OP}: per-axis x_scale has {} values, axis {a} of x {x:?} has {}",
-                    scale[0], x[a]
-                )));
-            }
-            return Ok(Geometry {
-                outer: numel(&x[..a]),
-                dim: x[a],
-                inner: numel(&x[a + 1..]),
-                mode: Mode::Axis,
-            });
-        }
-        if scale.len() != x.len() || x.is_empty() {
-            return Err(KernelError::Shape(format!(
-                "{OP}: blocked x_scale {scale:?} must have the rank of x {x:?}"
-            )));
-        }
-        let a = normalize_axis(OP, "axis", self.axis, x.len())?;
-        let bs = self.block_size;
-        let blocks = x[a].div_ceil(bs);
-        let ok = x
-            .iter()
-            .zip(scale)
-            .enumerate()
-            .all(|(i, (&d, &s))| if i == a { s == blocks } else { s == d });
-        if !ok {
-            return Err(KernelError::Shape(format!(
-                "{OP}: blocked x_scale {scale:?} does not fit x {x:?} with axis {a} and block_size {bs} (axis {a} needs {blocks} blocks)"
-            )));
-        }
-        Ok(Geometry {
-            outer: numel(&x[..a]),
-            dim: x[a],
-            inner: numel(&x[a + 1..]),
-            mode: Mode::Blocked {
-                block_size: bs,
-                blocks,
-            },
-        })
+        Geometry::of(OP, self.axis, self.block_size, x, scale, zp)
     }
 
     fn out_type(&self, scale: ElementType) -> Result<ElementType, KernelError> {
@@ -221,41 +135,16 @@ fn run<Q: QElem, O: OutFloat>(
     y: &mut [O],
     par: &dyn ParallelFor,
 ) {
-    let parallel = worth_parallel(par, y.len());
-    if g.mode == Mode::Tensor {
-        let (s, z) = (scale[0].to_f32(), zp.map_or(Q::ZERO, |z| z[0]));
-        let chunk = if parallel { FLAT_CHUNK } else { y.len() };
-        for_each_chunk_mut(par, y, chunk, &|off, out| {
-            row_const(&x[off..off + out.len()], z, s, out);
-        });
-        return;
-    }
-    let rows = g.outer * g.dim;
-    let inner = g.inner;
-    let chunk = if parallel {
-        rows_chunk(par, rows, inner)
-    } else {
-        y.len()
-    };
-    for_each_chunk_mut(par, y, chunk, &|off, out| {
-        for (i, yr) in out.chunks_exact_mut(inner).enumerate() {
-            let r = off / inner + i;
-            let xr = &x[r * inner..][..inner];
-            let (o, j) = (r / g.dim, r % g.dim);
-            match g.mode {
-                Mode::Axis => {
-                    let z = zp.map_or(Q::ZERO, |z| z[j]);
-                    row_const(xr, z, scale[j].to_f32(), yr);
-                }
-                Mode::Blocked { block_size, blocks } => {
-                    let at = (o * blocks + j / block_size) * inner;
-                    let zr = zp.map(|z| &z[at..at + inner]);
-                    row_blocked(xr, zr, &scale[at..at + inner], yr);
-                }
-                Mode::Tensor => {
-                    let z = zp.map_or(Q::ZERO, |z| z[0]);
-                    row_const(xr, z, scale[0].to_f32(), yr);
-                }
+    g.for_each_row(y, par, &|off, at, yr| {
+        let xr = &x[off..off + yr.len()];
+        match at {
+            ScaleAt::One(j) => {
+                let z = zp.map_or(Q::ZERO, |z| z[j]);
+                row_const(xr, z, scale[j].to_f32(), yr);
+            }
+            ScaleAt::Row(at) => {
+                let zr = zp.map(|z| &z[at..at + yr.len()]);
+                row_blocked(xr, zr, &scale[at..at + yr.len()], yr);
             }
         }
     });

@@ -10,11 +10,17 @@
 mod common;
 mod dequantize;
 mod gather_block;
+mod operand;
+mod qconv;
 mod qdq_matmul;
+mod qgemm;
+mod qlinear;
+mod qmatmul;
+mod quantize;
 
 pub use qdq_matmul::{qdq_matmul, qdq_matmul_with_cpu};
 
-use crate::{KernelError, NodeSpec, Operator};
+use crate::{CpuFeatures, KernelError, NodeSpec, Operator};
 
 fn boxed<O: Operator + 'static>(
     op: Result<O, KernelError>,
@@ -24,9 +30,25 @@ fn boxed<O: Operator + 'static>(
 
 /// The operator for `spec` if this family implements its op type (the
 /// domain is `""` for ai.onnx).
-pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelError>> {
+pub fn lookup(
+    spec: &NodeSpec<'_>,
+    cpu: CpuFeatures,
+) -> Option<Result<Box<dyn Operator>, KernelError>> {
+    if let Some(op) = qmatmul::lookup(spec, cpu) {
+        return Some(op);
+    }
+    if let Some(op) = qconv::lookup(spec, cpu) {
+        return Some(op);
+    }
+    if let Some(op) = qlinear::lookup(spec) {
+        return Some(op);
+    }
     Some(match (spec.domain, spec.op_type) {
-        ("" | "ai.onnx", "DequantizeLinear") => boxed(dequantize::DequantizeLinear::new(spec)),
+        ("" | "com.microsoft", "DequantizeLinear") => {
+            boxed(dequantize::DequantizeLinear::new(spec))
+        }
+        ("" | "com.microsoft", "QuantizeLinear") => boxed(quantize::QuantizeLinear::new(spec)),
+        ("", "DynamicQuantizeLinear") => boxed(quantize::DynamicQuantizeLinear::new(spec)),
         ("com.microsoft", "GatherBlockQuantized") => {
             boxed(gather_block::GatherBlockQuantized::new(spec))
         }

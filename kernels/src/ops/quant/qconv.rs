@@ -1,0 +1,714 @@
+//! QLinearConv and ConvInteger on the integer product (cold path: inputs,
+//! shapes, the prepack offer; hot path: `execute`).
+//!
+//! Each image is viewed channels-last, as ONNX Runtime's kernels do: the
+//! product's rows are output pixels, its columns a group's output
+//! channels, and its reduction runs over the kernel taps with the group's
+//! input channels innermost (`k = tap * C/group + c`), so that pairs of
+//! consecutive `k` are those ONNX Runtime's AVX2 kernel saturates. Taps
+//! outside the input read the input's zero point. The product is stored
+//! channel-major (NCHW) by the output stage. Depthwise convolutions
+//! (one input and one output channel per group) run a direct exact loop.
+
+use super::common::QInt;
+use super::operand::{bytes_of, check_columns, is_8bit, scales, zero_points};
+use super::qgemm::sink::{BiasI32, I32Sink, RequantSink, Shared, Sink};
+use super::qgemm::{self, AOperand, PackedB, QIsa, QMatrix, ZeroA};
+use crate::ops::basic::common::{Attrs, input, optional, output, required, typed, typed_mut};
+use crate::ops::conv::convolution::conv_shape;
+use crate::ops::conv::geometry::Window;
+use crate::ops::conv::shape::ConvShape;
+use crate::{
+    CpuFeatures, ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedPart,
+    PackedWeight, ParallelFor, Prepack, Tensor, TensorData,
+};
+
+/// Input positions.
+#[derive(Debug, Clone, Copy)]
+struct Slots {
+    x: usize,
+    sx: Option<usize>,
+    zx: usize,
+    w: usize,
+    sw: Option<usize>,
+    zw: usize,
+    sy: Option<usize>,
+    zy: Option<usize>,
+    bias: Option<usize>,
+}
+
+/// QLinearConv or ConvInteger.
+#[derive(Debug)]
+pub(crate) struct QConv {
+    op: &'static str,
+    slots: Slots,
+    window: Window,
+    group: usize,
+    isa: QIsa,
+}
+
+/// The operator for `spec` if it is one of this file's.
+pub(crate) fn lookup(
+    spec: &NodeSpec<'_>,
+    cpu: CpuFeatures,
+) -> Option<Result<Box<dyn Operator>, KernelError>> {
+    let (op, slots, arity) = match (spec.domain, spec.op_type) {
+        ("", "QLinearConv") => (
+            "QLinearConv",
+            Slots {
+                x: 0,
+                sx: Some(1),
+                zx: 2,
+                w: 3,
+                sw: Some(4),
+                zw: 5,
+                sy: Some(6),
+                zy: Some(7),
+                bias: Some(8),
+            },
+            8..=9,
+        ),
+        ("", "ConvInteger") => (
+            "ConvInteger",
+            Slots {
+                x: 0,
+                sx: None,
+                zx: 2,
+                w: 1,
+                sw: None,
+                zw: 3,
+                sy: None,
+                zy: None,
+                bias: None,
+            },
+            2..=4,
+        ),
+        _ => return None,
+    };
+    Some(QConv::new(spec, op, slots, arity, cpu).map(|o| Box::new(o) as Box<dyn Operator>))
+}
+
+impl QConv {
+    fn new(
+        spec: &NodeSpec<'_>,
+        op: &'static str,
+        slots: Slots,
+        arity: std::ops::RangeInclusive<usize>,
+        cpu: CpuFeatures,
+    ) -> Result<Self, KernelError> {
+        let attrs = Attrs::new(
+            spec,
+            op,
+            &[
+                "auto_pad",
+                "dilations",
+                "group",
+                "kernel_shape",
+                "pads",
+                "strides",
+            ],
+        )?;
+        if !arity.contains(&spec.inputs) || spec.outputs != 1 {
+            return Err(KernelError::Shape(format!(
+                "{op}: takes {arity:?} inputs and 1 output, got {} and {}",
+                spec.inputs, spec.outputs
+            )));
+        }
+        let group = attrs.int_or("group", 1)?;
+        let group = usize::try_from(group)
+            .ok()
+            .filter(|&g| g > 0)
+            .ok_or_else(|| attrs.error("group", format!("{group}: must be >= 1")))?;
+        Ok(Self {
+            op,
+            slots,
+            window: Window::parse(&attrs, false)?,
+            group,
+            isa: QIsa::select(cpu),
+        })
+    }
+
+    fn shape(
+        &self,
+        x: &[usize],
+        w: &[usize],
+        bias: Option<&[usize]>,
+    ) -> Result<ConvShape, KernelError> {
+        conv_shape(self.op, &self.window, self.group, x, w, bias)
+    }
+}
+
+fn opt<'a>(inputs: &[Option<&'a Tensor>], i: Option<usize>) -> Option<&'a Tensor> {
+    i.and_then(|i| inputs.get(i).copied().flatten())
+}
+
+impl Operator for QConv {
+    fn name(&self) -> &'static str {
+        self.op
+    }
+
+    fn infer(&self, inputs: &[Option<InputInfo<'_>>]) -> Result<Vec<OutputInfo>, KernelError> {
+        let op = self.op;
+        let s = self.slots;
+        let x = required(op, inputs, s.x)?;
+        let w = required(op, inputs, s.w)?;
+        for t in [x.dtype, w.dtype] {
+            if !is_8bit(t) {
+                return Err(KernelError::UnsupportedType { op, dtype: t });
+            }
+        }
+        let bias = s.bias.and_then(|i| optional(inputs, i));
+        if let Some(b) = bias
+            && b.dtype != ElementType::I32
+        {
+            return Err(KernelError::UnsupportedType { op, dtype: b.dtype });
+        }
+        let shape = self.shape(x.shape, w.shape, bias.map(|b| b.shape))?;
+        let dtype = match s.zy {
+            Some(i) => required(op, inputs, i)?.dtype,
+            None => ElementType::I32,
+        };
+        if dtype != ElementType::I32 && !is_8bit(dtype) {
+            return Err(KernelError::UnsupportedType { op, dtype });
+        }
+        if let Some(sw) = s.sw.and_then(|i| optional(inputs, i)) {
+            let count = crate::element_count(sw.shape).unwrap_or(0);
+            check_columns(op, "w_scale", count, shape.maps)?;
+        }
+        let mut out = vec![shape.batch, shape.maps];
+        out.extend_from_slice(&shape.geometry.output[..shape.geometry.rank]);
+        Ok(vec![OutputInfo { dtype, shape: out }])
+    }
+
+    fn prepack(
+        &self,
+        inputs: &[Option<InputInfo<'_>>],
+        cpu: CpuFeatures,
+    ) -> Option<Box<dyn Prepack>> {
+        let s = self.slots;
+        let x = optional(inputs, s.x)?;
+        let w = optional(inputs, s.w)?;
+        let zw = optional(inputs, s.zw);
+        let shape = self.shape(x.shape, w.shape, None).ok()?;
+        let packable = w.constant && zw.is_none_or(|z| z.constant) && !shape.depthwise();
+        packable.then(|| {
+            let isa = QIsa::select(cpu);
+            let a_signed = x.dtype == ElementType::I8;
+            let b_signed = w.dtype == ElementType::I8;
+            Box::new(ConvPrepack {
+                op: self.op,
+                layout: format!(
+                    "qconv-v{}-{}-{:?}-a{}-b{}-g{}",
+                    qgemm::VERSION,
+                    isa.name(),
+                    isa.arith(a_signed, b_signed),
+                    a_signed as u8,
+                    b_signed as u8,
+                    self.group
+                ),
+                consumes: std::iter::once(s.w).chain(zw.map(|_| s.zw)).collect(),
+                isa,
+                a_signed,
+                group: self.group,
+            }) as Box<dyn Prepack>
+        })
+    }
+
+    fn scratch_bytes(&self, inputs: &[Option<InputInfo<'_>>]) -> usize {
+        let (Some(x), Some(w)) = (
+            optional(inputs, self.slots.x),
+            optional(inputs, self.slots.w),
+        ) else {
+            return 0;
+        };
+        match self.shape(x.shape, w.shape, None) {
+            Ok(s) if !s.depthwise() => {
+                let g = &s.geometry;
+                s.channels * g.input_len() + g.output_len() * s.k()
+            }
+            _ => 0,
+        }
+    }
+
+    fn execute(
+        &self,
+        inputs: &[Option<&Tensor>],
+        packed: Option<&PackedWeight>,
+        outputs: &mut [Tensor],
+        par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        let op = self.op;
+        let s = self.slots;
+        let x = input(op, inputs, s.x)?;
+        let bias = opt(inputs, s.bias)
+            .map(|b| typed::<i32>(op, b))
+            .transpose()?;
+        let zx = zero_points(op, opt(inputs, Some(s.zx)))?;
+        if zx.len() != 1 {
+            return Err(KernelError::Shape(format!(
+                "{op}: x_zero_point must be a scalar, got {} values",
+                zx.len()
+            )));
+        }
+        let weight = match packed {
+            Some(p) => Weight::Packed(p),
+            None => Weight::Tensor {
+                w: input(op, inputs, s.w)?,
+                zero: zero_points(op, opt(inputs, Some(s.zw)))?,
+            },
+        };
+        let w_shape = match &weight {
+            Weight::Tensor { w, .. } => w.shape().to_vec(),
+            Weight::Packed(p) => packed_w_shape(op, p)?,
+        };
+        let y = output(op, outputs, 0)?;
+        let bias_shape = bias.map(|b| [b.len()]);
+        let shape = self.shape(x.shape(), &w_shape, bias_shape.as_ref().map(|b| &b[..]))?;
+        let multipliers = match (s.sx, s.sw, s.sy) {
+            (Some(sx), Some(sw), Some(sy)) => {
+                let sx = scales(op, input(op, inputs, sx)?)?[0];
+                let sw = scales(op, input(op, inputs, sw)?)?;
+                let sy = scales(op, input(op, inputs, sy)?)?[0];
+                check_columns(op, "w_scale", sw.len(), shape.maps)?;
+                sw.iter().map(|&w| sx * w / sy).collect()
+            }
+            _ => Vec::new(),
+        };
+        let zy = zero_points(op, opt(inputs, s.zy))?[0];
+        let run = Run {
+            op,
+            shape,
+            x,
+            zx: zx[0],
+            weight,
+            bias,
+            isa: self.isa,
+            par,
+        };
+        match y.dtype() {
+            ElementType::I32 => run.all(typed_mut::<i32>(op, y)?, &|out, _| I32Sink(out)),
+            ElementType::U8 => run.requantized::<u8>(typed_mut(op, y)?, &multipliers, zy),
+            ElementType::I8 => run.requantized::<i8>(typed_mut(op, y)?, &multipliers, zy),
+            dtype => Err(KernelError::UnsupportedType { op, dtype }),
+        }
+    }
+}
+
+/// The weight: packed per group, or the tensor with its zero points.
+enum Weight<'a> {
+    Packed(&'a PackedWeight),
+    Tensor { w: &'a Tensor, zero: Vec<i32> },
+}
+
+/// One execution's operands.
+struct Run<'a> {
+    op: &'static str,
+    shape: ConvShape,
+    x: &'a Tensor,
+    zx: i32,
+    weight: Weight<'a>,
+    bias: Option<&'a [i32]>,
+    isa: QIsa,
+    par: &'a dyn ParallelFor,
+}
+
+impl Run<'_> {
+    fn requantized<T: QInt>(
+        &self,
+        y: &mut [T],
+        multipliers: &[f32],
+        zero: i32,
+    ) -> Result<(), KernelError> {
+        self.all(y, &|out, g| {
+            let mg = self.shape.mg();
+            let mult = if multipliers.len() == 1 {
+                multipliers
+            } else {
+                &multipliers[g * mg..(g + 1) * mg]
+            };
+            RequantSink {
+                out,
+                multipliers: mult,
+                bias: self.bias.map(|b| BiasI32 {
+                    data: &b[g * mg..(g + 1) * mg],
+                    row_stride: 0,
+                    col_stride: 1,
+                }),
+                zero,
+            }
+        })
+    }
+
+    /// Every image and group, each group's product stored by the sink
+    /// `make(out, group)` builds over its output channels.
+    fn all<T: Copy + Send, S: Sink>(
+        &self,
+        y: &mut [T],
+        make: &dyn Fn(Shared<T>, usize) -> S,
+    ) -> Result<(), KernelError> {
+        let op = self.op;
+        let s = self.shape;
+        let g3 = s.geometry;
+        let (pixels, in_len) = (g3.output_len(), g3.input_len());
+        let (xb, a_signed) = bytes_of(op, self.x)?;
+        let (mg, k) = (s.mg(), s.k());
+        if s.depthwise() {
+            let Weight::Tensor { w, zero } = &self.weight else {
+                return Err(KernelError::Invalid {
+                    op,
+                    detail: "a depthwise weight is never packed".into(),
+                });
+            };
+            let (wb, w_signed) = bytes_of(op, w)?;
+            for b in 0..s.batch {
+                for c in 0..s.channels {
+                    let img = &xb[(b * s.channels + c) * in_len..][..in_len];
+                    let taps = &wb[c * g3.kernel_len()..][..g3.kernel_len()];
+                    let zw = zero[if zero.len() == 1 { 0 } else { c }];
+                    let out = &mut y[(b * s.maps + c) * pixels..][..pixels];
+                    let sink = make(Shared::new(out, 1, 0), c);
+                    depthwise(&s, img, a_signed, self.zx, taps, w_signed, zw, &sink);
+                }
+            }
+            return Ok(());
+        }
+        let mut nhwc = crate::scratch::filled(op, s.channels * in_len, 0u8)?;
+        let mut cols = crate::scratch::filled(op, pixels * k, 0u8)?;
+        let pad = if a_signed {
+            self.zx as i8 as u8
+        } else {
+            self.zx as u8
+        };
+        for b in 0..s.batch {
+            let img = &xb[b * s.channels * in_len..][..s.channels * in_len];
+            for (c, plane) in img.chunks_exact(in_len.max(1)).enumerate() {
+                for (p, &v) in plane.iter().enumerate() {
+                    nhwc[p * s.channels + c] = v;
+                }
+            }
+            for g in 0..s.group {
+                im2col(&s, &nhwc, g, pad, &mut cols);
+                let a = AOperand {
+                    data: &cols,
+                    signed: a_signed,
+                    m: pixels,
+                    lda: k,
+                    zero: ZeroA::Scalar(self.zx),
+                };
+                let out = &mut y[(b * s.maps + g * mg) * pixels..][..mg * pixels];
+                let sink = make(Shared::new(out, 1, pixels), g);
+                match &self.weight {
+                    Weight::Packed(p) => {
+                        let pb = group_view(op, p, g)?;
+                        qgemm::run(&a, &pb, &sink, self.par);
+                    }
+                    Weight::Tensor { w, zero } => {
+                        let (wb, w_signed) = bytes_of(op, w)?;
+                        let (meta, data) = pack_group(
+                            w.shape(),
+                            s.group,
+                            wb,
+                            w_signed,
+                            zero,
+                            g,
+                            self.isa,
+                            a_signed,
+                        )?;
+                        let pb =
+                            PackedB::view(&meta, &data).ok_or_else(|| KernelError::Invalid {
+                                op,
+                                detail: "packing W failed".into(),
+                            })?;
+                        qgemm::run(&a, &pb, &sink, self.par);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Group `g`'s rows of the channels-last im2col matrix: per output pixel,
+/// per tap, the group's input channels (`pad` outside the input).
+fn im2col(s: &ConvShape, nhwc: &[u8], g: usize, pad: u8, cols: &mut [u8]) {
+    let g3 = s.geometry.as_3d();
+    let (cg, c_all) = (s.cg(), s.channels);
+    let k = s.k();
+    let [id, ih, iw] = g3.input;
+    let [od, oh, ow] = g3.output;
+    let [kd, kh, kw] = g3.kernel;
+    let mut p = 0;
+    for z in 0..od {
+        for yy in 0..oh {
+            for xx in 0..ow {
+                let row = &mut cols[p * k..(p + 1) * k];
+                let mut t = 0;
+                for a in 0..kd {
+                    let iz = g3.coord(0, z, a);
+                    for bb in 0..kh {
+                        let iy = g3.coord(1, yy, bb);
+                        for cc in 0..kw {
+                            let ix = g3.coord(2, xx, cc);
+                            let dst = &mut row[t * cg..(t + 1) * cg];
+                            let inside = (0..id as isize).contains(&iz)
+                                && (0..ih as isize).contains(&iy)
+                                && (0..iw as isize).contains(&ix);
+                            if inside {
+                                let pos = (iz as usize * ih + iy as usize) * iw + ix as usize;
+                                dst.copy_from_slice(&nhwc[pos * c_all + g * cg..][..cg]);
+                            } else {
+                                dst.fill(pad);
+                            }
+                            t += 1;
+                        }
+                    }
+                }
+                p += 1;
+            }
+        }
+    }
+}
+
+/// Group `g`'s weights as the product's `B` (`[k = tap * C/group + c,
+/// output channel]`), packed.
+#[allow(clippy::too_many_arguments)]
+fn pack_group(
+    w_shape: &[usize],
+    group: usize,
+    w: &[u8],
+    w_signed: bool,
+    zero: &[i32],
+    g: usize,
+    isa: QIsa,
+    a_signed: bool,
+) -> Result<(Vec<u64>, Vec<u8>), KernelError> {
+    let maps = w_shape[0];
+    let (cg, mg, taps) = (
+        w_shape[1],
+        maps / group,
+        w_shape[2..].iter().product::<usize>(),
+    );
+    let k = cg * taps;
+    let mut b = vec![0u8; k * mg];
+    for n in 0..mg {
+        let filter = &w[(g * mg + n) * k..][..k];
+        for c in 0..cg {
+            for t in 0..taps {
+                b[(t * cg + c) * mg + n] = filter[c * taps + t];
+            }
+        }
+    }
+    let zero: Vec<i32> = if zero.len() == 1 {
+        zero.to_vec()
+    } else {
+        zero.get(g * mg..(g + 1) * mg)
+            .ok_or_else(|| {
+                KernelError::Shape(format!(
+                    "w_zero_point has {} values for {maps} output channels",
+                    zero.len()
+                ))
+            })?
+            .to_vec()
+    };
+    let m = QMatrix {
+        data: &b,
+        signed: w_signed,
+        k,
+        n: mg,
+        row_stride: mg,
+        col_stride: 1,
+    };
+    Ok(qgemm::pack_b(&m, &zero, isa, a_signed))
+}
+
+/// Group `g`'s packed `B` in a [`ConvPrepack`] object.
+fn group_view<'a>(
+    op: &'static str,
+    p: &'a PackedWeight,
+    g: usize,
+) -> Result<PackedB<'a>, KernelError> {
+    let bad = || KernelError::Invalid {
+        op,
+        detail: format!(
+            "packed weight `{}`: group {g} is missing or not valid",
+            p.layout
+        ),
+    };
+    let parts = p.parts.get(1 + 2 * g..3 + 2 * g).ok_or_else(bad)?;
+    let (meta, data) = (
+        parts[0].as_u64().ok_or_else(bad)?,
+        parts[1].as_u8().ok_or_else(bad)?,
+    );
+    PackedB::view(meta, data).ok_or_else(bad)
+}
+
+/// The `W` shape recorded in a [`ConvPrepack`] object's header.
+fn packed_w_shape(op: &'static str, p: &PackedWeight) -> Result<Vec<usize>, KernelError> {
+    let bad = || KernelError::Invalid {
+        op,
+        detail: format!("packed weight `{}` has no valid header", p.layout),
+    };
+    let h = p.parts.first().and_then(|h| h.as_u64()).ok_or_else(bad)?;
+    let shape: Vec<usize> = h
+        .iter()
+        .map(|&v| usize::try_from(v).map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    if shape.len() < 3 {
+        return Err(bad());
+    }
+    Ok(shape)
+}
+
+/// A direct depthwise convolution of one channel, exact in i32; each output
+/// pixel goes to the sink as row `pixel`, column 0.
+#[allow(clippy::too_many_arguments)]
+fn depthwise<S: Sink>(
+    s: &ConvShape,
+    img: &[u8],
+    x_signed: bool,
+    zx: i32,
+    taps: &[u8],
+    w_signed: bool,
+    zw: i32,
+    sink: &S,
+) {
+    let g3 = s.geometry.as_3d();
+    let [_, ih, iw] = g3.input;
+    let [od, oh, ow] = g3.output;
+    let [kd, kh, kw] = g3.kernel;
+    let [id, _, _] = g3.input;
+    let xv = |v: u8| if x_signed { v as i8 as i32 } else { v as i32 };
+    let wv: Vec<i32> = taps
+        .iter()
+        .map(|&v| (if w_signed { v as i8 as i32 } else { v as i32 }) - zw)
+        .collect();
+    let mut p = 0;
+    for z in 0..od {
+        for yy in 0..oh {
+            for xx in 0..ow {
+                let mut acc = 0i32;
+                let mut t = 0;
+                for a in 0..kd {
+                    let iz = g3.coord(0, z, a);
+                    for b in 0..kh {
+                        let iy = g3.coord(1, yy, b);
+                        for c in 0..kw {
+                            let ix = g3.coord(2, xx, c);
+                            let inside = (0..id as isize).contains(&iz)
+                                && (0..ih as isize).contains(&iy)
+                                && (0..iw as isize).contains(&ix);
+                            if inside {
+                                let pos = (iz as usize * ih + iy as usize) * iw + ix as usize;
+                                acc = acc.wrapping_add((xv(img[pos]) - zx) * wv[t]);
+                            }
+                            t += 1;
+                        }
+                    }
+                }
+                sink.put(p, 0, &[acc]);
+                p += 1;
+            }
+        }
+    }
+}
+
+/// Packs a constant convolution weight per group (and its zero point).
+#[derive(Debug)]
+struct ConvPrepack {
+    op: &'static str,
+    layout: String,
+    consumes: Vec<usize>,
+    isa: QIsa,
+    a_signed: bool,
+    group: usize,
+}
+
+impl Prepack for ConvPrepack {
+    fn layout(&self) -> &str {
+        &self.layout
+    }
+
+    fn consumes(&self) -> &[usize] {
+        &self.consumes
+    }
+
+    fn prepare(
+        &self,
+        sources: &[&Tensor],
+        _par: &dyn ParallelFor,
+    ) -> Result<PackedWeight, KernelError> {
+        let op = self.op;
+        let w = sources
+            .first()
+            .ok_or_else(|| KernelError::Shape(format!("{op}: packing needs W")))?;
+        let zero = zero_points(op, sources.get(1).copied())?;
+        let (wb, w_signed) = bytes_of(op, w)?;
+        let ws = w.shape();
+        if ws.len() < 3 {
+            return Err(KernelError::Shape(format!(
+                "{op}: W {ws:?} has no kernel axes"
+            )));
+        }
+        let maps = ws[0];
+        if maps % self.group != 0 {
+            return Err(KernelError::Shape(format!(
+                "{op}: W {ws:?} does not split into {} groups",
+                self.group
+            )));
+        }
+        check_columns(op, "w_zero_point", zero.len(), maps)?;
+        let mut parts: Vec<PackedPart> = Vec::with_capacity(1 + 2 * self.group);
+        parts.push(TensorData::U64(ws.iter().map(|&d| d as u64).collect()).into());
+        for g in 0..self.group {
+            let (meta, data) = pack_group(
+                ws,
+                self.group,
+                wb,
+                w_signed,
+                &zero,
+                g,
+                self.isa,
+                self.a_signed,
+            )?;
+            parts.push(TensorData::U64(meta).into());
+            parts.push(TensorData::U8(data).into());
+        }
+        Ok(PackedWeight {
+            layout: self.layout.clone(),
+            parts,
+        })
+    }
+
+    fn validate(&self, packed: &PackedWeight, shapes: &[&[usize]]) -> Result<(), KernelError> {
+        crate::validate_common(&self.layout, None, packed)?;
+        let maps = shapes.first().and_then(|s| s.first()).copied().unwrap_or(0);
+        if packed.parts.len() != 1 + 2 * self.group
+            || packed_w_shape(self.op, packed)?.as_slice() != shapes.first().copied().unwrap_or(&[])
+        {
+            return Err(KernelError::Invalid {
+                op: self.op,
+                detail: format!(
+                    "packed weight `{}`: not {} groups of W {:?}",
+                    packed.layout,
+                    self.group,
+                    shapes.first()
+                ),
+            });
+        }
+        for g in 0..self.group {
+            let v = group_view(self.op, packed, g)?;
+            if v.n * self.group != maps {
+                return Err(KernelError::Invalid {
+                    op: self.op,
+                    detail: format!(
+                        "packed weight `{}`: group {g} has {} channels, not {}",
+                        packed.layout,
+                        v.n,
+                        maps / self.group
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,314 @@
+//! Integer matrix product of 8-bit operands (hot path, packing on the cold
+//! path when `B` is a constant):
+//! `C[m][n] = sum_k (A[m][k] - za[m]) * (B[k][n] - zb[n])` in wrapping i32,
+//! handed row by row to a [`Sink`] that stores it (int32), scales it to
+//! float or requantizes it to 8 bits.
+//!
+//! # Arithmetic
+//!
+//! `A` is normalized to unsigned bytes (an int8 `A` is stored `a + 128`
+//! with its zero point moved by 128, which leaves every difference equal),
+//! `B` keeps its own signedness. The kernels compute the raw sums
+//! `D = sum_k a * b`; the zero points enter afterwards through row sums of
+//! `A` and column sums of `B`:
+//! `C = D - zb * rowsum(A) - za * colsum(B) + K * za * zb`.
+//!
+//! Two arithmetics ([`Arith`]):
+//!
+//! * [`Arith::Exact`]: every product and sum exact (i32), on every kernel
+//!   family. `B` is packed as i16 pairs of `k` (`vpmaddwd` on AVX2).
+//! * [`Arith::SatPairs`]: uint8 `A` times int8 `B` on AVX2 the way ONNX
+//!   Runtime's x86 kernels compute it (`vpmaddubsw` then `vpmaddwd`): the
+//!   two products of each pair of consecutive `k` (`k = 2j, 2j + 1`) are
+//!   summed and saturated to i16, then the pairs are summed exactly. Equal
+//!   to [`Arith::Exact`] unless a pair exceeds the i16 range (a uint8 above
+//!   128 times an int8 of magnitude above 128 both). `B` is packed as
+//!   bytes, four `k` per column. [`reference`] models it for the tests.
+//!
+//! # Layouts
+//!
+//! `B` is cut into panels of [`NR`] columns (the last zero-padded) and `K`
+//! is padded with zeros to a multiple of 4. Each task packs a block of
+//! [`MR`] rows of `A` (zero-padded) once and runs it against its panels.
+//!
+//! Files: `pack` (packing `A` and `B`, column sums), `avx2` (the AVX2
+//! micro-kernels), `sink` (what is done with `C`), `tests`.
+
+mod avx2;
+mod pack;
+pub(crate) mod sink;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use pack::{PackedB, QMatrix, VERSION, pack_b, packed_bytes};
+pub(crate) use sink::Sink;
+
+use crate::CpuFeatures;
+use crate::ParallelFor;
+
+/// Rows of a micro-tile.
+pub(crate) const MR: usize = 4;
+/// Columns of a panel (two AVX2 vectors of i32).
+pub(crate) const NR: usize = 16;
+
+/// How products are summed (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Arith {
+    /// Every product and sum exact.
+    Exact,
+    /// Pairs of consecutive `k` saturated to i16, as `vpmaddubsw` does.
+    SatPairs,
+}
+
+/// The kernel family of an integer product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum QIsa {
+    /// Scalar Rust.
+    Portable,
+    /// AVX2 (`vpmaddubsw`, `vpmaddwd`).
+    Avx2,
+}
+
+impl QIsa {
+    /// The best family `cpu` asks for that this CPU has.
+    pub(crate) fn select(cpu: CpuFeatures) -> Self {
+        if cpu.avx2 && CpuFeatures::detect().avx2 {
+            Self::Avx2
+        } else {
+            Self::Portable
+        }
+    }
+
+    /// The name used in layout keys.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Portable => "portable",
+            Self::Avx2 => "avx2",
+        }
+    }
+
+    /// The arithmetic this family uses for these operand signs: ONNX
+    /// Runtime's saturating pairs for uint8 `A` times int8 `B` on AVX2,
+    /// exact otherwise.
+    pub(crate) fn arith(self, a_signed: bool, b_signed: bool) -> Arith {
+        if self == Self::Avx2 && !a_signed && b_signed {
+            Arith::SatPairs
+        } else {
+            Arith::Exact
+        }
+    }
+}
+
+/// Zero points of `A`: one, or one per row.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ZeroA<'a> {
+    /// One zero point (in `A`'s own signedness).
+    Scalar(i32),
+    /// One per row of the folded `M`, repeating every `period` rows.
+    PerRow(&'a [i32]),
+}
+
+impl ZeroA<'_> {
+    #[inline(always)]
+    fn at(&self, m: usize) -> i32 {
+        match *self {
+            Self::Scalar(z) => z,
+            Self::PerRow(z) => z[m % z.len()],
+        }
+    }
+}
+
+/// The `A` operand: `m` rows of `k` 8-bit values, `lda` apart.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AOperand<'a> {
+    /// The bytes (int8 values stored as their two's complement).
+    pub(crate) data: &'a [u8],
+    /// Whether the bytes are int8.
+    pub(crate) signed: bool,
+    /// Rows.
+    pub(crate) m: usize,
+    /// Distance between rows.
+    pub(crate) lda: usize,
+    /// Zero points.
+    pub(crate) zero: ZeroA<'a>,
+}
+
+/// `C = (A - za) (B - zb)` for `A` against packed `B`, each corrected row
+/// segment given to `sink` (rows and panels split across `par`).
+pub(crate) fn run<S: Sink>(a: &AOperand<'_>, b: &PackedB<'_>, sink: &S, par: &dyn ParallelFor) {
+    let (m, n) = (a.m, b.n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    let blocks = m.div_ceil(MR);
+    let panels = n.div_ceil(NR);
+    let threads = par.threads().max(1);
+    let work = m * n * b.k.max(1);
+    let (row_tasks, col_tasks) = if threads == 1 || work < 64 * 1024 {
+        (1, 1)
+    } else {
+        let rows = blocks.min(threads * 4);
+        let cols = if rows >= threads * 2 {
+            1
+        } else {
+            panels.min((threads * 4).div_ceil(rows))
+        };
+        (rows, cols)
+    };
+    let task = |t: usize| {
+        let rb = crate::par::chunk(blocks, row_tasks, 1, t / col_tasks);
+        let pc = crate::par::chunk(panels, col_tasks, 1, t % col_tasks);
+        block_range(a, b, rb, pc, sink);
+    };
+    if row_tasks * col_tasks == 1 {
+        task(0);
+    } else {
+        par.run(row_tasks * col_tasks, &task);
+    }
+}
+
+/// Row blocks `rb` against panels `pc`.
+fn block_range<S: Sink>(
+    a: &AOperand<'_>,
+    b: &PackedB<'_>,
+    rb: std::ops::Range<usize>,
+    pc: std::ops::Range<usize>,
+    sink: &S,
+) {
+    let mut apack = pack::APack::new(b.arith, b.kp);
+    let mut tile = [0i32; MR * NR];
+    let mut row = [0i32; NR];
+    for blk in rb {
+        let m0 = blk * MR;
+        let rows = MR.min(a.m - m0);
+        apack.pack(a, m0, rows, b.k);
+        for p in pc.clone() {
+            kernel(b, &apack, p, &mut tile);
+            let n0 = p * NR;
+            let cols = NR.min(b.n - n0);
+            for r in 0..rows {
+                let za = apack.zero[r];
+                let rs = apack.rowsum[r];
+                let kz = b.k as i32;
+                for (j, out) in row[..cols].iter_mut().enumerate() {
+                    let n = n0 + j;
+                    let zb = b.zero(n);
+                    *out = tile[r * NR + j]
+                        .wrapping_sub(zb.wrapping_mul(rs))
+                        .wrapping_sub(za.wrapping_mul(b.colsum(n)))
+                        .wrapping_add(kz.wrapping_mul(za).wrapping_mul(zb));
+                }
+                sink.put(m0 + r, n0, &row[..cols]);
+            }
+        }
+    }
+}
+
+/// One `MR x NR` tile of raw sums for panel `p`.
+#[inline]
+fn kernel(b: &PackedB<'_>, a: &pack::APack, p: usize, tile: &mut [i32; MR * NR]) {
+    match (b.isa, b.arith) {
+        #[cfg(target_arch = "x86_64")]
+        (QIsa::Avx2, Arith::SatPairs) => {
+            // SAFETY: a packed B of the AVX2 family exists only when the CPU
+            // has AVX2 (QIsa::select); the panel and the packed rows hold
+            // `kp / 4` quads (APack::pack and PackedB's constructor).
+            unsafe { avx2::sat_pairs(b.panel(p), &a.quads, b.kp / 4, tile) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (QIsa::Avx2, Arith::Exact) => {
+            // SAFETY: as above, with `kp / 2` pairs of i16.
+            unsafe { avx2::exact(b.panel(p), &a.pairs, b.kp / 2, tile) }
+        }
+        (_, Arith::Exact) => portable_exact(b.panel(p), &a.pairs, b.kp / 2, tile),
+        (_, Arith::SatPairs) => portable_sat_pairs(b.panel(p), &a.quads, b.kp / 4, tile),
+    }
+}
+
+/// Scalar exact tile over the i16 pair layout.
+fn portable_exact(panel: &[u8], pairs: &[u32], kpairs: usize, tile: &mut [i32; MR * NR]) {
+    tile.fill(0);
+    for q in 0..kpairs {
+        let bq = &panel[q * NR * 4..(q + 1) * NR * 4];
+        for r in 0..MR {
+            let w = pairs[q * MR + r];
+            let (a0, a1) = ((w & 0xFFFF) as i32, (w >> 16) as i32);
+            for j in 0..NR {
+                let b0 = i16::from_le_bytes([bq[4 * j], bq[4 * j + 1]]) as i32;
+                let b1 = i16::from_le_bytes([bq[4 * j + 2], bq[4 * j + 3]]) as i32;
+                tile[r * NR + j] += a0 * b0 + a1 * b1;
+            }
+        }
+    }
+}
+
+/// Scalar saturating-pairs tile over the byte layout (the arithmetic of
+/// the AVX2 kernel, for a CPU without it).
+fn portable_sat_pairs(panel: &[u8], quads: &[u32], kquads: usize, tile: &mut [i32; MR * NR]) {
+    tile.fill(0);
+    for q in 0..kquads {
+        let bq = &panel[q * NR * 4..(q + 1) * NR * 4];
+        for r in 0..MR {
+            let a = quads[q * MR + r].to_le_bytes();
+            for j in 0..NR {
+                let b = &bq[4 * j..4 * j + 4];
+                let pair = |i: usize| {
+                    let s =
+                        a[i] as i32 * b[i] as i8 as i32 + a[i + 1] as i32 * b[i + 1] as i8 as i32;
+                    s.clamp(i16::MIN as i32, i16::MAX as i32)
+                };
+                tile[r * NR + j] += pair(0) + pair(2);
+            }
+        }
+    }
+}
+
+/// Scalar models of both arithmetics on unpacked operands (for tests and
+/// as the definition the kernels are checked against).
+#[cfg(test)]
+pub(crate) mod reference {
+    use super::Arith;
+
+    /// `C[m][n] = sum_k (a - za[m]) (b - zb[n])`, `a` row-major `[m, k]`,
+    /// `b` row-major `[k, n]`, both as i32 values of their own type.
+    /// [`Arith::SatPairs`] saturates `a * b` pair sums of the raw values
+    /// (with `A` normalized to unsigned) to i16 before summing.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn qgemm(
+        arith: Arith,
+        a: &[i32],
+        a_signed: bool,
+        b: &[i32],
+        m: usize,
+        k: usize,
+        n: usize,
+        za: &[i32],
+        zb: &[i32],
+    ) -> Vec<i32> {
+        let shift = if a_signed { 128 } else { 0 };
+        let mut c = vec![0i32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let za = za[i % za.len()] + shift;
+                let zb = zb[j % zb.len()];
+                let av = |p: usize| a[i * k + p] + shift;
+                let bv = |p: usize| b[p * n + j];
+                let raw: i32 = match arith {
+                    Arith::Exact => (0..k).map(|p| av(p) * bv(p)).sum(),
+                    Arith::SatPairs => (0..k.div_ceil(2))
+                        .map(|q| {
+                            let s = (2 * q..(2 * q + 2).min(k))
+                                .map(|p| av(p) * bv(p))
+                                .sum::<i32>();
+                            s.clamp(i16::MIN as i32, i16::MAX as i32)
+                        })
+                        .sum(),
+                };
+                let rs: i32 = (0..k).map(av).sum();
+                let cs: i32 = (0..k).map(bv).sum();
+                c[i * n + j] = raw - zb * rs - za * cs + k as i32 * za * zb;
+            }
+        }
+        c
+    }
+}

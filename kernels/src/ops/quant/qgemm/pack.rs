@@ -1,0 +1,267 @@
+//! Packing of the integer product's operands (cold path for a constant
+//! `B`, per call otherwise): `B` into panels of [`NR`] columns in the
+//! layout of its [`Arith`], with column sums; blocks of [`MR`] rows of `A`
+//! into broadcast words, with row sums.
+
+use super::{AOperand, Arith, MR, NR, QIsa};
+
+/// A `[k, n]` matrix of 8-bit values read with strides (`B`, or `B`
+/// transposed when `row_stride == 1`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QMatrix<'a> {
+    /// The bytes (int8 values stored as their two's complement).
+    pub(crate) data: &'a [u8],
+    /// Whether the bytes are int8.
+    pub(crate) signed: bool,
+    /// Rows (the reduction length).
+    pub(crate) k: usize,
+    /// Columns.
+    pub(crate) n: usize,
+    /// Distance between rows.
+    pub(crate) row_stride: usize,
+    /// Distance between columns.
+    pub(crate) col_stride: usize,
+}
+
+impl QMatrix<'_> {
+    #[inline(always)]
+    fn at(&self, p: usize, j: usize) -> i32 {
+        let v = self.data[p * self.row_stride + j * self.col_stride];
+        if self.signed {
+            v as i8 as i32
+        } else {
+            v as i32
+        }
+    }
+}
+
+/// Words of the header of a packed `B`'s metadata part.
+const HEADER: usize = 6;
+/// Version of the packed layout (in the header and the layout key).
+pub(crate) const VERSION: u64 = 1;
+
+/// `B` packed for one kernel family and arithmetic: two parts, owned or
+/// borrowed from a packed weight.
+///
+/// * `meta` (u64): `[VERSION, k, n, kp, isa, arith]`, then per column its
+///   sum of values and its zero point (i32, sign-extended).
+/// * `data` (bytes): per panel of [`NR`] columns, for [`Arith::Exact`]
+///   per pair of `k` per column the two values as little-endian i16; for
+///   [`Arith::SatPairs`] per quad of `k` per column the four bytes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PackedB<'a> {
+    /// The reduction length.
+    pub(crate) k: usize,
+    /// Columns.
+    pub(crate) n: usize,
+    /// `k` rounded up to a multiple of 4.
+    pub(crate) kp: usize,
+    /// Kernel family.
+    pub(crate) isa: QIsa,
+    /// Arithmetic.
+    pub(crate) arith: Arith,
+    meta: &'a [u64],
+    data: &'a [u8],
+}
+
+/// Bytes of the data part per panel.
+fn panel_bytes(arith: Arith, kp: usize) -> usize {
+    match arith {
+        Arith::Exact => kp * NR * 2,
+        Arith::SatPairs => kp * NR,
+    }
+}
+
+/// Packs `b` with zero points `zero` (one, or one per column) for
+/// products with an `A` of signedness `a_signed` on `isa`: the `(meta,
+/// data)` parts of [`PackedB`].
+pub(crate) fn pack_b(
+    b: &QMatrix<'_>,
+    zero: &[i32],
+    isa: QIsa,
+    a_signed: bool,
+) -> (Vec<u64>, Vec<u8>) {
+    let arith = isa.arith(a_signed, b.signed);
+    let (k, n) = (b.k, b.n);
+    let kp = k.next_multiple_of(4);
+    let panels = n.div_ceil(NR);
+    let per_panel = panel_bytes(arith, kp);
+    let mut data = vec![0u8; panels * per_panel];
+    for (p, panel) in data
+        .chunks_exact_mut(per_panel.max(1))
+        .enumerate()
+        .take(panels)
+    {
+        for j in 0..NR.min(n - p * NR) {
+            for q in 0..k {
+                let v = b.at(q, p * NR + j);
+                match arith {
+                    Arith::Exact => {
+                        let at = ((q / 2) * NR * 2 + j * 2 + q % 2) * 2;
+                        panel[at..at + 2].copy_from_slice(&(v as i16).to_le_bytes());
+                    }
+                    Arith::SatPairs => panel[(q / 4) * NR * 4 + j * 4 + q % 4] = v as u8,
+                }
+            }
+        }
+    }
+    let isa_code = match isa {
+        QIsa::Portable => 0,
+        QIsa::Avx2 => 1,
+    };
+    let arith_code = match arith {
+        Arith::Exact => 0,
+        Arith::SatPairs => 1,
+    };
+    let mut meta = vec![VERSION, k as u64, n as u64, kp as u64, isa_code, arith_code];
+    meta.extend((0..n).map(|j| (0..k).map(|q| b.at(q, j)).sum::<i32>() as i64 as u64));
+    meta.extend((0..n).map(|j| {
+        let z = zero.get(j).or(zero.first()).copied().unwrap_or(0);
+        z as i64 as u64
+    }));
+    (meta, data)
+}
+
+impl<'a> PackedB<'a> {
+    /// The view of parts made by [`pack_b`] (or read back from a cache),
+    /// checked: `None` when they do not hold a packed `B` this CPU runs.
+    pub(crate) fn view(meta: &'a [u64], data: &'a [u8]) -> Option<Self> {
+        let h = meta.get(..HEADER)?;
+        if h[0] != VERSION {
+            return None;
+        }
+        let (k, n, kp) = (
+            usize::try_from(h[1]).ok()?,
+            usize::try_from(h[2]).ok()?,
+            usize::try_from(h[3]).ok()?,
+        );
+        let isa = match h[4] {
+            0 => QIsa::Portable,
+            1 if crate::CpuFeatures::detect().avx2 => QIsa::Avx2,
+            _ => return None,
+        };
+        let arith = match h[5] {
+            0 => Arith::Exact,
+            1 => Arith::SatPairs,
+            _ => return None,
+        };
+        let bytes = n.div_ceil(NR).checked_mul(panel_bytes(arith, kp))?;
+        let ok = kp == k.next_multiple_of(4) && meta.len() == HEADER + 2 * n && data.len() == bytes;
+        ok.then_some(Self {
+            k,
+            n,
+            kp,
+            isa,
+            arith,
+            meta,
+            data,
+        })
+    }
+
+    /// The sum of column `j`'s values.
+    #[inline(always)]
+    pub(crate) fn colsum(&self, j: usize) -> i32 {
+        self.meta[HEADER + j] as i32
+    }
+
+    /// Column `j`'s zero point.
+    #[inline(always)]
+    pub(crate) fn zero(&self, j: usize) -> i32 {
+        self.meta[HEADER + self.n + j] as i32
+    }
+
+    /// Panel `p`'s bytes.
+    #[inline(always)]
+    pub(crate) fn panel(&self, p: usize) -> &'a [u8] {
+        let len = panel_bytes(self.arith, self.kp);
+        &self.data[p * len..(p + 1) * len]
+    }
+}
+
+/// A block of up to [`MR`] rows of `A`, packed for broadcasting.
+pub(crate) struct APack {
+    arith: Arith,
+    kp: usize,
+    /// [`Arith::SatPairs`]: per quad of `k`, per row, four bytes.
+    pub(crate) quads: Vec<u32>,
+    /// [`Arith::Exact`]: per pair of `k`, per row, two u16 values.
+    pub(crate) pairs: Vec<u32>,
+    /// Per row, the sum of its (unsigned-normalized) values.
+    pub(crate) rowsum: [i32; MR],
+    /// Per row, its zero point (unsigned-normalized).
+    pub(crate) zero: [i32; MR],
+}
+
+impl APack {
+    pub(crate) fn new(arith: Arith, kp: usize) -> Self {
+        let (quads, pairs) = match arith {
+            Arith::SatPairs => (vec![0u32; kp / 4 * MR], Vec::new()),
+            Arith::Exact => (Vec::new(), vec![0u32; kp / 2 * MR]),
+        };
+        Self {
+            arith,
+            kp,
+            quads,
+            pairs,
+            rowsum: [0; MR],
+            zero: [0; MR],
+        }
+    }
+
+    /// Packs rows `m0..m0 + rows` of `a` (first `k` values each); the
+    /// rows past `rows` and the values past `k` are zeros.
+    pub(crate) fn pack(&mut self, a: &AOperand<'_>, m0: usize, rows: usize, k: usize) {
+        let flip = if a.signed { 0x80u8 } else { 0 };
+        let shift = if a.signed { 128 } else { 0 };
+        for r in 0..MR {
+            let src: &[u8] = if r < rows {
+                let s = (m0 + r) * a.lda;
+                &a.data[s..s + k]
+            } else {
+                &[]
+            };
+            self.zero[r] = if r < rows {
+                a.zero.at(m0 + r) + shift
+            } else {
+                0
+            };
+            self.rowsum[r] = src.iter().map(|&v| (v ^ flip) as i32).sum();
+            let val = |q: usize| src.get(q).map_or(0u32, |&v| (v ^ flip) as u32);
+            match self.arith {
+                Arith::SatPairs => {
+                    let whole = src.len() / 4;
+                    let mask = u32::from_ne_bytes([flip; 4]);
+                    for (q, w) in src.chunks_exact(4).enumerate() {
+                        let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                        self.quads[q * MR + r] = w ^ mask;
+                    }
+                    for q in whole..self.kp / 4 {
+                        let b = 4 * q;
+                        self.quads[q * MR + r] =
+                            val(b) | val(b + 1) << 8 | val(b + 2) << 16 | val(b + 3) << 24;
+                    }
+                }
+                Arith::Exact => {
+                    for (q, w) in src.chunks_exact(2).enumerate() {
+                        self.pairs[q * MR + r] =
+                            (w[0] ^ flip) as u32 | ((w[1] ^ flip) as u32) << 16;
+                    }
+                    for q in src.len() / 2..self.kp / 2 {
+                        self.pairs[q * MR + r] = val(2 * q) | val(2 * q + 1) << 16;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Bytes of the two parts [`pack_b`] makes for a `[k, n]` `B`.
+pub(crate) fn packed_bytes(k: usize, n: usize, sat_pairs: bool) -> usize {
+    let arith = if sat_pairs {
+        Arith::SatPairs
+    } else {
+        Arith::Exact
+    };
+    let kp = k.next_multiple_of(4);
+    (HEADER + 2 * n) * 8 + n.div_ceil(NR) * panel_bytes(arith, kp)
+}
