@@ -17,6 +17,7 @@ mod inputs;
 pub mod inspect;
 mod payload;
 mod qdq;
+mod qdq_int8;
 mod resolve;
 mod roles;
 mod weight;

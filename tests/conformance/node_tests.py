@@ -86,7 +86,8 @@ DEFAULT_OPS = (
     # Unique have shapes that follow values: late nodes)
     "TopK,OneHot,RoiAlign,NonZero,NonMaxSuppression,Compress,Unique,"
     # attention and quantization
-    "Attention,RotaryEmbedding,DequantizeLinear"
+    "Attention,RotaryEmbedding,DequantizeLinear,QuantizeLinear,DynamicQuantizeLinear,"
+    "MatMulInteger,QLinearMatMul,ConvInteger,QLinearConv"
 )
 KNOWN_DOMAINS = {"MatMulNBits": "com.microsoft"}
 

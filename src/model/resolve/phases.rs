@@ -168,10 +168,18 @@ impl<'m> Resolver<'m> {
         let model = self.model;
         let (qdq_skip, qdq_fused) = crate::model::qdq::find(model);
         let chains = crate::model::conv_chain::find(model);
+        let int8 = crate::model::qdq_int8::find(model);
         let nodes = &model.graph().node;
         for (index, node) in nodes.iter().enumerate() {
-            if qdq_skip.contains(&index) || chains.inner.contains(&index) {
+            if qdq_skip.contains(&index)
+                || chains.inner.contains(&index)
+                || int8.skip.contains(&index)
+            {
                 continue; // runs inside a fused operator
+            }
+            if let Some(integer) = int8.replace.get(&index) {
+                self.node(index, integer, None)?;
+                continue;
             }
             if let Some(chain) = chains.by_anchor.get(&index) {
                 if let Some((name, op, inputs)) = self.fuse_chain(chain) {
@@ -292,9 +300,12 @@ impl<'m> Resolver<'m> {
         fused: Option<&QdqMatMul>,
     ) -> Result<Option<Box<dyn Operator>>, LoadError> {
         let domain = node.domain.as_deref().unwrap_or_default();
+        // The integer operators of recognized QDQ groups are com.microsoft
+        // version 1 where the model imports no such domain.
         let opset = self
             .model
             .opset_version(domain)
+            .or_else(|| (domain == "com.microsoft").then_some(1))
             .ok_or_else(|| ResolveError::MissingOpset {
                 node: name.to_owned(),
                 domain: domain.to_owned(),

@@ -39,13 +39,29 @@ pub(crate) fn zero_points(op: &'static str, t: Option<&Tensor>) -> Result<Vec<i3
         .collect())
 }
 
-/// f32 scales (any shape); an empty one is an error.
-pub(crate) fn scales<'a>(op: &'static str, t: &'a Tensor) -> Result<&'a [f32], KernelError> {
-    let s = typed::<f32>(op, t)?;
+/// Scales (f32, f16 or bf16, any shape) as f32; an empty one is an error.
+pub(crate) fn scales(op: &'static str, t: &Tensor) -> Result<Vec<f32>, KernelError> {
+    let s: Vec<f32> = match t.dtype() {
+        ElementType::F32 => typed::<f32>(op, t)?.to_vec(),
+        ElementType::F16 => typed::<half::f16>(op, t)?
+            .iter()
+            .map(|v| v.to_f32())
+            .collect(),
+        ElementType::BF16 => typed::<half::bf16>(op, t)?
+            .iter()
+            .map(|v| v.to_f32())
+            .collect(),
+        dtype => return Err(KernelError::UnsupportedType { op, dtype }),
+    };
     if s.is_empty() {
         return Err(KernelError::Shape(format!("{op}: an empty scale")));
     }
     Ok(s)
+}
+
+/// Whether `t` is a scale type.
+pub(crate) fn is_scale_type(t: ElementType) -> bool {
+    matches!(t, ElementType::F32 | ElementType::F16 | ElementType::BF16)
 }
 
 /// Checks that a per-tensor or per-column operand (scale or zero point of

@@ -11,7 +11,8 @@
 
 use super::common::QInt;
 use super::operand::{
-    BInput, QPrepack, bytes_of, check_columns, for_each_product, is_8bit, scales, zero_points,
+    BInput, QPrepack, bytes_of, check_columns, for_each_product, is_8bit, is_scale_type, scales,
+    zero_points,
 };
 use super::qgemm::sink::{BiasI32, F32Sink, I32Sink, RequantSink, Shared};
 use super::qgemm::{self, QIsa};
@@ -229,7 +230,7 @@ impl Operator for QMatMul {
         }
         for i in [s.sa, s.sb, s.sy] {
             if let Some(t) = optional(inputs, i)
-                && t.dtype != ElementType::F32
+                && !is_scale_type(t.dtype)
             {
                 return Err(KernelError::UnsupportedType { op, dtype: t.dtype });
             }
@@ -338,6 +339,7 @@ impl Operator for QMatMul {
             },
         };
         let b_scale = opt(inputs, s.sb).map(|t| scales(op, t)).transpose()?;
+        let b_scale = b_scale.as_deref();
         let alpha = if self.kind == Kind::Gemm {
             self.alpha
         } else {
