@@ -229,6 +229,7 @@ fn dynamic_quantize_linear_follows_the_definition() {
 }
 
 /// `C = (A - za)(B - zb)` exactly, `A [batch, m, k]`, `B [k, n]`.
+#[allow(clippy::too_many_arguments)]
 fn matmul_ref(
     a: &[i32],
     b: &[i32],

@@ -43,6 +43,10 @@ fn boxed<O: Operator + 'static>(
 pub fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, KernelError>> {
     use compare::{Compare, Logic, Predicate};
     use unary::MathUnary;
+    if spec.domain == "com.microsoft" && spec.op_type == "Gelu" {
+        // ONNX Runtime's contrib Gelu: the exact (erf) form, no attributes.
+        return Some(boxed(MathUnary::new(spec, MathKind::Gelu { tanh: false })));
+    }
     if !spec.domain.is_empty() {
         return None;
     }

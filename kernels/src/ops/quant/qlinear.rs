@@ -30,6 +30,7 @@ enum Kind {
     GlobalAveragePool,
     AveragePool,
     Concat,
+    Softmax,
 }
 
 /// One of this file's operators.
@@ -42,6 +43,9 @@ pub(crate) struct QLinear {
     axis: i64,
     window: Option<Window>,
     count_include_pad: bool,
+    /// QLinearSoftmax's `opset`: below 13, softmax over the flattened
+    /// axes from `axis` on.
+    softmax_opset: i64,
 }
 
 /// The operator for `spec` if it is one of this file's.
@@ -73,6 +77,7 @@ pub(crate) fn lookup(spec: &NodeSpec<'_>) -> Option<Result<Box<dyn Operator>, Ke
             ],
         ),
         "QLinearConcat" => (Kind::Concat, "QLinearConcat", &["axis"]),
+        "QLinearSoftmax" => (Kind::Softmax, "QLinearSoftmax", &["axis", "opset"]),
         _ => return None,
     };
     Some(QLinear::new(spec, kind, op, allowed).map(|o| Box::new(o) as Box<dyn Operator>))
@@ -88,10 +93,12 @@ impl QLinear {
         let attrs = Attrs::new(spec, op, allowed)?;
         let arity_ok = match kind {
             Kind::Add | Kind::Mul => (7..=8).contains(&spec.inputs),
-            Kind::Sigmoid | Kind::LeakyRelu | Kind::GlobalAveragePool | Kind::AveragePool => {
-                (4..=5).contains(&spec.inputs)
-            }
-            Kind::Concat => spec.inputs >= 5 && (spec.inputs - 2) % 3 == 0,
+            Kind::Sigmoid
+            | Kind::LeakyRelu
+            | Kind::GlobalAveragePool
+            | Kind::AveragePool
+            | Kind::Softmax => (4..=5).contains(&spec.inputs),
+            Kind::Concat => spec.inputs >= 5 && (spec.inputs - 2).is_multiple_of(3),
         };
         if !arity_ok || spec.outputs != 1 {
             return Err(KernelError::Shape(format!(
@@ -111,9 +118,10 @@ impl QLinear {
             op,
             alpha: attrs.float("alpha")?.unwrap_or(0.01),
             channels_last: attrs.int_or("channels_last", 0)? != 0,
-            axis: attrs.int_or("axis", 0)?,
+            axis: attrs.int_or("axis", if kind == Kind::Softmax { -1 } else { 0 })?,
             window,
             count_include_pad: attrs.int_or("count_include_pad", 0)? != 0,
+            softmax_opset: attrs.int_or("opset", 13)?,
         })
     }
 
@@ -132,6 +140,10 @@ impl QLinear {
         match self.kind {
             Kind::Add | Kind::Mul => broadcast_shape(op, x.shape, required(op, inputs, 3)?.shape),
             Kind::Sigmoid | Kind::LeakyRelu => Ok(x.shape.to_vec()),
+            Kind::Softmax => {
+                normalize_axis(op, "axis", self.axis, x.shape.len())?;
+                Ok(x.shape.to_vec())
+            }
             Kind::GlobalAveragePool => {
                 if x.shape.len() < 3 {
                     return Err(KernelError::Shape(format!(
@@ -149,17 +161,26 @@ impl QLinear {
                 Ok(s)
             }
             Kind::AveragePool => {
-                if self.channels_last || x.shape.len() < 3 {
+                if x.shape.len() < 3 {
                     return Err(KernelError::Shape(format!(
-                        "{op}: X {:?} must be [N, C, spatial...] (channels_last is not supported)",
+                        "{op}: X {:?} must have a batch, channel and spatial axes",
                         x.shape
                     )));
                 }
+                let r = x.shape.len();
+                let spatial = if self.channels_last {
+                    &x.shape[1..r - 1]
+                } else {
+                    &x.shape[2..]
+                };
                 let w = self.window.as_ref().expect("built with a window");
-                let g = w.resolve(op, &x.shape[2..], w.required_kernel(op)?)?;
-                let mut s = x.shape[..2].to_vec();
-                s.extend_from_slice(&g.output[..g.rank]);
-                Ok(s)
+                let g = w.resolve(op, spatial, w.required_kernel(op)?)?;
+                let out = &g.output[..g.rank];
+                Ok(if self.channels_last {
+                    [&[x.shape[0]], out, &[x.shape[r - 1]]].concat()
+                } else {
+                    [&x.shape[..2], out].concat()
+                })
             }
             Kind::Concat => {
                 let first = required(op, inputs, 2)?.shape;
@@ -352,6 +373,35 @@ impl QLinear {
                 let xv = values(op, x)?;
                 self.average_pool(x.shape(), &xv, zx, sx / sy, zy, out)
             }
+            Kind::Softmax => {
+                let (sx, zx) = params(op, inputs, 1, 2)?;
+                let (sy, zy) = params(op, inputs, 3, 4)?;
+                let xv = values(op, input(op, inputs, 0)?)?;
+                let axis = normalize_axis(op, "axis", self.axis, y_shape.len())?;
+                let (len, inner) = if self.softmax_opset < 13 {
+                    (y_shape[axis..].iter().product::<usize>(), 1)
+                } else {
+                    (y_shape[axis], y_shape[axis + 1..].iter().product::<usize>())
+                };
+                let rows = xv.len() / (len * inner).max(1);
+                let mut e = vec![0f32; len];
+                for r in 0..rows {
+                    for i in 0..inner {
+                        let idx = |j: usize| (r * len + j) * inner + i;
+                        let max = (0..len).map(|j| xv[idx(j)]).max().unwrap_or(0);
+                        let mut sum = 0f32;
+                        for (j, e) in e.iter_mut().enumerate() {
+                            *e = ((xv[idx(j)] - max) as f32 * sx).exp();
+                            sum += *e;
+                        }
+                        let _ = zx;
+                        for (j, &e) in e.iter().enumerate() {
+                            out[idx(j)] = quantize_value(e / sum / sy, zy);
+                        }
+                    }
+                }
+                Ok(())
+            }
             Kind::Concat => {
                 let (sy, zy) = params(op, inputs, 0, 1)?;
                 let axis = normalize_axis(op, "axis", self.axis, y_shape.len())?;
@@ -390,16 +440,29 @@ impl QLinear {
     ) -> Result<(), KernelError> {
         let op = self.op;
         let w = self.window.as_ref().expect("built with a window");
-        let g = w.resolve(op, &shape[2..], w.required_kernel(op)?)?;
+        let r = shape.len();
+        let (batch, channels, spatial) = if self.channels_last {
+            (shape[0], shape[r - 1], &shape[1..r - 1])
+        } else {
+            (shape[0], shape[1], &shape[2..])
+        };
+        let g = w.resolve(op, spatial, w.required_kernel(op)?)?;
         let g3 = g.as_3d();
         let [id, ih, iw] = g3.input;
         let [od, oh, ow] = g3.output;
         let [kd, kh, kw] = g3.kernel;
-        let planes = shape[0] * shape[1];
+        let planes = batch * channels;
         let (in_len, out_len) = (g.input_len(), g.output_len());
+        // Element `pos` of plane `p` (image `p / C`, channel `p % C`).
+        let at = |p: usize, pos: usize, len: usize| {
+            if self.channels_last {
+                ((p / channels) * len + pos) * channels + p % channels
+            } else {
+                p * len + pos
+            }
+        };
         for p in 0..planes {
-            let img = &xv[p * in_len..(p + 1) * in_len];
-            let mut o = p * out_len;
+            let mut o = 0;
             for z in 0..od {
                 for yy in 0..oh {
                     for xx in 0..ow {
@@ -422,7 +485,7 @@ impl QLinear {
                                     if inside {
                                         let pos =
                                             (iz as usize * ih + iy as usize) * iw + ix as usize;
-                                        sum += (img[pos] - zx) as i64;
+                                        sum += (xv[at(p, pos, in_len)] - zx) as i64;
                                         count += 1;
                                     } else if in_pad {
                                         padded += 1;
@@ -436,7 +499,7 @@ impl QLinear {
                             count
                         };
                         let avg = sum as f32 / n.max(1) as f32;
-                        out[o] = quantize_value(avg * mult, zy);
+                        out[at(p, o, out_len)] = quantize_value(avg * mult, zy);
                         o += 1;
                     }
                 }
