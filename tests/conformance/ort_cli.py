@@ -45,6 +45,8 @@ def main() -> int:
     run.add_argument("--repeat", type=int, default=0)
     run.add_argument("--portable", action="store_true")
     run.add_argument("--dim", action="append", default=[])
+    # Accepted and ignored: ONNX Runtime has one way to a result.
+    run.add_argument("--mode", choices=["eager", "streaming", "hot"])
     args = parser.parse_args()
 
     import onnxruntime as ort

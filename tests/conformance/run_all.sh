@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The conformance checks CI runs: ONNX Runtime parity on the fixtures and on
-# the committed real and vision models (tests/models/real, tests/models/vision),
+# the committed real, vision and quantized models (tests/models/real,
+# tests/models/vision, tests/models/quant) and on every quantized operator,
 # the convolution chains the runtime fuses, tokenizers, chat templates and
 # text generation (tests/models/tokenizers), the prepared cache's
 # companion model against onnx.checker, and the
@@ -56,6 +57,7 @@ run() {
 run "parity" "$here/parity.py" --bin "$bin" --fixtures "$fixtures"
 run "real models" "$here/real_models.py" --bin "$bin"
 run "vision models" "$here/vision_models.py" --bin "$bin"
+run "quantized models" "$here/quantized_models.py" --bin "$bin"
 run "convolution chains" "$here/conv_fusion.py" --bin "$bin"
 run "text" "$here/text.py" --bin "$bin"
 run "windowed attention" "$here/windowed_attention.py" --bin "$bin"

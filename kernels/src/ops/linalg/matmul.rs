@@ -165,7 +165,7 @@ fn execute_packed(
 }
 
 /// Batched f32 product with `B` read in place.
-fn execute_f32(
+pub(super) fn execute_f32(
     isa: Isa,
     a: &Tensor,
     b: &Tensor,

@@ -30,6 +30,7 @@
 //! Dependency direction: operators -> `sgemm`/`q4` -> `isa`; kernels know
 //! nothing of tensors or ONNX.
 
+mod fused_matmul;
 mod gemm;
 pub(crate) mod isa;
 mod matmul;
@@ -90,6 +91,7 @@ pub fn lookup_with(
         ("" | "ai.onnx", "MatMul") => matmul::MatMul::create(spec, isa),
         ("" | "ai.onnx", "Gemm") => gemm::Gemm::create(spec, isa),
         ("com.microsoft", "MatMulNBits") => nbits::MatMulNBits::create(spec, isa, options),
+        ("com.microsoft", "FusedMatMul") => fused_matmul::FusedMatMul::create(spec, isa),
         _ => return None,
     };
     Some(op)

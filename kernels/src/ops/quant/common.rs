@@ -282,10 +282,16 @@ macro_rules! qint {
 qint!(u8, i8, u16, i16);
 
 /// ONNX Runtime's quantization of one value: `v` (already divided by the
-/// scale, or multiplied by a requantization multiplier) rounded half to
-/// even, plus the zero point, saturated to `T` (NaN gives the zero point).
+/// scale, or multiplied by a requantization multiplier) clamped to `T`'s
+/// range less the zero point, rounded half to even, plus the zero point
+/// (NaN gives `T`'s minimum). `zero` is a value of `T`.
 #[inline(always)]
 pub(crate) fn quantize_value<T: QInt>(v: f32, zero: i32) -> T {
-    let r = v.round_ties_even() as i32;
-    T::from_i32(r.saturating_add(zero).clamp(T::MIN, T::MAX))
+    // Adding and subtracting 1.5 * 2^23 rounds half to even any |x| below
+    // 2^22 (every clamped value here), without a call to `rint`.
+    const MAGIC: f32 = 12_582_912.0;
+    let lo = (T::MIN - zero) as f32;
+    let hi = (T::MAX - zero) as f32;
+    let c = v.max(lo).min(hi);
+    T::from_i32(((c + MAGIC) - MAGIC) as i32 + zero)
 }

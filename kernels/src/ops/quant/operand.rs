@@ -222,7 +222,7 @@ pub(crate) fn for_each_product(
                     row_stride: if *trans { 1 } else { d.n },
                     col_stride: if *trans { d.k } else { 1 },
                 };
-                let (meta, data) = qgemm::pack_b(&bm, zb, isa, a_signed);
+                let (meta, data) = qgemm::pack_b(&bm, zb, isa, isa.arith(a_signed, b_signed));
                 let pb = PackedB::view(&meta, &data).ok_or_else(|| KernelError::Invalid {
                     op,
                     detail: "packing B failed".into(),
@@ -324,7 +324,8 @@ impl Prepack for QPrepack {
             row_stride: if self.trans { 1 } else { n },
             col_stride: if self.trans { k } else { 1 },
         };
-        let (meta, bytes) = qgemm::pack_b(&m, &zero, self.isa, self.a_signed);
+        let (meta, bytes) =
+            qgemm::pack_b(&m, &zero, self.isa, self.isa.arith(self.a_signed, signed));
         Ok(PackedWeight {
             layout: self.layout.clone(),
             parts: vec![TensorData::U64(meta).into(), TensorData::U8(bytes).into()],

@@ -13,10 +13,10 @@
 use super::common::QInt;
 use super::operand::{bytes_of, check_columns, is_8bit, scales, zero_points};
 use super::qgemm::sink::{BiasI32, I32Sink, RequantSink, Shared, Sink};
-use super::qgemm::{self, AOperand, PackedB, QIsa, QMatrix, ZeroA};
+use super::qgemm::{self, AOperand, Arith, PackedB, QIsa, QMatrix, ZeroA};
 use crate::ops::basic::common::{Attrs, input, optional, output, required, typed, typed_mut};
 use crate::ops::conv::convolution::conv_shape;
-use crate::ops::conv::geometry::Window;
+use crate::ops::conv::geometry::{Window, valid_range};
 use crate::ops::conv::shape::ConvShape;
 use crate::{
     CpuFeatures, ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedPart,
@@ -45,6 +45,9 @@ pub(crate) struct QConv {
     window: Window,
     group: usize,
     isa: QIsa,
+    /// ConvInteger: exact sums (ONNX Runtime's ConvInteger never saturates
+    /// pairs, unlike its QLinearConv).
+    exact: bool,
 }
 
 /// The operator for `spec` if it is one of this file's.
@@ -125,7 +128,17 @@ impl QConv {
             window: Window::parse(&attrs, false)?,
             group,
             isa: QIsa::select(cpu),
+            exact: op == "ConvInteger",
         })
+    }
+
+    /// The arithmetic of this operator for these operand signs.
+    fn arith(&self, isa: QIsa, a_signed: bool, b_signed: bool) -> Arith {
+        if self.exact {
+            Arith::Exact
+        } else {
+            isa.arith(a_signed, b_signed)
+        }
     }
 
     fn shape(
@@ -201,14 +214,14 @@ impl Operator for QConv {
                     "qconv-v{}-{}-{:?}-a{}-b{}-g{}",
                     qgemm::VERSION,
                     isa.name(),
-                    isa.arith(a_signed, b_signed),
+                    self.arith(isa, a_signed, b_signed),
                     a_signed as u8,
                     b_signed as u8,
                     self.group
                 ),
                 consumes: std::iter::once(s.w).chain(zw.map(|_| s.zw)).collect(),
                 isa,
-                a_signed,
+                arith: self.arith(isa, a_signed, b_signed),
                 group: self.group,
             }) as Box<dyn Prepack>
         })
@@ -283,6 +296,7 @@ impl Operator for QConv {
             weight,
             bias,
             isa: self.isa,
+            exact: self.exact,
             par,
         };
         match y.dtype() {
@@ -309,6 +323,7 @@ struct Run<'a> {
     weight: Weight<'a>,
     bias: Option<&'a [i32]>,
     isa: QIsa,
+    exact: bool,
     par: &'a dyn ParallelFor,
 }
 
@@ -332,7 +347,9 @@ impl Run<'_> {
                 bias: self.bias.map(|b| BiasI32 {
                     data: &b[g * mg..(g + 1) * mg],
                     row_stride: 0,
-                    col_stride: 1,
+                    // One channel per group (depthwise: its pixels are the
+                    // columns) reads its one bias.
+                    col_stride: usize::from(mg > 1),
                 }),
                 zero,
             }
@@ -360,20 +377,26 @@ impl Run<'_> {
                 });
             };
             let (wb, w_signed) = bytes_of(op, w)?;
+            let (mut xs, mut acc) = (Vec::new(), Vec::new());
             for b in 0..s.batch {
                 for c in 0..s.channels {
                     let img = &xb[(b * s.channels + c) * in_len..][..in_len];
                     let taps = &wb[c * g3.kernel_len()..][..g3.kernel_len()];
                     let zw = zero[if zero.len() == 1 { 0 } else { c }];
                     let out = &mut y[(b * s.maps + c) * pixels..][..pixels];
-                    let sink = make(Shared::new(out, 1, 0), c);
-                    depthwise(&s, img, a_signed, self.zx, taps, w_signed, zw, &sink);
+                    let sink = make(Shared::new(out, 0, 1), c);
+                    depthwise(
+                        &s, img, a_signed, self.zx, taps, w_signed, zw, &sink, &mut xs, &mut acc,
+                    );
                 }
             }
             return Ok(());
         }
         let mut nhwc = crate::scratch::filled(op, s.channels * in_len, 0u8)?;
-        let mut cols = crate::scratch::filled(op, pixels * k, 0u8)?;
+        // A pointwise convolution's product reads the channels-last image
+        // itself.
+        let pointwise = s.pointwise();
+        let mut cols = crate::scratch::filled(op, if pointwise { 0 } else { pixels * k }, 0u8)?;
         let pad = if a_signed {
             self.zx as i8 as u8
         } else {
@@ -387,12 +410,17 @@ impl Run<'_> {
                 }
             }
             for g in 0..s.group {
-                im2col(&s, &nhwc, g, pad, &mut cols);
+                let (data, lda) = if pointwise {
+                    (&nhwc[g * s.cg()..], s.channels)
+                } else {
+                    im2col(&s, &nhwc, g, pad, &mut cols);
+                    (&cols[..], k)
+                };
                 let a = AOperand {
-                    data: &cols,
+                    data,
                     signed: a_signed,
                     m: pixels,
-                    lda: k,
+                    lda,
                     zero: ZeroA::Scalar(self.zx),
                 };
                 let out = &mut y[(b * s.maps + g * mg) * pixels..][..mg * pixels];
@@ -404,16 +432,13 @@ impl Run<'_> {
                     }
                     Weight::Tensor { w, zero } => {
                         let (wb, w_signed) = bytes_of(op, w)?;
-                        let (meta, data) = pack_group(
-                            w.shape(),
-                            s.group,
-                            wb,
-                            w_signed,
-                            zero,
-                            g,
-                            self.isa,
-                            a_signed,
-                        )?;
+                        let arith = if self.exact {
+                            Arith::Exact
+                        } else {
+                            self.isa.arith(a_signed, w_signed)
+                        };
+                        let (meta, data) =
+                            pack_group(w.shape(), s.group, wb, w_signed, zero, g, self.isa, arith)?;
                         let pb =
                             PackedB::view(&meta, &data).ok_or_else(|| KernelError::Invalid {
                                 op,
@@ -480,7 +505,7 @@ fn pack_group(
     zero: &[i32],
     g: usize,
     isa: QIsa,
-    a_signed: bool,
+    arith: Arith,
 ) -> Result<(Vec<u64>, Vec<u8>), KernelError> {
     let maps = w_shape[0];
     let (cg, mg, taps) = (
@@ -518,7 +543,7 @@ fn pack_group(
         row_stride: mg,
         col_stride: 1,
     };
-    Ok(qgemm::pack_b(&m, &zero, isa, a_signed))
+    Ok(qgemm::pack_b(&m, &zero, isa, arith))
 }
 
 /// Group `g`'s packed `B` in a [`ConvPrepack`] object.
@@ -559,8 +584,11 @@ fn packed_w_shape(op: &'static str, p: &PackedWeight) -> Result<Vec<usize>, Kern
     Ok(shape)
 }
 
-/// A direct depthwise convolution of one channel, exact in i32; each output
-/// pixel goes to the sink as row `pixel`, column 0.
+/// A direct depthwise convolution of one channel, exact in i32: `xs`
+/// (scratch) takes `x - zx` of the plane, each output row accumulates tap
+/// by tap over the output columns whose input is inside (taps in the
+/// padding read the zero point: they add nothing), and goes to the sink as
+/// row 0, columns `pixel..`.
 #[allow(clippy::too_many_arguments)]
 fn depthwise<S: Sink>(
     s: &ConvShape,
@@ -571,43 +599,61 @@ fn depthwise<S: Sink>(
     w_signed: bool,
     zw: i32,
     sink: &S,
+    xs: &mut Vec<i32>,
+    acc: &mut Vec<i32>,
 ) {
     let g3 = s.geometry.as_3d();
-    let [_, ih, iw] = g3.input;
+    let [id, ih, iw] = g3.input;
     let [od, oh, ow] = g3.output;
     let [kd, kh, kw] = g3.kernel;
-    let [id, _, _] = g3.input;
-    let xv = |v: u8| if x_signed { v as i8 as i32 } else { v as i32 };
-    let wv: Vec<i32> = taps
-        .iter()
-        .map(|&v| (if w_signed { v as i8 as i32 } else { v as i32 }) - zw)
-        .collect();
-    let mut p = 0;
+    xs.clear();
+    xs.extend(
+        img.iter()
+            .map(|&v| if x_signed { v as i8 as i32 } else { v as i32 } - zx),
+    );
+    let wv = |t: usize| {
+        (if w_signed {
+            taps[t] as i8 as i32
+        } else {
+            taps[t] as i32
+        }) - zw
+    };
+    acc.clear();
+    acc.resize(ow, 0);
+    let sx = g3.stride[2];
     for z in 0..od {
         for yy in 0..oh {
-            for xx in 0..ow {
-                let mut acc = 0i32;
-                let mut t = 0;
-                for a in 0..kd {
-                    let iz = g3.coord(0, z, a);
-                    for b in 0..kh {
-                        let iy = g3.coord(1, yy, b);
-                        for c in 0..kw {
-                            let ix = g3.coord(2, xx, c);
-                            let inside = (0..id as isize).contains(&iz)
-                                && (0..ih as isize).contains(&iy)
-                                && (0..iw as isize).contains(&ix);
-                            if inside {
-                                let pos = (iz as usize * ih + iy as usize) * iw + ix as usize;
-                                acc = acc.wrapping_add((xv(img[pos]) - zx) * wv[t]);
+            acc.fill(0);
+            for a in 0..kd {
+                let iz = g3.coord(0, z, a);
+                if !(0..id as isize).contains(&iz) {
+                    continue;
+                }
+                for b in 0..kh {
+                    let iy = g3.coord(1, yy, b);
+                    if !(0..ih as isize).contains(&iy) {
+                        continue;
+                    }
+                    let row = &xs[(iz as usize * ih + iy as usize) * iw..][..iw];
+                    for c in 0..kw {
+                        let w = wv((a * kh + b) * kw + c);
+                        let off = (c * g3.dilation[2]) as isize - g3.pad[2] as isize;
+                        let (lo, hi) = valid_range(ow, sx, off, iw);
+                        let start = ((lo * sx) as isize + off) as usize;
+                        if sx == 1 {
+                            let src = &row[start..start + (hi - lo)];
+                            for (o, &x) in acc[lo..hi].iter_mut().zip(src) {
+                                *o = o.wrapping_add(x * w);
                             }
-                            t += 1;
+                        } else {
+                            for (k, o) in acc[lo..hi].iter_mut().enumerate() {
+                                *o = o.wrapping_add(row[start + k * sx] * w);
+                            }
                         }
                     }
                 }
-                sink.put(p, 0, &[acc]);
-                p += 1;
             }
+            sink.put(0, (z * oh + yy) * ow, acc);
         }
     }
 }
@@ -619,7 +665,7 @@ struct ConvPrepack {
     layout: String,
     consumes: Vec<usize>,
     isa: QIsa,
-    a_signed: bool,
+    arith: Arith,
     group: usize,
 }
 
@@ -660,16 +706,8 @@ impl Prepack for ConvPrepack {
         let mut parts: Vec<PackedPart> = Vec::with_capacity(1 + 2 * self.group);
         parts.push(TensorData::U64(ws.iter().map(|&d| d as u64).collect()).into());
         for g in 0..self.group {
-            let (meta, data) = pack_group(
-                ws,
-                self.group,
-                wb,
-                w_signed,
-                &zero,
-                g,
-                self.isa,
-                self.a_signed,
-            )?;
+            let (meta, data) =
+                pack_group(ws, self.group, wb, w_signed, &zero, g, self.isa, self.arith)?;
             parts.push(TensorData::U64(meta).into());
             parts.push(TensorData::U8(data).into());
         }

@@ -186,17 +186,22 @@ fn block_range<S: Sink>(
             kernel(b, &apack, p, &mut tile);
             let n0 = p * NR;
             let cols = NR.min(b.n - n0);
+            let mut zb = [0i32; NR];
+            let mut cs = [0i32; NR];
+            for j in 0..cols {
+                zb[j] = b.zero(n0 + j);
+                cs[j] = b.colsum(n0 + j);
+            }
+            let kz = b.k as i32;
             for r in 0..rows {
                 let za = apack.zero[r];
                 let rs = apack.rowsum[r];
-                let kz = b.k as i32;
-                for (j, out) in row[..cols].iter_mut().enumerate() {
-                    let n = n0 + j;
-                    let zb = b.zero(n);
-                    *out = tile[r * NR + j]
-                        .wrapping_sub(zb.wrapping_mul(rs))
-                        .wrapping_sub(za.wrapping_mul(b.colsum(n)))
-                        .wrapping_add(kz.wrapping_mul(za).wrapping_mul(zb));
+                let kza = kz.wrapping_mul(za);
+                for j in 0..NR {
+                    row[j] = tile[r * NR + j]
+                        .wrapping_sub(zb[j].wrapping_mul(rs))
+                        .wrapping_sub(za.wrapping_mul(cs[j]))
+                        .wrapping_add(kza.wrapping_mul(zb[j]));
                 }
                 sink.put(m0 + r, n0, &row[..cols]);
             }

@@ -73,15 +73,14 @@ fn panel_bytes(arith: Arith, kp: usize) -> usize {
 }
 
 /// Packs `b` with zero points `zero` (one, or one per column) for
-/// products with an `A` of signedness `a_signed` on `isa`: the `(meta,
-/// data)` parts of [`PackedB`].
+/// products in `arith` on `isa` ([`QIsa::arith`] gives ONNX Runtime's
+/// choice for the operand signs): the `(meta, data)` parts of [`PackedB`].
 pub(crate) fn pack_b(
     b: &QMatrix<'_>,
     zero: &[i32],
     isa: QIsa,
-    a_signed: bool,
+    arith: Arith,
 ) -> (Vec<u64>, Vec<u8>) {
-    let arith = isa.arith(a_signed, b.signed);
     let (k, n) = (b.k, b.n);
     let kp = k.next_multiple_of(4);
     let panels = n.div_ceil(NR);

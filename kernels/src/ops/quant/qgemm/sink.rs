@@ -43,14 +43,23 @@ impl<T: Copy> Shared<T> {
         }
     }
 
-    /// Writes element `(m, n)`.
+    /// Writes `vals` as row `m`, columns `n0..`.
     #[inline(always)]
-    fn write(&self, m: usize, n: usize, v: T) {
-        let i = m * self.row_stride + n * self.col_stride;
-        assert!(i < self.len, "product element outside its output");
-        // SAFETY: `i` is inside the buffer (checked); the `Sync` contract
-        // above: no other task writes or reads element `i` meanwhile.
-        unsafe { self.ptr.add(i).write(v) };
+    fn write_row(&self, m: usize, n0: usize, vals: &[T]) {
+        let Some(last) = vals.len().checked_sub(1) else {
+            return;
+        };
+        let first = m * self.row_stride + n0 * self.col_stride;
+        assert!(
+            first + last * self.col_stride < self.len,
+            "product row outside its output"
+        );
+        for (j, &v) in vals.iter().enumerate() {
+            // SAFETY: every index up to the last one is inside the buffer
+            // (checked above); the `Sync` contract above: no other task
+            // writes or reads these elements meanwhile.
+            unsafe { self.ptr.add(first + j * self.col_stride).write(v) };
+        }
     }
 }
 
@@ -60,11 +69,22 @@ pub(crate) struct I32Sink(pub(crate) Shared<i32>);
 impl Sink for I32Sink {
     #[inline]
     fn put(&self, m: usize, n0: usize, vals: &[i32]) {
-        for (j, &v) in vals.iter().enumerate() {
-            self.0.write(m, n0 + j, v);
-        }
+        self.0.write_row(m, n0, vals);
     }
 }
+
+/// Per-column values of a run of columns: one for all, or a slice.
+#[inline(always)]
+fn columns(v: &[f32], n0: usize, len: usize) -> Result<f32, &[f32]> {
+    if v.len() == 1 {
+        Ok(v[0])
+    } else {
+        Err(&v[n0..n0 + len])
+    }
+}
+
+/// Values per chunk of a put (the output stage's buffer).
+const CHUNK: usize = 16;
 
 /// An int32 addend of `C` broadcast over its rows and columns (QGemm's
 /// `C`, QLinearConv's bias): element `(m, n)` at `m * row_stride + n *
@@ -97,15 +117,20 @@ pub(crate) struct F32Sink<'a> {
 impl Sink for F32Sink<'_> {
     #[inline]
     fn put(&self, m: usize, n0: usize, vals: &[i32]) {
-        for (j, &v) in vals.iter().enumerate() {
-            let n = n0 + j;
-            let s = self.scales[n % self.scales.len()];
-            let v = self.c_bias.map_or(v, |b| b.add(v, m, n));
-            let mut y = v as f32 * s;
-            if let Some(b) = self.bias {
-                y += b[n % b.len()];
+        for (c, vals) in vals.chunks(CHUNK).enumerate() {
+            let n0 = n0 + c * CHUNK;
+            let mut buf = [0f32; CHUNK];
+            let scales = columns(self.scales, n0, vals.len());
+            let bias = self.bias.map(|b| columns(b, n0, vals.len()));
+            for (j, (y, &v)) in buf.iter_mut().zip(vals).enumerate() {
+                let v = self.c_bias.map_or(v, |b| b.add(v, m, n0 + j));
+                let s = scales.unwrap_or_else(|s| s[j]);
+                *y = v as f32 * s;
+                if let Some(b) = bias {
+                    *y += b.unwrap_or_else(|b| b[j]);
+                }
             }
-            self.out.write(m, n, y);
+            self.out.write_row(m, n0, &buf[..vals.len()]);
         }
     }
 }
@@ -129,11 +154,26 @@ pub(crate) struct RequantSink<'a, T> {
 impl<T: QInt> Sink for RequantSink<'_, T> {
     #[inline]
     fn put(&self, m: usize, n0: usize, vals: &[i32]) {
-        for (j, &v) in vals.iter().enumerate() {
-            let n = n0 + j;
-            let c = self.bias.map_or(v, |b| b.add(v, m, n));
-            let mult = self.multipliers[n % self.multipliers.len()];
-            self.out.write(m, n, requantize::<T>(c, mult, self.zero));
+        for (c, vals) in vals.chunks(CHUNK).enumerate() {
+            let n0 = n0 + c * CHUNK;
+            let len = vals.len();
+            let mut mult = [0f32; CHUNK];
+            match columns(self.multipliers, n0, len) {
+                Ok(v) => mult.fill(v),
+                Err(s) => mult[..len].copy_from_slice(s),
+            }
+            let mut acc = [0i32; CHUNK];
+            acc[..len].copy_from_slice(vals);
+            if let Some(b) = self.bias {
+                for (j, a) in acc[..len].iter_mut().enumerate() {
+                    *a = b.add(*a, m, n0 + j);
+                }
+            }
+            let mut buf = [T::from_i32(0); CHUNK];
+            for ((y, &a), &k) in buf.iter_mut().zip(&acc).zip(&mult) {
+                *y = requantize::<T>(a, k, self.zero);
+            }
+            self.out.write_row(m, n0, &buf[..len]);
         }
     }
 }

@@ -97,7 +97,7 @@ fn check(
             row_stride: n,
             col_stride: 1,
         };
-        let (meta, data) = pack_b(&qb, &zb, isa, a_signed);
+        let (meta, data) = pack_b(&qb, &zb, isa, arith);
         let packed = PackedB::view(&meta, &data).expect("a packed B");
         let zero = if per_row {
             ZeroA::PerRow(&za)
@@ -175,7 +175,7 @@ fn a_transposed_b_reads_by_strides() {
                 row_stride: rs,
                 col_stride: cs,
             };
-            let (meta, data) = pack_b(&qb, &[3], isa, false);
+            let (meta, data) = pack_b(&qb, &[3], isa, isa.arith(false, true));
             let packed = PackedB::view(&meta, &data).expect("a packed B");
             let aop = AOperand {
                 data: &a,
