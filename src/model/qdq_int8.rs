@@ -139,7 +139,7 @@ fn params<'a>(
         .iter()
         .any(|a| !known.contains(&a.name.as_deref().unwrap_or_default()))
         || int_attr(node, "block_size").is_some_and(|b| b != 0)
-        || int_attr(node, "output_dtype").is_some_and(|t| !matches!(t, 0 | 1 | 2 | 3))
+        || int_attr(node, "output_dtype").is_some_and(|t| !matches!(t, 0..=3))
     {
         return None;
     }
@@ -291,231 +291,279 @@ fn triple(p: &QParams<'_>) -> [String; 3] {
     ]
 }
 
-/// The integer node replacing float node `node` (index `j`), with the
-/// group's pieces.
-fn recognize<'a>(
-    model: &Model,
+/// What the recognizers read: the model, its nodes and who reads what.
+struct Cx<'a, 'u> {
+    model: &'a Model,
     nodes: &'a [NodeProto],
-    uses: &Uses<'_>,
+    uses: &'u Uses<'a>,
+}
+
+impl<'a> Cx<'a, '_> {
+    fn group(
+        &self,
+        node: &'a NodeProto,
+        inputs: &[usize],
+        per_channel: &[usize],
+        need_q: bool,
+    ) -> Option<Found<'a>> {
+        find_group(
+            self.model,
+            self.nodes,
+            self.uses,
+            node,
+            inputs,
+            per_channel,
+            need_q,
+        )
+    }
+
+    /// The DQ producing `value`, per channel allowed.
+    fn dq(&self, value: &str) -> Option<QParams<'a>> {
+        params(
+            self.model,
+            self.nodes,
+            *self.uses.producer.get(value)?,
+            "DequantizeLinear",
+            true,
+        )
+    }
+
+    /// Whether `p` dequantizes an 8-bit initializer.
+    fn weight_ok(&self, p: &QParams<'_>) -> bool {
+        self.model
+            .initializer(p.data)
+            .is_some_and(|(t, _)| matches!(t, ElementType::U8 | ElementType::I8))
+    }
+}
+
+/// The integer node replacing float node `j`, with the group's pieces.
+fn recognize<'a>(
+    model: &'a Model,
+    nodes: &'a [NodeProto],
+    uses: &Uses<'a>,
     j: usize,
 ) -> Option<(NodeProto, Found<'a>)> {
     let node = &nodes[j];
     if !is_default(node) {
         return None;
     }
-    let weight_ok = |p: &QParams<'_>| {
-        model
-            .initializer(p.data)
-            .is_some_and(|(t, _)| matches!(t, ElementType::U8 | ElementType::I8))
-    };
+    let cx = Cx { model, nodes, uses };
     match op(node) {
-        "Conv" => {
-            let f = find_group(model, nodes, uses, node, &[0, 1], &[1], true)?;
-            if !weight_ok(&f.dqs[1])
-                || int_attr(f.dqs[1].node, "axis").unwrap_or(1) != 0
-                    && f.dqs[1]
-                        .node
-                        .input
-                        .get(1)
-                        .and_then(|s| model.initializer(s))
-                        .is_some_and(|(_, d)| d.iter().product::<u64>() > 1)
-            {
-                return None;
-            }
-            let q = f.q.as_ref()?;
-            let mut inputs: Vec<String> = triple(&f.dqs[0]).into();
-            inputs.extend(triple(&f.dqs[1]));
-            inputs.extend(triple(q)[1..].iter().cloned());
-            if let Some(b) = node.input.get(2).filter(|b| !b.is_empty()) {
-                let bp = params(
-                    model,
-                    nodes,
-                    *uses.producer.get(b.as_str())?,
-                    "DequantizeLinear",
-                    true,
-                )?;
-                if model.initializer(bp.data)?.0 != ElementType::I32 {
-                    return None;
-                }
-                inputs.push(bp.data.to_owned());
-                let mut f = f;
-                f.dqs.push(bp);
-                let n = build(
-                    node,
-                    &f,
-                    "QLinearConv",
-                    "",
-                    inputs,
-                    &[
-                        "auto_pad",
-                        "dilations",
-                        "group",
-                        "kernel_shape",
-                        "pads",
-                        "strides",
-                    ],
-                );
-                return Some((n, f));
-            }
-            let n = build(
-                node,
-                &f,
-                "QLinearConv",
-                "",
-                inputs,
-                &[
-                    "auto_pad",
-                    "dilations",
-                    "group",
-                    "kernel_shape",
-                    "pads",
-                    "strides",
-                ],
-            );
-            Some((n, f))
-        }
-        "MatMul" => {
-            let f = find_group(model, nodes, uses, node, &[0, 1], &[1], false)?;
-            let [a, b] = [&f.dqs[0], &f.dqs[1]];
-            match &f.q {
-                Some(q) => {
-                    let mut inputs: Vec<String> = triple(a).into();
-                    inputs.extend(triple(b));
-                    inputs.extend(triple(q)[1..].iter().cloned());
-                    Some((build(node, &f, "QLinearMatMul", "", inputs, &[]), f))
-                }
-                None => {
-                    let inputs = vec![
-                        a.data.to_owned(),
-                        b.data.to_owned(),
-                        a.scale.to_owned(),
-                        b.scale.to_owned(),
-                        a.zero.unwrap_or_default().to_owned(),
-                        b.zero.unwrap_or_default().to_owned(),
-                    ];
-                    Some((
-                        build(
-                            node,
-                            &f,
-                            "MatMulIntegerToFloat",
-                            "com.microsoft",
-                            inputs,
-                            &[],
-                        ),
-                        f,
-                    ))
-                }
-            }
-        }
-        "Gemm" => {
-            let mut f = find_group(model, nodes, uses, node, &[0, 1], &[1], false)?;
-            let has_c = node.input.get(2).is_some_and(|c| !c.is_empty());
-            if int_attr(node, "transA").unwrap_or(0) != 0 {
-                return None;
-            }
-            let beta = node
-                .attribute
-                .iter()
-                .find(|a| a.name.as_deref() == Some("beta"))
-                .and_then(|a| a.f);
-            if has_c && beta.is_some_and(|b| b != 1.0) {
-                return None;
-            }
-            let mut inputs: Vec<String> = triple(&f.dqs[0]).into();
-            inputs.extend(triple(&f.dqs[1]));
-            if has_c {
-                let c = node.input.get(2)?.as_str();
-                let cp = params(
-                    model,
-                    nodes,
-                    *uses.producer.get(c)?,
-                    "DequantizeLinear",
-                    true,
-                )?;
-                if model.initializer(cp.data)?.0 != ElementType::I32 {
-                    return None;
-                }
-                inputs.push(cp.data.to_owned());
-                f.dqs.push(cp);
-            } else {
-                inputs.push(String::new());
-            }
-            if let Some(q) = &f.q {
-                inputs.extend(triple(q)[1..].iter().cloned());
-            }
-            let mut n = build(
-                node,
-                &f,
-                "QGemm",
-                "com.microsoft",
-                inputs,
-                &["alpha", "transB"],
-            );
-            if !n
-                .attribute
-                .iter()
-                .any(|a| a.name.as_deref() == Some("alpha"))
-            {
-                n.attribute.push(attr_f("alpha", 1.0));
-            }
-            Some((n, f))
-        }
-        kind @ ("Add" | "Mul") => {
-            let f = find_group(model, nodes, uses, node, &[0, 1], &[], true)?;
-            let mut inputs: Vec<String> = triple(&f.dqs[0]).into();
-            inputs.extend(triple(&f.dqs[1]));
-            inputs.extend(triple(f.q.as_ref()?)[1..].iter().cloned());
-            let name = if kind == "Add" {
-                "QLinearAdd"
-            } else {
-                "QLinearMul"
-            };
-            Some((build(node, &f, name, "com.microsoft", inputs, &[]), f))
-        }
+        "Conv" => conv(&cx, node),
+        "MatMul" => matmul(&cx, node),
+        "Gemm" => gemm(&cx, node),
+        kind @ ("Add" | "Mul") => binary(&cx, node, kind),
         kind @ ("Sigmoid" | "LeakyRelu" | "GlobalAveragePool" | "AveragePool") => {
-            let f = find_group(model, nodes, uses, node, &[0], &[], true)?;
-            let mut inputs: Vec<String> = triple(&f.dqs[0]).into();
-            inputs.extend(triple(f.q.as_ref()?)[1..].iter().cloned());
-            let keep: &[&str] = match kind {
-                "LeakyRelu" => &["alpha"],
-                "AveragePool" => &[
-                    "auto_pad",
-                    "ceil_mode",
-                    "count_include_pad",
-                    "kernel_shape",
-                    "pads",
-                    "strides",
-                ],
-                _ => &[],
-            };
-            let name = format!("QLinear{kind}");
-            if kind == "AveragePool" && int_attr(node, "dilations").is_some() {
-                return None;
-            }
-            Some((build(node, &f, &name, "com.microsoft", inputs, keep), f))
+            unary(&cx, node, kind)
         }
-        "Concat" => {
-            let all: Vec<usize> = (0..node.input.len()).collect();
-            let f = find_group(model, nodes, uses, node, &all, &[], true)?;
-            let q = f.q.as_ref()?;
-            let mut inputs: Vec<String> = triple(q)[1..].to_vec();
-            for d in &f.dqs {
-                inputs.extend(triple(d));
-            }
+        "Concat" => concat(&cx, node),
+        _ => None,
+    }
+}
+
+/// Conv -> QLinearConv.
+fn conv<'a>(cx: &Cx<'a, '_>, node: &'a NodeProto) -> Option<(NodeProto, Found<'a>)> {
+    let f = cx.group(node, &[0, 1], &[1], true)?;
+    if !cx.weight_ok(&f.dqs[1])
+        || int_attr(f.dqs[1].node, "axis").unwrap_or(1) != 0
+            && f.dqs[1]
+                .node
+                .input
+                .get(1)
+                .and_then(|s| cx.model.initializer(s))
+                .is_some_and(|(_, d)| d.iter().product::<u64>() > 1)
+    {
+        return None;
+    }
+    let q = f.q.as_ref()?;
+    let mut inputs: Vec<String> = triple(&f.dqs[0]).into();
+    inputs.extend(triple(&f.dqs[1]));
+    inputs.extend(triple(q)[1..].iter().cloned());
+    if let Some(b) = node.input.get(2).filter(|b| !b.is_empty()) {
+        let bp = cx.dq(b.as_str())?;
+        if cx.model.initializer(bp.data)?.0 != ElementType::I32 {
+            return None;
+        }
+        inputs.push(bp.data.to_owned());
+        let mut f = f;
+        f.dqs.push(bp);
+        let n = build(
+            node,
+            &f,
+            "QLinearConv",
+            "",
+            inputs,
+            &[
+                "auto_pad",
+                "dilations",
+                "group",
+                "kernel_shape",
+                "pads",
+                "strides",
+            ],
+        );
+        return Some((n, f));
+    }
+    let n = build(
+        node,
+        &f,
+        "QLinearConv",
+        "",
+        inputs,
+        &[
+            "auto_pad",
+            "dilations",
+            "group",
+            "kernel_shape",
+            "pads",
+            "strides",
+        ],
+    );
+    Some((n, f))
+}
+
+/// MatMul -> QLinearMatMul, or MatMulIntegerToFloat without a Q.
+fn matmul<'a>(cx: &Cx<'a, '_>, node: &'a NodeProto) -> Option<(NodeProto, Found<'a>)> {
+    let f = cx.group(node, &[0, 1], &[1], false)?;
+    let [a, b] = [&f.dqs[0], &f.dqs[1]];
+    match &f.q {
+        Some(q) => {
+            let mut inputs: Vec<String> = triple(a).into();
+            inputs.extend(triple(b));
+            inputs.extend(triple(q)[1..].iter().cloned());
+            Some((build(node, &f, "QLinearMatMul", "", inputs, &[]), f))
+        }
+        None => {
+            let inputs = vec![
+                a.data.to_owned(),
+                b.data.to_owned(),
+                a.scale.to_owned(),
+                b.scale.to_owned(),
+                a.zero.unwrap_or_default().to_owned(),
+                b.zero.unwrap_or_default().to_owned(),
+            ];
             Some((
                 build(
                     node,
                     &f,
-                    "QLinearConcat",
+                    "MatMulIntegerToFloat",
                     "com.microsoft",
                     inputs,
-                    &["axis"],
+                    &[],
                 ),
                 f,
             ))
         }
-        _ => None,
     }
+}
+
+/// Gemm -> QGemm.
+fn gemm<'a>(cx: &Cx<'a, '_>, node: &'a NodeProto) -> Option<(NodeProto, Found<'a>)> {
+    let mut f = cx.group(node, &[0, 1], &[1], false)?;
+    let has_c = node.input.get(2).is_some_and(|c| !c.is_empty());
+    if int_attr(node, "transA").unwrap_or(0) != 0 {
+        return None;
+    }
+    let beta = node
+        .attribute
+        .iter()
+        .find(|a| a.name.as_deref() == Some("beta"))
+        .and_then(|a| a.f);
+    if has_c && beta.is_some_and(|b| b != 1.0) {
+        return None;
+    }
+    let mut inputs: Vec<String> = triple(&f.dqs[0]).into();
+    inputs.extend(triple(&f.dqs[1]));
+    if has_c {
+        let c = node.input.get(2)?.as_str();
+        let cp = cx.dq(c)?;
+        if cx.model.initializer(cp.data)?.0 != ElementType::I32 {
+            return None;
+        }
+        inputs.push(cp.data.to_owned());
+        f.dqs.push(cp);
+    } else {
+        inputs.push(String::new());
+    }
+    if let Some(q) = &f.q {
+        inputs.extend(triple(q)[1..].iter().cloned());
+    }
+    let mut n = build(
+        node,
+        &f,
+        "QGemm",
+        "com.microsoft",
+        inputs,
+        &["alpha", "transB"],
+    );
+    if !n
+        .attribute
+        .iter()
+        .any(|a| a.name.as_deref() == Some("alpha"))
+    {
+        n.attribute.push(attr_f("alpha", 1.0));
+    }
+    Some((n, f))
+}
+
+/// Add, Mul -> QLinearAdd, QLinearMul.
+fn binary<'a>(cx: &Cx<'a, '_>, node: &'a NodeProto, kind: &str) -> Option<(NodeProto, Found<'a>)> {
+    let f = cx.group(node, &[0, 1], &[], true)?;
+    let mut inputs: Vec<String> = triple(&f.dqs[0]).into();
+    inputs.extend(triple(&f.dqs[1]));
+    inputs.extend(triple(f.q.as_ref()?)[1..].iter().cloned());
+    let name = if kind == "Add" {
+        "QLinearAdd"
+    } else {
+        "QLinearMul"
+    };
+    Some((build(node, &f, name, "com.microsoft", inputs, &[]), f))
+}
+
+/// Sigmoid, LeakyRelu and the average pools -> their QLinear forms.
+fn unary<'a>(cx: &Cx<'a, '_>, node: &'a NodeProto, kind: &str) -> Option<(NodeProto, Found<'a>)> {
+    let f = cx.group(node, &[0], &[], true)?;
+    let mut inputs: Vec<String> = triple(&f.dqs[0]).into();
+    inputs.extend(triple(f.q.as_ref()?)[1..].iter().cloned());
+    let keep: &[&str] = match kind {
+        "LeakyRelu" => &["alpha"],
+        "AveragePool" => &[
+            "auto_pad",
+            "ceil_mode",
+            "count_include_pad",
+            "kernel_shape",
+            "pads",
+            "strides",
+        ],
+        _ => &[],
+    };
+    let name = format!("QLinear{kind}");
+    if kind == "AveragePool" && int_attr(node, "dilations").is_some() {
+        return None;
+    }
+    Some((build(node, &f, &name, "com.microsoft", inputs, keep), f))
+}
+
+/// Concat -> QLinearConcat.
+fn concat<'a>(cx: &Cx<'a, '_>, node: &'a NodeProto) -> Option<(NodeProto, Found<'a>)> {
+    let all: Vec<usize> = (0..node.input.len()).collect();
+    let f = cx.group(node, &all, &[], true)?;
+    let q = f.q.as_ref()?;
+    let mut inputs: Vec<String> = triple(q)[1..].to_vec();
+    for d in &f.dqs {
+        inputs.extend(triple(d));
+    }
+    Some((
+        build(
+            node,
+            &f,
+            "QLinearConcat",
+            "com.microsoft",
+            inputs,
+            &["axis"],
+        ),
+        f,
+    ))
 }
 
 /// The groups of `model`.

@@ -115,10 +115,43 @@ def top1_margin(logits: np.ndarray) -> float:
     return float((s[:, -1] - s[:, -2]).min()) / max(max_abs(logits), 1e-30)
 
 
+def plan_ops(binary: str, model: Path) -> list[str]:
+    """The operators `onnx-prepared plan` resolves `model` to."""
+    import json
+    import subprocess
+
+    from _common import bin_command
+
+    proc = subprocess.run(
+        bin_command(binary) + ["plan", str(model), "--json"], capture_output=True, text=True, timeout=120
+    )
+    if proc.returncode != 0:
+        raise RunFailed(proc.returncode, proc.stderr)
+    return [n["op"] for n in json.loads(proc.stdout)["nodes"]]
+
+
+# Float operators a QDQ group around them is resolved away from: a QDQ
+# model's plan must hold none of them (each runs as one integer operator,
+# QLinearConv, QLinearMatMul or QGemm, as ONNX Runtime's QDQ transformer
+# fuses them).
+FUSED_AWAY = ("Conv", "MatMul", "Gemm")
+
+
 def check_model(binary: str, model: Path, work: Path, seed: int, modes, threads: int) -> tuple[list[str], dict]:
     import onnxruntime as ort
 
     print(f"== {model.parent.name}")
+    plan_failures = []
+    if "-qdq" in model.parent.name:
+        try:
+            ops = plan_ops(binary, model)
+            left = sorted({o for o in ops if o in FUSED_AWAY})
+            fused = sum(o.startswith("QLinear") or o == "QGemm" for o in ops)
+            print(f"  plan: {fused} integer operators, float {left or 'none'} left")
+            if left:
+                plan_failures.append(f"plan: still runs {left} in float")
+        except RunFailed as e:
+            plan_failures.append(f"plan: {e}")
     sessions = {}
     for level in ("ORT_ENABLE_ALL", "ORT_DISABLE_ALL"):
         opts = ort.SessionOptions()
@@ -148,7 +181,7 @@ def check_model(binary: str, model: Path, work: Path, seed: int, modes, threads:
         print(f"  note: no draw of {DRAWS} has a top-1 margin above the tolerance; top-1 is checked anyway")
     inp = work / "in.npz"
     write_npz(inp, feeds)
-    failures, worst, top1, compared = [], 0.0, "n/a" if not classifier else "ok", False
+    failures, worst, top1, compared = plan_failures, 0.0, "n/a" if not classifier else "ok", False
     for mode in modes:
         out = work / f"out-{mode}.npz"
         try:

@@ -1,13 +1,23 @@
-//! Quantization operators: DequantizeLinear, `com.microsoft`
-//! GatherBlockQuantized and the prepacked DequantizeLinear(4-bit) -> MatMul
-//! pattern ([`qdq_matmul`]).
+//! Quantization operators: QuantizeLinear, DequantizeLinear and
+//! DynamicQuantizeLinear, the int8 operators on an integer matrix product
+//! (MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv and the
+//! `com.microsoft` QGemm, MatMulIntegerToFloat, DynamicQuantizeMatMul), the
+//! `com.microsoft` QLinear elementwise, pooling, softmax and concatenation
+//! operators, GatherBlockQuantized and the prepacked
+//! DequantizeLinear(4-bit) -> MatMul pattern ([`qdq_matmul`]).
 //!
-//! Files: `dequantize` (DequantizeLinear), `gather_block`
-//! (GatherBlockQuantized), `qdq_matmul` (the fused pattern over the
-//! MatMulNBits 4-bit kernels of `linalg::q4`), `common` (f32-computed float
-//! outputs and quantized element access).
+//! Files: `quantize` (QuantizeLinear, DynamicQuantizeLinear), `dequantize`
+//! (DequantizeLinear), `qgemm` (the integer product: packing, AVX2 and
+//! scalar kernels, output stages), `operand` (8-bit operands, the packed
+//! `B`, the batch loop), `qmatmul` and `qconv` (the product's operators),
+//! `conv_loops` (im2col and depthwise loops), `qlinear` (the QLinear
+//! elementwise family), `gather_block` (GatherBlockQuantized),
+//! `qdq_matmul` (the fused 4-bit pattern over the MatMulNBits kernels of
+//! `linalg::q4`), `common` (f32-computed float outputs, quantized element
+//! access, the scale geometry, rounding).
 
 mod common;
+mod conv_loops;
 mod dequantize;
 mod gather_block;
 mod operand;
