@@ -212,10 +212,16 @@ def feed_forward_model(args) -> int:
         rng = np.random.default_rng(11)
         probe = ort_session(model, 1)
         types = {"tensor(float)": np.float32, "tensor(int64)": np.int64}
-        feeds = {
-            i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(types[i.type])
-            for i in probe.get_inputs()
-        }
+        ranges = {"tensor(uint8)": (0, 256, np.uint8), "tensor(int8)": (-128, 128, np.int8)}
+
+        def draw(i):
+            shape = [d if isinstance(d, int) else 1 for d in i.shape]
+            if i.type in ranges:
+                lo, hi, dt = ranges[i.type]
+                return rng.integers(lo, hi, shape, dtype=dt)
+            return rng.standard_normal(shape).astype(types[i.type])
+
+        feeds = {i.name: draw(i) for i in probe.get_inputs()}
         del probe
         write_npz(tmp / "case.npz", feeds)
         label = "x".join(str(d) for d in next(iter(feeds.values())).shape)
