@@ -25,6 +25,9 @@ fn families() -> Vec<CpuFeatures> {
             avx512vnni: false,
         });
     }
+    if CpuFeatures::detect().avx512vnni {
+        f.push(CpuFeatures::detect());
+    }
     f
 }
 
@@ -257,8 +260,11 @@ fn matmul_ref(
 #[test]
 fn matmul_integer_every_sign_batched_with_zero_points() {
     let mut rng = Rng(9);
-    let (batch, m, k, n) = (3, 5, 37, 19);
-    for (a_signed, b_signed) in [(false, false), (false, true), (true, true), (true, false)] {
+    // k = 64: unsigned rows of A are read in place (a multiple of 4).
+    let (batch, m, n) = (3, 5, 19);
+    for (k, a_signed, b_signed) in [37, 64].into_iter().flat_map(|k| {
+        [(false, false), (false, true), (true, true), (true, false)].map(|(a, b)| (k, a, b))
+    }) {
         let (alo, ahi) = if a_signed { (-128, 127) } else { (0, 255) };
         let (blo, bhi) = if b_signed { (-63, 63) } else { (0, 63) };
         let a = bytes(&mut rng, batch * m * k, alo, ahi);
@@ -514,6 +520,16 @@ fn qlinear_conv_groups_depthwise_strides_padding_per_channel() {
             kernel: [3, 3],
             group: 5,
             stride: [2, 2],
+            dilation: [1, 1],
+            pads: [1, 1, 1, 1],
+        },
+        // Depthwise rows of 19 outputs: two vectors of eight and a tail.
+        ConvCase {
+            x: [2, 3, 5, 19],
+            maps: 3,
+            kernel: [3, 3],
+            group: 3,
+            stride: [1, 1],
             dilation: [1, 1],
             pads: [1, 1, 1, 1],
         },

@@ -3,7 +3,7 @@
 
     python tests/conformance/compare_speed.py --bin PATH --fixtures DIR
         [--threads 1,2] [--repeat 20] [--warmup 3] [--rounds 1] [--json PATH]
-        [--int8-activations] [--statistic median|min]
+        [--int8-activations] [--statistic median|min] [--feeds X.npz]
 
 Cases: prefill (T=128, P=0) and one decode step (T=1, P=128, the cache being
 ORT's prefill presents; the values do not change the work).
@@ -111,6 +111,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the table as JSON here")
     parser.add_argument("--int8-activations", action="store_true",
                         help="pass --int8-activations to our runs (with --model: time ours both ways)")
+    parser.add_argument("--feeds", type=Path,
+                        help="with --model: the inputs as an .npz (default: drawn at the declared shapes)")
     parser.add_argument("--statistic", choices=("median", "min"), default="median",
                         help="what stands for a side in a round: its median run or its fastest (default median)")
     args = parser.parse_args()
@@ -122,7 +124,7 @@ def main() -> int:
         import onnxruntime as ort
 
         inputs = ort.InferenceSession(str(args.model), providers=["CPUExecutionProvider"]).get_inputs()
-        if not any("input_ids" in i.name for i in inputs):
+        if args.feeds or not any("input_ids" in i.name for i in inputs):
             return feed_forward_model(args)
         return decoder_model(args)
     if args.fixtures is None:
@@ -221,7 +223,11 @@ def feed_forward_model(args) -> int:
                 return rng.integers(lo, hi, shape, dtype=dt)
             return rng.standard_normal(shape).astype(types[i.type])
 
-        feeds = {i.name: draw(i) for i in probe.get_inputs()}
+        if args.feeds:
+            with np.load(args.feeds) as saved:
+                feeds = {k: saved[k] for k in saved.files}
+        else:
+            feeds = {i.name: draw(i) for i in probe.get_inputs()}
         del probe
         write_npz(tmp / "case.npz", feeds)
         label = "x".join(str(d) for d in next(iter(feeds.values())).shape)

@@ -5,7 +5,7 @@
 
 use zerocopy::IntoBytes;
 
-use super::qgemm::{self, AOperand, PackedB, QIsa, QMatrix, ZeroA};
+use super::qgemm::{self, AOperand, Arith, PackedB, QIsa, QMatrix, ZeroA};
 use crate::ops::basic::common::typed;
 use crate::ops::linalg::shape::matmul_dims;
 use crate::{ElementType, KernelError, PackedWeight, Prepack, Tensor, TensorData};
@@ -253,6 +253,7 @@ pub(crate) struct QPrepack {
     layout: String,
     consumes: Vec<usize>,
     isa: QIsa,
+    arith: Arith,
     a_signed: bool,
     trans: bool,
 }
@@ -282,6 +283,7 @@ impl QPrepack {
             ),
             consumes: std::iter::once(b).chain(zb).collect(),
             isa,
+            arith,
             a_signed,
             trans,
         }
@@ -337,7 +339,7 @@ impl Prepack for QPrepack {
             return None;
         };
         let (k, n) = if self.trans { (c, r) } else { (r, c) };
-        Some(qgemm::packed_bytes(k, n, self.layout.contains("SatPairs")))
+        Some(qgemm::packed_bytes(k, n, self.arith))
     }
 
     fn validate(&self, packed: &PackedWeight, shapes: &[&[usize]]) -> Result<(), KernelError> {

@@ -11,7 +11,7 @@
 //! (one input and one output channel per group) run a direct exact loop.
 
 use super::common::QInt;
-use super::conv_loops::{depthwise, im2col};
+use super::conv_loops::{Depthwise, im2col, to_channels_last};
 use super::operand::{bytes_of, check_columns, is_8bit, scales, zero_points};
 use super::qgemm::sink::{BiasI32, I32Sink, RequantSink, Shared, Sink};
 use super::qgemm::{self, AOperand, Arith, PackedB, QIsa, QMatrix, ZeroA};
@@ -378,26 +378,30 @@ impl Run<'_> {
                 });
             };
             let (wb, w_signed) = bytes_of(op, w)?;
-            let (mut xs, mut acc) = (Vec::new(), Vec::new());
-            for b in 0..s.batch {
-                for c in 0..s.channels {
-                    let img = &xb[(b * s.channels + c) * in_len..][..in_len];
-                    let taps = &wb[c * g3.kernel_len()..][..g3.kernel_len()];
-                    let zw = zero[if zero.len() == 1 { 0 } else { c }];
-                    let out = &mut y[(b * s.maps + c) * pixels..][..pixels];
-                    let sink = make(Shared::new(out, 0, 1), c);
-                    depthwise(
-                        &s, img, a_signed, self.zx, taps, w_signed, zw, &sink, &mut xs, &mut acc,
-                    );
-                }
-            }
+            // One sink per plane (image, channel), over its output pixels.
+            let sinks: Vec<S> = y
+                .chunks_mut(pixels)
+                .take(s.batch * s.maps)
+                .enumerate()
+                .map(|(i, out)| make(Shared::new(out, 0, 1), i % s.channels))
+                .collect();
+            let dw = Depthwise {
+                s: &s,
+                x: xb,
+                x_signed: a_signed,
+                zx: self.zx,
+                w: wb,
+                w_signed,
+                zw: zero,
+            };
+            dw.run(&sinks, self.isa.avx2(), self.par);
             return Ok(());
         }
-        let mut nhwc = crate::scratch::filled(op, s.channels * in_len, 0u8)?;
+        let mut nhwc = crate::scratch::with_capacity(op, s.channels * in_len)?;
         // A pointwise convolution's product reads the channels-last image
         // itself.
         let pointwise = s.pointwise();
-        let mut cols = crate::scratch::filled(op, if pointwise { 0 } else { pixels * k }, 0u8)?;
+        let mut cols = crate::scratch::with_capacity(op, if pointwise { 0 } else { pixels * k })?;
         let pad = if a_signed {
             self.zx as i8 as u8
         } else {
@@ -405,11 +409,7 @@ impl Run<'_> {
         };
         for b in 0..s.batch {
             let img = &xb[b * s.channels * in_len..][..s.channels * in_len];
-            for (c, plane) in img.chunks_exact(in_len.max(1)).enumerate() {
-                for (p, &v) in plane.iter().enumerate() {
-                    nhwc[p * s.channels + c] = v;
-                }
-            }
+            to_channels_last(img, s.channels, in_len, &mut nhwc);
             for g in 0..s.group {
                 let (data, lda) = if pointwise {
                     (&nhwc[g * s.cg()..], s.channels)

@@ -13,7 +13,7 @@
 //! `A` and column sums of `B`:
 //! `C = D - zb * rowsum(A) - za * colsum(B) + K * za * zb`.
 //!
-//! Two arithmetics ([`Arith`]):
+//! Three arithmetics ([`Arith`]):
 //!
 //! * [`Arith::Exact`]: every product and sum exact (i32), on every kernel
 //!   family. `B` is packed as i16 pairs of `k` (`vpmaddwd` on AVX2).
@@ -24,6 +24,10 @@
 //!   to [`Arith::Exact`] unless a pair exceeds the i16 range (a uint8 above
 //!   128 times an int8 of magnitude above 128 both). `B` is packed as
 //!   bytes, four `k` per column. [`reference`] models it for the tests.
+//! * [`Arith::Dot4`]: every product and sum exact, over the byte layout of
+//!   [`Arith::SatPairs`]: AVX-512 VNNI's `vpdpbusd` sums four unsigned `A`
+//!   bytes times four signed `B` bytes into i32 exactly, as ONNX Runtime's
+//!   kernels do on a CPU with VNNI.
 //!
 //! # Layouts
 //!
@@ -31,10 +35,11 @@
 //! is padded with zeros to a multiple of 4. Each task packs a block of
 //! [`MR`] rows of `A` (zero-padded) once and runs it against its panels.
 //!
-//! Files: `pack` (packing `A` and `B`, column sums), `avx2` (the AVX2
-//! micro-kernels), `sink` (what is done with `C`), `tests`.
+//! Files: `pack` (packing `A` and `B`, column sums), `avx2` and `avx512`
+//! (the micro-kernels), `sink` (what is done with `C`), `tests`.
 
 mod avx2;
+mod avx512;
 mod pack;
 pub(crate) mod sink;
 #[cfg(test)]
@@ -58,6 +63,9 @@ pub(crate) enum Arith {
     Exact,
     /// Pairs of consecutive `k` saturated to i16, as `vpmaddubsw` does.
     SatPairs,
+    /// Every product and sum exact, four `k` at a time over bytes, as
+    /// `vpdpbusd` does (signed `B`).
+    Dot4,
 }
 
 /// The kernel family of an integer product.
@@ -67,12 +75,17 @@ pub(crate) enum QIsa {
     Portable,
     /// AVX2 (`vpmaddubsw`, `vpmaddwd`).
     Avx2,
+    /// AVX-512 VNNI (`vpdpbusd`) for signed `B`, AVX2 for unsigned.
+    Avx512Vnni,
 }
 
 impl QIsa {
     /// The best family `cpu` asks for that this CPU has.
     pub(crate) fn select(cpu: CpuFeatures) -> Self {
-        if cpu.avx2 && CpuFeatures::detect().avx2 {
+        let have = CpuFeatures::detect();
+        if cpu.avx512vnni && have.avx512vnni {
+            Self::Avx512Vnni
+        } else if cpu.avx2 && have.avx2 {
             Self::Avx2
         } else {
             Self::Portable
@@ -84,18 +97,26 @@ impl QIsa {
         match self {
             Self::Portable => "portable",
             Self::Avx2 => "avx2",
+            Self::Avx512Vnni => "avx512vnni",
         }
     }
 
     /// The arithmetic this family uses for these operand signs: ONNX
     /// Runtime's saturating pairs for uint8 `A` times int8 `B` on AVX2,
-    /// exact otherwise.
+    /// four-byte dot products for any `A` times int8 `B` on VNNI (`A` is
+    /// normalized to unsigned), exact pairs otherwise.
     pub(crate) fn arith(self, a_signed: bool, b_signed: bool) -> Arith {
-        if self == Self::Avx2 && !a_signed && b_signed {
-            Arith::SatPairs
-        } else {
-            Arith::Exact
+        match self {
+            Self::Avx2 if !a_signed && b_signed => Arith::SatPairs,
+            Self::Avx512Vnni if b_signed => Arith::Dot4,
+            _ => Arith::Exact,
         }
+    }
+
+    /// Whether the CPU runs this family's AVX2 code (every family but the
+    /// portable one).
+    pub(crate) fn avx2(self) -> bool {
+        self != Self::Portable
     }
 }
 
@@ -167,7 +188,7 @@ pub(crate) fn run<S: Sink>(a: &AOperand<'_>, b: &PackedB<'_>, sink: &S, par: &dy
     }
 }
 
-/// Row blocks `rb` against panels `pc`.
+/// Row blocks `rb` against panels `pc`, on the kernel family of `b`.
 fn block_range<S: Sink>(
     a: &AOperand<'_>,
     b: &PackedB<'_>,
@@ -175,33 +196,128 @@ fn block_range<S: Sink>(
     pc: std::ops::Range<usize>,
     sink: &S,
 ) {
-    let mut apack = pack::APack::new(b.arith, b.kp);
+    #[cfg(target_arch = "x86_64")]
+    match b.isa {
+        // SAFETY: a packed B of the VNNI family exists only when the CPU
+        // has AVX-512 VNNI (QIsa::select, PackedB::view).
+        QIsa::Avx512Vnni => return unsafe { block_range_avx512(a, b, rb, pc, sink) },
+        // SAFETY: a packed B of the AVX2 family exists only when the CPU
+        // has AVX2 (QIsa::select, PackedB::view).
+        QIsa::Avx2 => return unsafe { block_range_avx2(a, b, rb, pc, sink) },
+        QIsa::Portable => {}
+    }
+    blocks(a, b, rb, pc, sink);
+}
+
+/// [`blocks`] compiled for AVX-512: the correction and the sink's output
+/// stage 16 wide.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW, DQ, VL and VNNI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma")]
+unsafe fn block_range_avx512<S: Sink>(
+    a: &AOperand<'_>,
+    b: &PackedB<'_>,
+    rb: std::ops::Range<usize>,
+    pc: std::ops::Range<usize>,
+    sink: &S,
+) {
+    blocks(a, b, rb, pc, sink);
+}
+
+/// [`blocks`] compiled for AVX2, so that the zero-point correction and the
+/// sink's output stage are vectorized 8 wide.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn block_range_avx2<S: Sink>(
+    a: &AOperand<'_>,
+    b: &PackedB<'_>,
+    rb: std::ops::Range<usize>,
+    pc: std::ops::Range<usize>,
+    sink: &S,
+) {
+    blocks(a, b, rb, pc, sink);
+}
+
+/// Where a block's rows of `A` come from.
+enum Rows<'a> {
+    /// Packed into broadcast words ([`pack::APack`]).
+    Packed(pack::APack),
+    /// Read in place: unsigned rows whose `k` is a multiple of 4 feed the
+    /// byte-layout kernels their words directly.
+    Direct([&'a [u8]; MR]),
+}
+
+#[inline(always)]
+fn blocks<S: Sink>(
+    a: &AOperand<'_>,
+    b: &PackedB<'_>,
+    rb: std::ops::Range<usize>,
+    pc: std::ops::Range<usize>,
+    sink: &S,
+) {
+    let k = b.k;
+    let direct = matches!(
+        (b.isa, b.arith),
+        (QIsa::Avx2, Arith::SatPairs) | (QIsa::Avx512Vnni, Arith::Dot4)
+    ) && !a.signed
+        && k.is_multiple_of(4);
+    let mut rows_of = if direct {
+        Rows::Direct([&[][..]; MR])
+    } else {
+        Rows::Packed(pack::APack::new(b.arith, b.kp))
+    };
+    // Per column of the task's panels: its zero point and `K zb - colsum`,
+    // so that `C = D - zb rowsum(A) + za (K zb - colsum(B))`.
+    let (c0, width) = (pc.start * NR, pc.len() * NR);
+    let mut zb = vec![0i32; width];
+    let mut kzcs = vec![0i32; width];
+    for j in c0..(c0 + width).min(b.n) {
+        zb[j - c0] = b.zero(j);
+        kzcs[j - c0] = (k as i32).wrapping_mul(b.zero(j)).wrapping_sub(b.colsum(j));
+    }
+    let rowsums = zb.iter().any(|&z| z != 0);
     let mut tile = [0i32; MR * NR];
     let mut row = [0i32; NR];
     for blk in rb {
         let m0 = blk * MR;
         let rows = MR.min(a.m - m0);
-        apack.pack(a, m0, rows, b.k);
+        let (mut za, mut rs) = ([0i32; MR], [0i32; MR]);
+        match &mut rows_of {
+            Rows::Packed(p) => {
+                p.pack(a, m0, rows, k);
+                (za, rs) = (p.zero, p.rowsum);
+            }
+            Rows::Direct(d) => {
+                for (r, slot) in d.iter_mut().enumerate() {
+                    // Rows past the block's last repeat it (their sums
+                    // are never stored).
+                    let src = &a.data[(m0 + r.min(rows - 1)) * a.lda..][..k];
+                    *slot = src;
+                    za[r] = a.zero.at(m0 + r.min(rows - 1));
+                    if rowsums {
+                        rs[r] = src.iter().map(|&v| v as i32).sum();
+                    }
+                }
+            }
+        }
         for p in pc.clone() {
-            kernel(b, &apack, p, &mut tile);
+            kernel(b, &rows_of, p, &mut tile);
+            let at = (p - pc.start) * NR;
+            let (zbp, kzp) = (&zb[at..at + NR], &kzcs[at..at + NR]);
             let n0 = p * NR;
             let cols = NR.min(b.n - n0);
-            let mut zb = [0i32; NR];
-            let mut cs = [0i32; NR];
-            for j in 0..cols {
-                zb[j] = b.zero(n0 + j);
-                cs[j] = b.colsum(n0 + j);
-            }
-            let kz = b.k as i32;
             for r in 0..rows {
-                let za = apack.zero[r];
-                let rs = apack.rowsum[r];
-                let kza = kz.wrapping_mul(za);
+                let (z, s) = (za[r], rs[r]);
+                let t = &tile[r * NR..(r + 1) * NR];
                 for j in 0..NR {
-                    row[j] = tile[r * NR + j]
-                        .wrapping_sub(zb[j].wrapping_mul(rs))
-                        .wrapping_sub(za.wrapping_mul(cs[j]))
-                        .wrapping_add(kza.wrapping_mul(zb[j]));
+                    row[j] = t[j]
+                        .wrapping_add(z.wrapping_mul(kzp[j]))
+                        .wrapping_sub(zbp[j].wrapping_mul(s));
                 }
                 sink.put(m0 + r, n0, &row[..cols]);
             }
@@ -210,23 +326,67 @@ fn block_range<S: Sink>(
 }
 
 /// One `MR x NR` tile of raw sums for panel `p`.
-#[inline]
-fn kernel(b: &PackedB<'_>, a: &pack::APack, p: usize, tile: &mut [i32; MR * NR]) {
+#[inline(always)]
+fn kernel(b: &PackedB<'_>, rows: &Rows<'_>, p: usize, tile: &mut [i32; MR * NR]) {
+    let a = match rows {
+        #[cfg(target_arch = "x86_64")]
+        Rows::Direct(d) => {
+            if b.arith == Arith::Dot4 {
+                // SAFETY: direct rows are used with Dot4 only for a packed
+                // B of the VNNI family (the CPU has it); each row holds
+                // `k = kp` bytes (`blocks`), the panel `kp / 4` quads
+                // (PackedB::view).
+                unsafe { avx512::dot4_rows(b.panel(p), d, b.kp / 4, tile) };
+            } else {
+                // SAFETY: as above, for the AVX2 family and SatPairs.
+                unsafe { avx2::sat_pairs_rows(b.panel(p), d, b.kp / 4, tile) };
+            }
+            return;
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Rows::Direct(_) => unreachable!("direct rows need an x86 family"),
+        Rows::Packed(a) => a,
+    };
     match (b.isa, b.arith) {
         #[cfg(target_arch = "x86_64")]
-        (QIsa::Avx2, Arith::SatPairs) => {
+        (QIsa::Avx512Vnni, Arith::Dot4) => {
+            // SAFETY: a packed B of the VNNI family exists only when the CPU
+            // has AVX-512 VNNI (QIsa::select); the panel and the packed rows
+            // hold `kp / 4` quads (APack::pack and PackedB's constructor).
+            unsafe { avx512::dot4(b.panel(p), &a.quads, b.kp / 4, tile) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (QIsa::Avx2 | QIsa::Avx512Vnni, Arith::SatPairs) => {
             // SAFETY: a packed B of the AVX2 family exists only when the CPU
             // has AVX2 (QIsa::select); the panel and the packed rows hold
             // `kp / 4` quads (APack::pack and PackedB's constructor).
             unsafe { avx2::sat_pairs(b.panel(p), &a.quads, b.kp / 4, tile) }
         }
         #[cfg(target_arch = "x86_64")]
-        (QIsa::Avx2, Arith::Exact) => {
+        (QIsa::Avx2 | QIsa::Avx512Vnni, Arith::Exact) => {
             // SAFETY: as above, with `kp / 2` pairs of i16.
             unsafe { avx2::exact(b.panel(p), &a.pairs, b.kp / 2, tile) }
         }
         (_, Arith::Exact) => portable_exact(b.panel(p), &a.pairs, b.kp / 2, tile),
         (_, Arith::SatPairs) => portable_sat_pairs(b.panel(p), &a.quads, b.kp / 4, tile),
+        (_, Arith::Dot4) => portable_dot4(b.panel(p), &a.quads, b.kp / 4, tile),
+    }
+}
+
+/// Scalar exact tile over the byte layout (the arithmetic of the VNNI
+/// kernel, for a CPU without it).
+fn portable_dot4(panel: &[u8], quads: &[u32], kquads: usize, tile: &mut [i32; MR * NR]) {
+    tile.fill(0);
+    for q in 0..kquads {
+        let bq = &panel[q * NR * 4..(q + 1) * NR * 4];
+        for r in 0..MR {
+            let a = quads[q * MR + r].to_le_bytes();
+            for j in 0..NR {
+                let b = &bq[4 * j..4 * j + 4];
+                let dot: i32 = (0..4).map(|i| a[i] as i32 * b[i] as i8 as i32).sum();
+                tile[r * NR + j] = tile[r * NR + j].wrapping_add(dot);
+            }
+        }
     }
 }
 
@@ -299,7 +459,7 @@ pub(crate) mod reference {
                 let av = |p: usize| a[i * k + p] + shift;
                 let bv = |p: usize| b[p * n + j];
                 let raw: i32 = match arith {
-                    Arith::Exact => (0..k).map(|p| av(p) * bv(p)).sum(),
+                    Arith::Exact | Arith::Dot4 => (0..k).map(|p| av(p) * bv(p)).sum(),
                     Arith::SatPairs => (0..k.div_ceil(2))
                         .map(|q| {
                             let s = (2 * q..(2 * q + 2).min(k))

@@ -68,7 +68,7 @@ pub(crate) struct PackedB<'a> {
 fn panel_bytes(arith: Arith, kp: usize) -> usize {
     match arith {
         Arith::Exact => kp * NR * 2,
-        Arith::SatPairs => kp * NR,
+        Arith::SatPairs | Arith::Dot4 => kp * NR,
     }
 }
 
@@ -99,7 +99,9 @@ pub(crate) fn pack_b(
                         let at = ((q / 2) * NR * 2 + j * 2 + q % 2) * 2;
                         panel[at..at + 2].copy_from_slice(&(v as i16).to_le_bytes());
                     }
-                    Arith::SatPairs => panel[(q / 4) * NR * 4 + j * 4 + q % 4] = v as u8,
+                    Arith::SatPairs | Arith::Dot4 => {
+                        panel[(q / 4) * NR * 4 + j * 4 + q % 4] = v as u8
+                    }
                 }
             }
         }
@@ -107,10 +109,12 @@ pub(crate) fn pack_b(
     let isa_code = match isa {
         QIsa::Portable => 0,
         QIsa::Avx2 => 1,
+        QIsa::Avx512Vnni => 2,
     };
     let arith_code = match arith {
         Arith::Exact => 0,
         Arith::SatPairs => 1,
+        Arith::Dot4 => 2,
     };
     let mut meta = vec![VERSION, k as u64, n as u64, kp as u64, isa_code, arith_code];
     meta.extend((0..n).map(|j| (0..k).map(|q| b.at(q, j)).sum::<i32>() as i64 as u64));
@@ -137,11 +141,13 @@ impl<'a> PackedB<'a> {
         let isa = match h[4] {
             0 => QIsa::Portable,
             1 if crate::CpuFeatures::detect().avx2 => QIsa::Avx2,
+            2 if crate::CpuFeatures::detect().avx512vnni => QIsa::Avx512Vnni,
             _ => return None,
         };
         let arith = match h[5] {
             0 => Arith::Exact,
             1 => Arith::SatPairs,
+            2 => Arith::Dot4,
             _ => return None,
         };
         let bytes = n.div_ceil(NR).checked_mul(panel_bytes(arith, kp))?;
@@ -194,7 +200,7 @@ pub(crate) struct APack {
 impl APack {
     pub(crate) fn new(arith: Arith, kp: usize) -> Self {
         let (quads, pairs) = match arith {
-            Arith::SatPairs => (vec![0u32; kp / 4 * MR], Vec::new()),
+            Arith::SatPairs | Arith::Dot4 => (vec![0u32; kp / 4 * MR], Vec::new()),
             Arith::Exact => (Vec::new(), vec![0u32; kp / 2 * MR]),
         };
         Self {
@@ -227,7 +233,7 @@ impl APack {
             self.rowsum[r] = src.iter().map(|&v| (v ^ flip) as i32).sum();
             let val = |q: usize| src.get(q).map_or(0u32, |&v| (v ^ flip) as u32);
             match self.arith {
-                Arith::SatPairs => {
+                Arith::SatPairs | Arith::Dot4 => {
                     let whole = src.len() / 4;
                     let mask = u32::from_ne_bytes([flip; 4]);
                     for (q, w) in src.chunks_exact(4).enumerate() {
@@ -255,12 +261,7 @@ impl APack {
 }
 
 /// Bytes of the two parts [`pack_b`] makes for a `[k, n]` `B`.
-pub(crate) fn packed_bytes(k: usize, n: usize, sat_pairs: bool) -> usize {
-    let arith = if sat_pairs {
-        Arith::SatPairs
-    } else {
-        Arith::Exact
-    };
+pub(crate) fn packed_bytes(k: usize, n: usize, arith: Arith) -> usize {
     let kp = k.next_multiple_of(4);
     (HEADER + 2 * n) * 8 + n.div_ceil(NR) * panel_bytes(arith, kp)
 }

@@ -54,6 +54,15 @@ impl<T: Copy> Shared<T> {
             first + last * self.col_stride < self.len,
             "product row outside its output"
         );
+        if self.col_stride == 1 {
+            // SAFETY: `first .. first + vals.len()` is inside the buffer
+            // (checked above) and not shared with `vals` (a local); the
+            // `Sync` contract above: no other task touches these elements.
+            unsafe {
+                std::ptr::copy_nonoverlapping(vals.as_ptr(), self.ptr.add(first), vals.len())
+            };
+            return;
+        }
         for (j, &v) in vals.iter().enumerate() {
             // SAFETY: every index up to the last one is inside the buffer
             // (checked above); the `Sync` contract above: no other task
@@ -67,7 +76,7 @@ impl<T: Copy> Shared<T> {
 pub(crate) struct I32Sink(pub(crate) Shared<i32>);
 
 impl Sink for I32Sink {
-    #[inline]
+    #[inline(always)]
     fn put(&self, m: usize, n0: usize, vals: &[i32]) {
         self.0.write_row(m, n0, vals);
     }
@@ -97,9 +106,37 @@ pub(crate) struct BiasI32<'a> {
 }
 
 impl BiasI32<'_> {
+    /// Adds row `m`, columns `n0..n0 + acc.len()` to `acc`.
     #[inline(always)]
-    fn add(&self, c: i32, m: usize, n: usize) -> i32 {
-        c.wrapping_add(self.data[m * self.row_stride + n * self.col_stride])
+    fn add_row(&self, acc: &mut [i32], m: usize, n0: usize) {
+        let first = m * self.row_stride + n0 * self.col_stride;
+        match self.col_stride {
+            0 => {
+                let b = self.data[first];
+                acc.iter_mut().for_each(|a| *a = a.wrapping_add(b));
+            }
+            1 => {
+                let b = &self.data[first..first + acc.len()];
+                acc.iter_mut()
+                    .zip(b)
+                    .for_each(|(a, &b)| *a = a.wrapping_add(b));
+            }
+            s => {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a = a.wrapping_add(self.data[first + j * s]);
+                }
+            }
+        }
+    }
+}
+
+/// Copies a run of per-column values (one for all, or one per column)
+/// into a chunk.
+#[inline(always)]
+fn fill_columns(dst: &mut [f32; CHUNK], v: &[f32], n0: usize, len: usize) {
+    match columns(v, n0, len) {
+        Ok(v) => dst.fill(v),
+        Err(s) => dst[..len].copy_from_slice(s),
     }
 }
 
@@ -115,22 +152,26 @@ pub(crate) struct F32Sink<'a> {
 }
 
 impl Sink for F32Sink<'_> {
-    #[inline]
+    #[inline(always)]
     fn put(&self, m: usize, n0: usize, vals: &[i32]) {
         for (c, vals) in vals.chunks(CHUNK).enumerate() {
             let n0 = n0 + c * CHUNK;
-            let mut buf = [0f32; CHUNK];
-            let scales = columns(self.scales, n0, vals.len());
-            let bias = self.bias.map(|b| columns(b, n0, vals.len()));
-            for (j, (y, &v)) in buf.iter_mut().zip(vals).enumerate() {
-                let v = self.c_bias.map_or(v, |b| b.add(v, m, n0 + j));
-                let s = scales.unwrap_or_else(|s| s[j]);
-                *y = v as f32 * s;
-                if let Some(b) = bias {
-                    *y += b.unwrap_or_else(|b| b[j]);
-                }
+            let len = vals.len();
+            let mut acc = [0i32; CHUNK];
+            acc[..len].copy_from_slice(vals);
+            if let Some(b) = self.c_bias {
+                b.add_row(&mut acc[..len], m, n0);
             }
-            self.out.write_row(m, n0, &buf[..vals.len()]);
+            let (mut scale, mut bias) = ([0f32; CHUNK], [0f32; CHUNK]);
+            fill_columns(&mut scale, self.scales, n0, len);
+            if let Some(b) = self.bias {
+                fill_columns(&mut bias, b, n0, len);
+            }
+            let mut buf = [0f32; CHUNK];
+            for j in 0..CHUNK {
+                buf[j] = acc[j] as f32 * scale[j] + bias[j];
+            }
+            self.out.write_row(m, n0, &buf[..len]);
         }
     }
 }
@@ -152,26 +193,21 @@ pub(crate) struct RequantSink<'a, T> {
 }
 
 impl<T: QInt> Sink for RequantSink<'_, T> {
-    #[inline]
+    #[inline(always)]
     fn put(&self, m: usize, n0: usize, vals: &[i32]) {
         for (c, vals) in vals.chunks(CHUNK).enumerate() {
             let n0 = n0 + c * CHUNK;
             let len = vals.len();
             let mut mult = [0f32; CHUNK];
-            match columns(self.multipliers, n0, len) {
-                Ok(v) => mult.fill(v),
-                Err(s) => mult[..len].copy_from_slice(s),
-            }
+            fill_columns(&mut mult, self.multipliers, n0, len);
             let mut acc = [0i32; CHUNK];
             acc[..len].copy_from_slice(vals);
             if let Some(b) = self.bias {
-                for (j, a) in acc[..len].iter_mut().enumerate() {
-                    *a = b.add(*a, m, n0 + j);
-                }
+                b.add_row(&mut acc[..len], m, n0);
             }
             let mut buf = [T::from_i32(0); CHUNK];
-            for ((y, &a), &k) in buf.iter_mut().zip(&acc).zip(&mult) {
-                *y = requantize::<T>(a, k, self.zero);
+            for j in 0..CHUNK {
+                buf[j] = requantize::<T>(acc[j], mult[j], self.zero);
             }
             self.out.write_row(m, n0, &buf[..len]);
         }

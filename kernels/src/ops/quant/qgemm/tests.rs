@@ -42,6 +42,9 @@ fn families() -> Vec<QIsa> {
     if crate::CpuFeatures::detect().avx2 {
         f.push(QIsa::Avx2);
     }
+    if crate::CpuFeatures::detect().avx512vnni {
+        f.push(QIsa::Avx512Vnni);
+    }
     f
 }
 
