@@ -523,6 +523,27 @@ fn qlinear_conv_groups_depthwise_strides_padding_per_channel() {
             dilation: [1, 1],
             pads: [1, 1, 1, 1],
         },
+        // Depthwise, column stride 2 with a row stride 1, dilated rows,
+        // uneven padding.
+        ConvCase {
+            x: [1, 4, 9, 21],
+            maps: 4,
+            kernel: [2, 3],
+            group: 4,
+            stride: [1, 2],
+            dilation: [2, 1],
+            pads: [2, 0, 1, 1],
+        },
+        // Depthwise, stride 1, dilated columns, no padding on one side.
+        ConvCase {
+            x: [1, 2, 6, 20],
+            maps: 2,
+            kernel: [3, 2],
+            group: 2,
+            stride: [1, 1],
+            dilation: [1, 3],
+            pads: [0, 2, 1, 0],
+        },
         // Depthwise rows of 19 outputs: two vectors of eight and a tail.
         ConvCase {
             x: [2, 3, 5, 19],

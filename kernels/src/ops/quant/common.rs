@@ -293,5 +293,9 @@ pub(crate) fn quantize_value<T: QInt>(v: f32, zero: i32) -> T {
     let lo = (T::MIN - zero) as f32;
     let hi = (T::MAX - zero) as f32;
     let c = v.max(lo).min(hi);
-    T::from_i32(((c + MAGIC) - MAGIC) as i32 + zero)
+    // SAFETY: `max` maps NaN to `lo`, so `c` is finite and inside
+    // `[lo, hi]`, a range of `T` less a value of `T`: its rounding fits
+    // i32 (no saturating conversion needed, which keeps the loop vector).
+    let r: i32 = unsafe { ((c + MAGIC) - MAGIC).to_int_unchecked() };
+    T::from_i32(r + zero)
 }

@@ -18,6 +18,7 @@
 
 mod common;
 mod conv_loops;
+mod depthwise;
 mod dequantize;
 mod gather_block;
 mod operand;

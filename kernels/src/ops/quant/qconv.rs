@@ -11,7 +11,8 @@
 //! (one input and one output channel per group) run a direct exact loop.
 
 use super::common::QInt;
-use super::conv_loops::{Depthwise, im2col, to_channels_last};
+use super::conv_loops::{im2col, to_channels_last};
+use super::depthwise::Depthwise;
 use super::operand::{bytes_of, check_columns, is_8bit, scales, zero_points};
 use super::qgemm::sink::{BiasI32, I32Sink, RequantSink, Shared, Sink};
 use super::qgemm::{self, AOperand, Arith, PackedB, QIsa, QMatrix, ZeroA};
