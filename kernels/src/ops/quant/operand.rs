@@ -221,6 +221,7 @@ pub(crate) fn for_each_product(
                     n: d.n,
                     row_stride: if *trans { 1 } else { d.n },
                     col_stride: if *trans { d.k } else { 1 },
+                    taps: 1,
                 };
                 let (meta, data) = qgemm::pack_b(&bm, zb, isa, isa.arith(a_signed, b_signed));
                 let pb = PackedB::view(&meta, &data).ok_or_else(|| KernelError::Invalid {
@@ -325,6 +326,7 @@ impl Prepack for QPrepack {
             n,
             row_stride: if self.trans { 1 } else { n },
             col_stride: if self.trans { k } else { 1 },
+            taps: 1,
         };
         let (meta, bytes) =
             qgemm::pack_b(&m, &zero, self.isa, self.isa.arith(self.a_signed, signed));

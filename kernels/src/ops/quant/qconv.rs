@@ -475,15 +475,7 @@ fn pack_group(
         w_shape[2..].iter().product::<usize>(),
     );
     let k = cg * taps;
-    let mut b = vec![0u8; k * mg];
-    for n in 0..mg {
-        let filter = &w[(g * mg + n) * k..][..k];
-        for c in 0..cg {
-            for t in 0..taps {
-                b[(t * cg + c) * mg + n] = filter[c * taps + t];
-            }
-        }
-    }
+    let filters = &w[g * mg * k..][..mg * k];
     let zero: Vec<i32> = if zero.len() == 1 {
         zero.to_vec()
     } else {
@@ -496,13 +488,15 @@ fn pack_group(
             })?
             .to_vec()
     };
+    // Row `t * cg + c` of `B`, column `n`: filter `n`'s `[c][t]`.
     let m = QMatrix {
-        data: &b,
+        data: filters,
         signed: w_signed,
         k,
         n: mg,
-        row_stride: mg,
-        col_stride: 1,
+        row_stride: 1,
+        col_stride: k,
+        taps,
     };
     Ok(qgemm::pack_b(&m, &zero, isa, arith))
 }

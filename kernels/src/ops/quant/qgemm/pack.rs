@@ -6,7 +6,8 @@
 use super::{AOperand, Arith, MR, NR, QIsa};
 
 /// A `[k, n]` matrix of 8-bit values read with strides (`B`, or `B`
-/// transposed when `row_stride == 1`).
+/// transposed when `row_stride == 1`), its rows possibly permuted as a
+/// convolution's filters store them (`taps`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QMatrix<'a> {
     /// The bytes (int8 values stored as their two's complement).
@@ -21,12 +22,51 @@ pub(crate) struct QMatrix<'a> {
     pub(crate) row_stride: usize,
     /// Distance between columns.
     pub(crate) col_stride: usize,
+    /// Kernel taps per input channel: row `t * (k / taps) + c` is stored
+    /// as row `c * taps + t` (a filter's `[c][tap]` order read as
+    /// `[tap][c]`); 1 for a plain matrix.
+    pub(crate) taps: usize,
 }
 
 impl QMatrix<'_> {
+    /// Column `j`'s `k` bytes in row order, replacing `out`'s contents.
+    fn column(&self, j: usize, out: &mut Vec<u8>) {
+        out.clear();
+        let col = &self.data[j * self.col_stride..];
+        let (taps, rs) = (self.taps.max(1), self.row_stride);
+        if taps == 1 && rs == 1 {
+            out.extend_from_slice(&col[..self.k]);
+        } else if taps == 1 {
+            out.extend(col.iter().step_by(rs).take(self.k));
+        } else if rs == 1 {
+            // Tap by tap: input channel `c`'s tap `t` is byte `c taps + t`.
+            let cg = self.k / taps;
+            out.resize(self.k, 0);
+            let src = &col[..self.k];
+            for (t, dst) in out.chunks_exact_mut(cg).enumerate() {
+                for (c, d) in dst.iter_mut().enumerate() {
+                    *d = src[c * taps + t];
+                }
+            }
+        } else {
+            let cg = self.k / taps;
+            for t in 0..taps {
+                out.extend((0..cg).map(|c| col[(c * taps + t) * rs]));
+            }
+        }
+    }
+
+    /// The sum of `col`'s values in this matrix's signedness.
+    fn sum(&self, col: &[u8]) -> i32 {
+        if self.signed {
+            col.iter().map(|&v| v as i8 as i32).sum()
+        } else {
+            col.iter().map(|&v| v as i32).sum()
+        }
+    }
+
     #[inline(always)]
-    fn at(&self, p: usize, j: usize) -> i32 {
-        let v = self.data[p * self.row_stride + j * self.col_stride];
+    fn value(&self, v: u8) -> i32 {
         if self.signed {
             v as i8 as i32
         } else {
@@ -86,21 +126,32 @@ pub(crate) fn pack_b(
     let panels = n.div_ceil(NR);
     let per_panel = panel_bytes(arith, kp);
     let mut data = vec![0u8; panels * per_panel];
+    let mut colsum = vec![0i32; n];
+    // Column by column: each column's bytes gathered in row order once,
+    // then stored four (bytes) or two (i16 pairs) rows at a time.
+    let mut col = Vec::with_capacity(kp);
     for (p, panel) in data
         .chunks_exact_mut(per_panel.max(1))
         .enumerate()
         .take(panels)
     {
         for j in 0..NR.min(n - p * NR) {
-            for q in 0..k {
-                let v = b.at(q, p * NR + j);
-                match arith {
-                    Arith::Exact => {
-                        let at = ((q / 2) * NR * 2 + j * 2 + q % 2) * 2;
-                        panel[at..at + 2].copy_from_slice(&(v as i16).to_le_bytes());
+            b.column(p * NR + j, &mut col);
+            colsum[p * NR + j] = b.sum(&col);
+            col.resize(kp, 0);
+            match arith {
+                Arith::Exact => {
+                    for (qq, pair) in col.chunks_exact(2).enumerate() {
+                        let at = (qq * NR * 2 + j * 2) * 2;
+                        let (lo, hi) = (b.value(pair[0]) as i16, b.value(pair[1]) as i16);
+                        panel[at..at + 2].copy_from_slice(&lo.to_le_bytes());
+                        panel[at + 2..at + 4].copy_from_slice(&hi.to_le_bytes());
                     }
-                    Arith::SatPairs | Arith::Dot4 => {
-                        panel[(q / 4) * NR * 4 + j * 4 + q % 4] = v as u8
+                }
+                Arith::SatPairs | Arith::Dot4 => {
+                    let quads = panel.chunks_exact_mut(NR * 4).zip(col.chunks_exact(4));
+                    for (dst, quad) in quads {
+                        dst[j * 4..j * 4 + 4].copy_from_slice(quad);
                     }
                 }
             }
@@ -117,7 +168,7 @@ pub(crate) fn pack_b(
         Arith::Dot4 => 2,
     };
     let mut meta = vec![VERSION, k as u64, n as u64, kp as u64, isa_code, arith_code];
-    meta.extend((0..n).map(|j| (0..k).map(|q| b.at(q, j)).sum::<i32>() as i64 as u64));
+    meta.extend(colsum.iter().map(|&c| c as i64 as u64));
     meta.extend((0..n).map(|j| {
         let z = zero.get(j).or(zero.first()).copied().unwrap_or(0);
         z as i64 as u64

@@ -99,6 +99,7 @@ fn check(
             n,
             row_stride: n,
             col_stride: 1,
+            taps: 1,
         };
         let (meta, data) = pack_b(&qb, &zb, isa, arith);
         let packed = PackedB::view(&meta, &data).expect("a packed B");
@@ -177,6 +178,7 @@ fn a_transposed_b_reads_by_strides() {
                 n,
                 row_stride: rs,
                 col_stride: cs,
+                taps: 1,
             };
             let (meta, data) = pack_b(&qb, &[3], isa, isa.arith(false, true));
             let packed = PackedB::view(&meta, &data).expect("a packed B");
