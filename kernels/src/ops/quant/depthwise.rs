@@ -183,8 +183,15 @@ impl Plane<'_> {
                 for px in (0..pl).chain(pl + cols..wp) {
                     dst[col(px)] = 0;
                 }
-                for (ix, &v) in src.iter().enumerate() {
-                    dst[col(ix + pl)] = self.value(v);
+                // Input column `ix` is padded column `ix + pl`: the even
+                // ones to the first half, the odd ones to the second.
+                for (parity, base) in [(0, 0), (1, half)] {
+                    let ix0 = (parity + pl) % 2;
+                    let start = base + (ix0 + pl) / 2;
+                    let inputs = src.iter().skip(ix0).step_by(2);
+                    for (d, &v) in dst[start..].iter_mut().zip(inputs) {
+                        *d = self.value(v);
+                    }
                 }
             }
         }
