@@ -223,7 +223,13 @@ pub(crate) fn for_each_product(
                     col_stride: if *trans { d.k } else { 1 },
                     taps: 1,
                 };
-                let (meta, data) = qgemm::pack_b(&bm, zb, isa, isa.arith(a_signed, b_signed));
+                let (meta, data) = qgemm::pack_b(
+                    &bm,
+                    zb,
+                    isa,
+                    isa.arith(a_signed, b_signed),
+                    &crate::Sequential,
+                );
                 let pb = PackedB::view(&meta, &data).ok_or_else(|| KernelError::Invalid {
                     op,
                     detail: "packing B failed".into(),
@@ -303,7 +309,7 @@ impl Prepack for QPrepack {
     fn prepare(
         &self,
         sources: &[&Tensor],
-        _par: &dyn crate::ParallelFor,
+        par: &dyn crate::ParallelFor,
     ) -> Result<PackedWeight, KernelError> {
         let op = self.op;
         let b = sources
@@ -328,8 +334,13 @@ impl Prepack for QPrepack {
             col_stride: if self.trans { k } else { 1 },
             taps: 1,
         };
-        let (meta, bytes) =
-            qgemm::pack_b(&m, &zero, self.isa, self.isa.arith(self.a_signed, signed));
+        let (meta, bytes) = qgemm::pack_b(
+            &m,
+            &zero,
+            self.isa,
+            self.isa.arith(self.a_signed, signed),
+            par,
+        );
         Ok(PackedWeight {
             layout: self.layout.clone(),
             parts: vec![TensorData::U64(meta).into(), TensorData::U8(bytes).into()],

@@ -439,8 +439,17 @@ impl Run<'_> {
                         } else {
                             self.isa.arith(a_signed, w_signed)
                         };
-                        let (meta, data) =
-                            pack_group(w.shape(), s.group, wb, w_signed, zero, g, self.isa, arith)?;
+                        let (meta, data) = pack_group(
+                            w.shape(),
+                            s.group,
+                            wb,
+                            w_signed,
+                            zero,
+                            g,
+                            self.isa,
+                            arith,
+                            self.par,
+                        )?;
                         let pb =
                             PackedB::view(&meta, &data).ok_or_else(|| KernelError::Invalid {
                                 op,
@@ -467,6 +476,7 @@ fn pack_group(
     g: usize,
     isa: QIsa,
     arith: Arith,
+    par: &dyn ParallelFor,
 ) -> Result<(Vec<u64>, Vec<u8>), KernelError> {
     let maps = w_shape[0];
     let (cg, mg, taps) = (
@@ -498,7 +508,7 @@ fn pack_group(
         col_stride: k,
         taps,
     };
-    Ok(qgemm::pack_b(&m, &zero, isa, arith))
+    Ok(qgemm::pack_b(&m, &zero, isa, arith, par))
 }
 
 /// Group `g`'s packed `B` in a [`ConvPrepack`] object.
@@ -562,7 +572,7 @@ impl Prepack for ConvPrepack {
     fn prepare(
         &self,
         sources: &[&Tensor],
-        _par: &dyn ParallelFor,
+        par: &dyn ParallelFor,
     ) -> Result<PackedWeight, KernelError> {
         let op = self.op;
         let w = sources
@@ -587,8 +597,9 @@ impl Prepack for ConvPrepack {
         let mut parts: Vec<PackedPart> = Vec::with_capacity(1 + 2 * self.group);
         parts.push(TensorData::U64(ws.iter().map(|&d| d as u64).collect()).into());
         for g in 0..self.group {
-            let (meta, data) =
-                pack_group(ws, self.group, wb, w_signed, &zero, g, self.isa, self.arith)?;
+            let (meta, data) = pack_group(
+                ws, self.group, wb, w_signed, &zero, g, self.isa, self.arith, par,
+            )?;
             parts.push(TensorData::U64(meta).into());
             parts.push(TensorData::U8(data).into());
         }

@@ -4,6 +4,7 @@
 //! into broadcast words, with row sums.
 
 use super::{AOperand, Arith, MR, NR, QIsa};
+use crate::ParallelFor;
 
 /// A `[k, n]` matrix of 8-bit values read with strides (`B`, or `B`
 /// transposed when `row_stride == 1`), its rows possibly permuted as a
@@ -120,6 +121,7 @@ pub(crate) fn pack_b(
     zero: &[i32],
     isa: QIsa,
     arith: Arith,
+    par: &dyn ParallelFor,
 ) -> (Vec<u64>, Vec<u8>) {
     let (k, n) = (b.k, b.n);
     let kp = k.next_multiple_of(4);
@@ -127,36 +129,19 @@ pub(crate) fn pack_b(
     let per_panel = panel_bytes(arith, kp);
     let mut data = vec![0u8; panels * per_panel];
     let mut colsum = vec![0i32; n];
-    // Column by column: each column's bytes gathered in row order once,
-    // then stored four (bytes) or two (i16 pairs) rows at a time.
-    let mut col = Vec::with_capacity(kp);
-    for (p, panel) in data
+    // Each panel with its columns' sums, the panels split across `par`.
+    let mut outs: Vec<PanelOut<'_>> = data
         .chunks_exact_mut(per_panel.max(1))
-        .enumerate()
-        .take(panels)
-    {
-        for j in 0..NR.min(n - p * NR) {
-            b.column(p * NR + j, &mut col);
-            colsum[p * NR + j] = b.sum(&col);
-            col.resize(kp, 0);
-            match arith {
-                Arith::Exact => {
-                    for (qq, pair) in col.chunks_exact(2).enumerate() {
-                        let at = (qq * NR * 2 + j * 2) * 2;
-                        let (lo, hi) = (b.value(pair[0]) as i16, b.value(pair[1]) as i16);
-                        panel[at..at + 2].copy_from_slice(&lo.to_le_bytes());
-                        panel[at + 2..at + 4].copy_from_slice(&hi.to_le_bytes());
-                    }
-                }
-                Arith::SatPairs | Arith::Dot4 => {
-                    let quads = panel.chunks_exact_mut(NR * 4).zip(col.chunks_exact(4));
-                    for (dst, quad) in quads {
-                        dst[j * 4..j * 4 + 4].copy_from_slice(quad);
-                    }
-                }
-            }
+        .zip(colsum.chunks_mut(NR))
+        .map(|(bytes, sums)| PanelOut { bytes, sums })
+        .collect();
+    let per_task = panels.div_ceil(par.threads().max(1) * 4).max(1);
+    crate::for_each_chunk_mut(par, &mut outs, per_task, &|first, chunk| {
+        let mut col = Vec::with_capacity(kp);
+        for (i, out) in chunk.iter_mut().enumerate() {
+            pack_panel(b, arith, kp, first + i, out, &mut col);
         }
-    }
+    });
     let isa_code = match isa {
         QIsa::Portable => 0,
         QIsa::Avx2 => 1,
@@ -174,6 +159,47 @@ pub(crate) fn pack_b(
         z as i64 as u64
     }));
     (meta, data)
+}
+
+/// One panel's packed bytes and its columns' sums.
+struct PanelOut<'a> {
+    bytes: &'a mut [u8],
+    sums: &'a mut [i32],
+}
+
+/// Panel `p` of `b`: column by column, each column's bytes gathered in
+/// row order once (`col` scratch), then stored four (bytes) or two (i16
+/// pairs) rows at a time.
+fn pack_panel(
+    b: &QMatrix<'_>,
+    arith: Arith,
+    kp: usize,
+    p: usize,
+    out: &mut PanelOut<'_>,
+    col: &mut Vec<u8>,
+) {
+    let panel = &mut *out.bytes;
+    for (j, sum) in out.sums.iter_mut().enumerate() {
+        b.column(p * NR + j, col);
+        *sum = b.sum(col);
+        col.resize(kp, 0);
+        match arith {
+            Arith::Exact => {
+                for (qq, pair) in col.chunks_exact(2).enumerate() {
+                    let at = (qq * NR * 2 + j * 2) * 2;
+                    let (lo, hi) = (b.value(pair[0]) as i16, b.value(pair[1]) as i16);
+                    panel[at..at + 2].copy_from_slice(&lo.to_le_bytes());
+                    panel[at + 2..at + 4].copy_from_slice(&hi.to_le_bytes());
+                }
+            }
+            Arith::SatPairs | Arith::Dot4 => {
+                let quads = panel.chunks_exact_mut(NR * 4).zip(col.chunks_exact(4));
+                for (dst, quad) in quads {
+                    dst[j * 4..j * 4 + 4].copy_from_slice(quad);
+                }
+            }
+        }
+    }
 }
 
 impl<'a> PackedB<'a> {

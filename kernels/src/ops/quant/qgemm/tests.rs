@@ -101,7 +101,7 @@ fn check(
             col_stride: 1,
             taps: 1,
         };
-        let (meta, data) = pack_b(&qb, &zb, isa, arith);
+        let (meta, data) = pack_b(&qb, &zb, isa, arith, &Reversed);
         let packed = PackedB::view(&meta, &data).expect("a packed B");
         let zero = if per_row {
             ZeroA::PerRow(&za)
@@ -180,7 +180,7 @@ fn a_transposed_b_reads_by_strides() {
                 col_stride: cs,
                 taps: 1,
             };
-            let (meta, data) = pack_b(&qb, &[3], isa, isa.arith(false, true));
+            let (meta, data) = pack_b(&qb, &[3], isa, isa.arith(false, true), &Reversed);
             let packed = PackedB::view(&meta, &data).expect("a packed B");
             let aop = AOperand {
                 data: &a,
