@@ -42,7 +42,7 @@ struct Plane<'a> {
     x_signed: bool,
     zx: i32,
     /// The taps as `w - zw`.
-    taps: Vec<i32>,
+    taps: &'a [i32],
 }
 
 impl Depthwise<'_> {
@@ -56,9 +56,9 @@ impl Depthwise<'_> {
             1
         };
         let task = |t: usize| {
-            let (mut xs, mut acc) = (Vec::new(), Vec::new());
+            let (mut xs, mut acc, mut taps) = (Vec::new(), Vec::new(), Vec::new());
             for i in crate::par::chunk(planes, tasks, 1, t) {
-                let p = self.plane(i);
+                let p = self.plane(i, &mut taps);
                 #[cfg(target_arch = "x86_64")]
                 if avx2 {
                     // SAFETY: the caller's `avx2` says the CPU has it.
@@ -77,21 +77,25 @@ impl Depthwise<'_> {
         }
     }
 
-    fn plane(&self, i: usize) -> Plane<'_> {
+    /// Plane `i`, its taps written into `taps` (scratch).
+    fn plane<'a>(&'a self, i: usize, taps: &'a mut Vec<i32>) -> Plane<'a> {
         let s = self.s;
         let c = i % s.channels;
         let (in_len, klen) = (s.geometry.input_len(), s.geometry.kernel_len());
         let zw = self.zw[if self.zw.len() == 1 { 0 } else { c }];
         let w_signed = self.w_signed;
+        taps.clear();
+        taps.extend(
+            self.w[c * klen..][..klen]
+                .iter()
+                .map(|&t| if w_signed { t as i8 as i32 } else { t as i32 } - zw),
+        );
         Plane {
             g3: s.geometry.as_3d(),
             img: &self.x[i * in_len..][..in_len],
             x_signed: self.x_signed,
             zx: self.zx,
-            taps: self.w[c * klen..][..klen]
-                .iter()
-                .map(|&t| if w_signed { t as i8 as i32 } else { t as i32 } - zw)
-                .collect(),
+            taps,
         }
     }
 }
@@ -205,13 +209,7 @@ impl Plane<'_> {
                     let off = a * dh * wp + b * dw;
                     let (src, w) = (&xs[off..off + len], self.taps[a * kw + b]);
                     // SAFETY: passed on (this function's contract).
-                    unsafe {
-                        if a + b == 0 {
-                            mac::<AVX2, true>(acc, src, w);
-                        } else {
-                            mac::<AVX2, false>(acc, src, w);
-                        }
-                    }
+                    unsafe { tap::<AVX2>(a + b == 0, acc, src, w) };
                 }
             }
             for y in 0..oh {
@@ -228,13 +226,7 @@ impl Plane<'_> {
                     let start = col(b * dw);
                     let (src, w) = (&row[start..start + ow], self.taps[a * kw + b]);
                     // SAFETY: passed on (this function's contract).
-                    unsafe {
-                        if a + b == 0 {
-                            mac::<AVX2, true>(acc, src, w);
-                        } else {
-                            mac::<AVX2, false>(acc, src, w);
-                        }
-                    }
+                    unsafe { tap::<AVX2>(a + b == 0, acc, src, w) };
                 }
             }
             sink.put(0, y * ow, acc);
@@ -299,6 +291,23 @@ impl Plane<'_> {
                 }
                 sink.put(0, (z * oh + yy) * ow, acc);
             }
+        }
+    }
+}
+
+/// One tap: `acc = src * w` for the `first`, `acc += src * w` after it
+/// (no zeroing pass over `acc`).
+///
+/// # Safety
+/// `AVX2` only when the CPU has AVX2.
+#[inline(always)]
+unsafe fn tap<const AVX2: bool>(first: bool, acc: &mut [i32], src: &[i32], w: i32) {
+    // SAFETY: passed on (this function's contract).
+    unsafe {
+        if first {
+            mac::<AVX2, true>(acc, src, w);
+        } else {
+            mac::<AVX2, false>(acc, src, w);
         }
     }
 }
