@@ -140,12 +140,12 @@ pub fn tensor_from_numpy(
         }
     };
     let dtype = array.dtype();
-    let Some(element) = element_type(&dtype) else {
+    if element_type(&dtype).is_none() {
         return Err(errors::input(
             py,
             format!("input `{name}`: NumPy dtype {dtype} is not supported"),
         ));
-    };
+    }
     if !(array.is_c_contiguous()
         && array.is_aligned()
         && dtype.is_native_byteorder() != Some(false))
@@ -158,13 +158,42 @@ pub fn tensor_from_numpy(
             .call_method("astype", (native,), Some(&kwargs))?
             .cast_into::<PyUntypedArray>()?;
     }
+    tensor_over_array(py, &format!("input `{name}`"), &array, None)
+}
+
+/// A tensor over `array`'s buffer, which it keeps alive (no copy; `bool`
+/// is copied): the array must be C-contiguous, aligned and in native byte
+/// order. Its elements are read as `element` when given (an element type
+/// of the same size, e.g. bfloat16 over `uint16`), else as its dtype.
+pub fn tensor_over_array(
+    py: Python<'_>,
+    name: &str,
+    array: &Bound<'_, PyUntypedArray>,
+    element: Option<ElementType>,
+) -> PyResult<Tensor> {
+    let dtype = array.dtype();
+    let Some(element) = element.or_else(|| element_type(&dtype)) else {
+        return Err(errors::input(
+            py,
+            format!("{name}: NumPy dtype {dtype} is not supported"),
+        ));
+    };
+    if !(array.is_c_contiguous()
+        && array.is_aligned()
+        && dtype.is_native_byteorder() != Some(false))
+    {
+        return Err(errors::input(
+            py,
+            format!("{name}: the array must be C-contiguous, aligned and in native byte order"),
+        ));
+    }
     let shape = array.shape().to_vec();
     let len = array.len() * dtype.itemsize();
     // SAFETY: `as_array_ptr` is the live array object `array` holds; its
     // `data` field is the buffer's address, read under the GIL.
     let data = unsafe { (*array.as_array_ptr()).fields.data };
     let bytes = Arc::new(ArrayBytes {
-        array: array.unbind(),
+        array: array.clone().unbind(),
         addr: data.cast::<u8>().expose_provenance(),
         len,
     });
@@ -173,8 +202,8 @@ pub fn tensor_from_numpy(
     }
     // `bool` (and anything the shared view refuses): a checked copy.
     TensorData::from_le_bytes(element, bytes.bytes())
-        .ok_or_else(|| format!("input `{name}`: {element} elements cannot be read"))
-        .and_then(|d| Tensor::new(shape, d).map_err(|e| format!("input `{name}`: {e}")))
+        .ok_or_else(|| format!("{name}: {element} elements cannot be read"))
+        .and_then(|d| Tensor::new(shape, d).map_err(|e| format!("{name}: {e}")))
         .map_err(|m| errors::input(py, m))
 }
 

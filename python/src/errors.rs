@@ -70,3 +70,14 @@ pub fn from_execution(py: Python<'_>, e: &ExecutionError) -> PyErr {
 pub fn input(py: Python<'_>, message: String) -> PyErr {
     exception(py, "InputError", message, None)
 }
+
+/// A run ended by `RunOptions.terminate` (`Terminated`: onnxruntime's
+/// `Fail`, and a `RuntimeError`), with onnxruntime's message.
+pub fn terminated(py: Python<'_>) -> PyErr {
+    exception(
+        py,
+        "Terminated",
+        "Exiting due to terminate flag being set to true.".to_owned(),
+        None,
+    )
+}

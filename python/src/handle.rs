@@ -8,13 +8,14 @@
 //! once; every later call returns the same outputs or raises the same
 //! exception. The Python package's wrapper makes the handle awaitable.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use onnx_prepared::{ExecutionError, ExecutionHandle, RuntimeContext};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
 use crate::errors;
+use crate::run_options::{Cancel, Terminate};
 use crate::session::{InferenceSession, Selection};
 
 /// A submission in flight.
@@ -44,7 +45,7 @@ impl Pending {
         }
     }
 
-    fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         match self {
             Pending::Run { handle, .. } => handle.cancel(),
             Pending::Prepare(h) => h.cancel(),
@@ -82,6 +83,14 @@ impl RunHandle {
             session,
             pending: Mutex::new(Some(Arc::new(pending))),
             settled: PyOnceLock::new(),
+        }
+    }
+
+    /// Lets `terminate` (a `RunOptions` flag) cancel the submission.
+    pub fn cancel_with(&self, terminate: &Terminate) {
+        if let Some(p) = self.shared() {
+            let weak: Weak<dyn Cancel> = Arc::downgrade(&p) as Weak<dyn Cancel>;
+            terminate.register(weak);
         }
     }
 

@@ -9,6 +9,9 @@
 //!   `prepare_async` (wait, cancel, result).
 //! * `convert.rs`: NumPy arrays to tensors and back, without copies where
 //!   the layout allows (hot path).
+//! * `value.rs`: `_Value`, the tensor behind an `OrtValue` (runs use it in
+//!   place and hand their outputs over in one).
+//! * `run_options.rs`: `RunOptions`, whose `terminate` cancels runs.
 //! * `options.rs`: session options read from a Python options object.
 //! * `meta.rs`: declared input and output types and shapes, onnxruntime's
 //!   spelling.
@@ -22,7 +25,9 @@ mod genai;
 mod handle;
 mod meta;
 mod options;
+mod run_options;
 mod session;
+mod value;
 
 use pyo3::prelude::*;
 
@@ -31,6 +36,8 @@ use pyo3::prelude::*;
 fn _onnx_prepared(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::InferenceSession>()?;
     m.add_class::<handle::RunHandle>()?;
+    m.add_class::<run_options::RunOptions>()?;
+    m.add_class::<value::Value>()?;
     m.add_class::<genai::GenaiModel>()?;
     m.add_class::<genai::GenaiTokenizerStream>()?;
     m.add_class::<genai::GenaiGenerator>()?;

@@ -105,6 +105,7 @@ pub fn session_options(options: Option<&Bound<'_, PyAny>>) -> PyResult<SessionOp
         }
     }
     out = out
+        .with_trace(extract::<bool>(options, "enable_profiling")?.unwrap_or(false))
         .with_map_weights(extract::<bool>(options, "map_weights")?.unwrap_or(false))
         .with_resident_tables(extract::<bool>(options, "resident_tables")?.unwrap_or(false))
         .with_cache_copy_in(extract::<bool>(options, "cache_copy_in")?.unwrap_or(false));
@@ -114,7 +115,8 @@ pub fn session_options(options: Option<&Bound<'_, PyAny>>) -> PyResult<SessionOp
         } else {
             CpuFeatures::detect()
         },
-        int8_activations: extract::<bool>(options, "int8_activations")?.unwrap_or(false),
+        int8_activations: extract::<bool>(options, "int8_activations")?.unwrap_or(false)
+            || int8_by_config(options)?,
         ..ResolveOptions::default()
     });
     Ok(out)
@@ -125,4 +127,21 @@ pub fn session_options(options: Option<&Bound<'_, PyAny>>) -> PyResult<SessionOp
 /// the CLI's `--threads n`.
 fn threads(options: SessionOptions, n: usize) -> SessionOptions {
     options.with_threads(n)
+}
+
+/// onnxruntime's `session.qdq_matmulnbits_accuracy_level` config entry at
+/// 4: int8 MatMulNBits activations, as `int8_activations`.
+fn int8_by_config(options: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let Some(config) = attr(options, "_config")? else {
+        return Ok(false);
+    };
+    let Ok(config) = config.cast_into::<PyDict>() else {
+        return Ok(false);
+    };
+    Ok(
+        match config.get_item("session.qdq_matmulnbits_accuracy_level")? {
+            Some(v) => v.extract::<String>().is_ok_and(|v| v.trim() == "4"),
+            None => false,
+        },
+    )
 }

@@ -6,12 +6,14 @@
 //! buffers) is kept for the next run.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use onnx_prepared::decoder::{self, KvCache};
 use onnx_prepared::limits::MAX_NEW_TOKENS;
-use onnx_prepared::{Domain, ElementType, RuntimeContext, RuntimeSession, Tensor, UNLIMITED};
+use onnx_prepared::{
+    Domain, ElementType, ErrorKind, RuntimeContext, RuntimeSession, Tensor, UNLIMITED,
+};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
@@ -21,6 +23,8 @@ use crate::errors;
 use crate::handle::{Pending, RunHandle};
 use crate::meta::ValueMeta;
 use crate::options::session_options;
+use crate::run_options::{Cancel, RunOptions};
+use crate::value::Value;
 
 /// Finished contexts kept per session for the next runs.
 const KEPT_CONTEXTS: usize = 4;
@@ -107,7 +111,6 @@ impl InferenceSession {
         self.outputs.iter().map(|o| o.name.as_str()).collect()
     }
 
-    /// A context holding `feeds` (every declared input, nothing else).
     /// A context holding `feeds`; with `owned`, every input is copied out
     /// of its array (an asynchronous run outlives the call, and Python may
     /// write or resize the array meanwhile).
@@ -117,8 +120,27 @@ impl InferenceSession {
         feeds: &Bound<'_, PyDict>,
         owned: bool,
     ) -> PyResult<RuntimeContext> {
+        self.feed_with(py, feeds, |name, declared, value| {
+            let tensor = tensor_from_numpy(py, name, value, Some(declared))?;
+            Ok(if owned {
+                tensor.to_owned_elements()
+            } else {
+                tensor
+            })
+        })
+    }
+
+    /// A context holding every declared input, each made from its value in
+    /// `feeds` by `tensor(name, declared type, value)`; a name that is not
+    /// a declared input, or a missing one, is an `InputError`.
+    fn feed_with(
+        &self,
+        py: Python<'_>,
+        feeds: &Bound<'_, PyDict>,
+        mut tensor: impl FnMut(&str, ElementType, &Bound<'_, PyAny>) -> PyResult<Tensor>,
+    ) -> PyResult<RuntimeContext> {
         let mut ctx = self.context();
-        let set = |ctx: &mut RuntimeContext| -> PyResult<()> {
+        let mut set = |ctx: &mut RuntimeContext| -> PyResult<()> {
             for (key, value) in feeds.iter() {
                 let key = key.cast::<PyString>().map_err(|_| {
                     PyTypeError::new_err("input_feed: keys must be input names (str)")
@@ -133,11 +155,8 @@ impl InferenceSession {
                         ),
                     ));
                 };
-                let mut tensor = tensor_from_numpy(py, name, &value, Some(self.input_types[at]))?;
-                if owned {
-                    tensor = tensor.to_owned_elements();
-                }
-                ctx.set_input(name, tensor)
+                let t = tensor(name, self.input_types[at], &value)?;
+                ctx.set_input(name, t)
                     .map_err(|e| errors::from_error(py, &e))?;
             }
             // Keys are unique and each one is declared: as many keys as
@@ -162,6 +181,72 @@ impl InferenceSession {
                 self.recycle(ctx);
                 Err(e)
             }
+        }
+    }
+
+    /// Runs `ctx` to its end on the calling thread with the GIL released.
+    /// With `run_options`, its `terminate` flag cancels the run from any
+    /// thread (onnxruntime's `RunOptions.terminate`).
+    fn run_context(
+        &self,
+        py: Python<'_>,
+        ctx: RuntimeContext,
+        run_options: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<RuntimeContext> {
+        let session = &self.session;
+        let Some(options) = run_options.filter(|o| !o.is_none()) else {
+            // The context is dropped on error with the GIL held.
+            return py
+                .detach(move || session.run(ctx))
+                .map_err(|e| errors::from_execution(py, &e));
+        };
+        let terminate = RunOptions::terminate_of(options)?;
+        if terminate.is_set() {
+            self.recycle(ctx);
+            return Err(errors::terminated(py));
+        }
+        let handle = Arc::new(session.run_async(ctx));
+        let weak: Weak<dyn Cancel> = Arc::downgrade(&handle) as Weak<dyn Cancel>;
+        terminate.register(weak);
+        let result = py.detach(move || {
+            handle.wait_ready();
+            // `terminate` holds the run only weakly, and only while it
+            // cancels it: the handle is ours again at once.
+            let mut handle = handle;
+            loop {
+                match Arc::try_unwrap(handle) {
+                    Ok(h) => break h.wait(),
+                    Err(again) => {
+                        handle = again;
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        });
+        result.map_err(|e| {
+            if e.error.kind() == ErrorKind::Cancelled && terminate.is_set() {
+                errors::terminated(py)
+            } else {
+                errors::from_execution(py, &e)
+            }
+        })
+    }
+
+    /// A finished run's outputs as values (the selected ones, in the
+    /// selection's order; no copy); the context is recycled.
+    fn outputs_to_values(&self, mut ctx: RuntimeContext, selection: &Selection) -> Vec<Value> {
+        let outputs: Vec<Tensor> = ctx
+            .take_outputs()
+            .into_iter()
+            .map(|(_, t)| t.into_shared())
+            .collect();
+        self.recycle(ctx);
+        match selection {
+            None => outputs.into_iter().map(Value::from_output).collect(),
+            Some(picks) => picks
+                .iter()
+                .filter_map(|&i| outputs.get(i).cloned().map(Value::from_output))
+                .collect(),
         }
     }
 
@@ -301,15 +386,43 @@ impl InferenceSession {
         input_feed: &Bound<'py, PyDict>,
         run_options: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let _ = run_options;
         let selection = self.selection(py, output_names)?;
         let ctx = self.feed(py, input_feed, false)?;
-        let session = &self.session;
-        match py.detach(move || session.run(ctx)) {
-            Ok(ctx) => self.outputs_to_python(py, ctx, &selection),
-            // The context is dropped here, with the GIL held.
-            Err(e) => Err(errors::from_execution(py, &e)),
-        }
+        let ctx = self.run_context(py, ctx, run_options)?;
+        self.outputs_to_python(py, ctx, &selection)
+    }
+
+    /// Runs the model on `feeds` (input name to `_Value`) and returns the
+    /// outputs named in `output_names` (`None`: all) as `_Value`s: inputs
+    /// are used in place and outputs handed over, no copy either way.
+    #[pyo3(signature = (output_names, feeds, run_options=None))]
+    fn _run_values(
+        &self,
+        py: Python<'_>,
+        output_names: Option<Vec<String>>,
+        feeds: &Bound<'_, PyDict>,
+        run_options: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<Value>> {
+        let selection = self.selection(py, output_names)?;
+        let ctx = self.feed_with(py, feeds, |name, declared, value| {
+            let value = value.cast::<Value>().map_err(|_| {
+                PyTypeError::new_err(format!("input `{name}`: an OrtValue is expected"))
+            })?;
+            let tensor = value.get().tensor();
+            if tensor.dtype() != declared {
+                return Err(errors::input(
+                    py,
+                    format!(
+                        "input `{name}`: {} elements given, the model takes {}",
+                        tensor.dtype().name(),
+                        declared.name()
+                    ),
+                ));
+            }
+            Ok(tensor)
+        })?;
+        let ctx = self.run_context(py, ctx, run_options)?;
+        Ok(self.outputs_to_values(ctx, &selection))
     }
 
     /// Starts a run and returns at once: a `RunHandle` to wait on, cancel
@@ -321,16 +434,23 @@ impl InferenceSession {
         input_feed: &Bound<'_, PyDict>,
         run_options: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<RunHandle> {
-        let _ = run_options;
         let py = slf.py();
         let this = slf.get();
         let selection = this.selection(py, output_names)?;
+        let terminate = run_options
+            .filter(|o| !o.is_none())
+            .map(RunOptions::terminate_of)
+            .transpose()?;
+        if terminate.as_ref().is_some_and(|t| t.is_set()) {
+            return Err(errors::terminated(py));
+        }
         let ctx = this.feed(py, input_feed, true)?;
         let handle = this.session.run_async(ctx);
-        Ok(RunHandle::new(
-            slf.clone().unbind(),
-            Pending::Run { handle, selection },
-        ))
+        let run = RunHandle::new(slf.clone().unbind(), Pending::Run { handle, selection });
+        if let Some(t) = terminate {
+            run.cancel_with(&t);
+        }
+        Ok(run)
     }
 
     /// Reads, verifies and prepacks every weight now (with the GIL
@@ -414,6 +534,51 @@ impl InferenceSession {
         out.set_item("peak_live_bytes", peaks)?;
         out.set_item("memory", domains)?;
         Ok(out)
+    }
+
+    /// The model's metadata, as onnxruntime's `ModelMetadata` fields.
+    fn _model_meta<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let model = self.session.plan().resolved().model();
+        let proto = model.proto();
+        let graph = model.graph();
+        let out = PyDict::new(py);
+        let text = |s: &Option<String>| s.clone().unwrap_or_default();
+        out.set_item("producer_name", text(&proto.producer_name))?;
+        out.set_item("graph_name", text(&graph.name))?;
+        out.set_item("domain", text(&proto.domain))?;
+        out.set_item("description", text(&proto.doc_string))?;
+        out.set_item("graph_description", text(&graph.doc_string))?;
+        out.set_item("version", proto.model_version.unwrap_or(0))?;
+        let custom = PyDict::new(py);
+        for p in &proto.metadata_props {
+            custom.set_item(text(&p.key), text(&p.value))?;
+        }
+        out.set_item("custom_metadata_map", custom)?;
+        Ok(out)
+    }
+
+    /// Writes the trace recorded so far (Chrome's trace event format) to
+    /// `path`, a new file, and starts a new one; `False` when the session
+    /// records none (`SessionOptions.enable_profiling` off).
+    fn _end_profiling(&self, py: Python<'_>, path: PathBuf) -> PyResult<bool> {
+        let Some(trace) = self.session.trace() else {
+            return Ok(false);
+        };
+        let json = trace.to_chrome_json();
+        let written = py.detach(|| {
+            use std::io::Write;
+            let mut f = std::fs::File::create_new(&path)?;
+            f.write_all(json.as_bytes())?;
+            f.sync_all()
+        });
+        written.map_err(|e| {
+            pyo3::exceptions::PyOSError::new_err(format!(
+                "writing the profile {}: {e}",
+                path.display()
+            ))
+        })?;
+        trace.clear();
+        Ok(true)
     }
 
     /// Whether every prepared object is resident (runs take the hot path).

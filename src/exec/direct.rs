@@ -190,7 +190,7 @@ impl DirectReplay {
             None => &Sequential,
         };
         let all = 0..lowered.len();
-        lowered.replay(resolved, objects.as_slice(), all, par)?;
+        lowered.replay(resolved, objects.as_slice(), all, par, &|| false)?;
         Ok(lowered.outputs(resolved, objects.as_slice()))
     }
 }

@@ -342,6 +342,7 @@ impl PreparedExecutionState {
         inputs: &mut [(String, Tensor)],
         order: &[u32],
         par: &dyn ParallelFor,
+        stop: &dyn Fn() -> bool,
     ) -> Result<bool, RunError> {
         invocation.waiting = None;
         let declared = self.plan().resolved().inputs();
@@ -358,10 +359,10 @@ impl PreparedExecutionState {
         let lowered = invocation.lowered.as_mut().expect("lowered above");
         if !lowered.lends_inputs() {
             lowered.load_inputs_by(|i| &inputs[order[i] as usize].1)?;
-            return self.run_hot(invocation, par);
+            return self.run_hot(invocation, par, stop);
         }
         lowered.swap_inputs(inputs, order);
-        let ran = self.run_hot(invocation, par);
+        let ran = self.run_hot(invocation, par, stop);
         invocation
             .lowered
             .as_mut()
@@ -379,6 +380,7 @@ impl PreparedExecutionState {
         invocation: &mut InvocationState,
         par: &dyn ParallelFor,
         on_step: Option<&dyn Fn(usize, std::time::Instant, std::time::Instant)>,
+        stop: &dyn Fn() -> bool,
     ) -> Result<RunProgress, RunError> {
         let resolved = self.plan().resolved();
         let lowered = invocation
@@ -413,7 +415,7 @@ impl PreparedExecutionState {
             }
             let actions = lowered.actions_of(step.nodes.clone());
             let start = on_step.map(|_| std::time::Instant::now());
-            lowered.replay(resolved, &pins, actions, par)?;
+            lowered.replay(resolved, &pins, actions, par, stop)?;
             if let (Some(f), Some(start)) = (on_step, start) {
                 f(invocation.next_step, start, std::time::Instant::now());
             }
@@ -434,6 +436,7 @@ impl PreparedExecutionState {
         &self,
         invocation: &mut InvocationState,
         par: &dyn ParallelFor,
+        stop: &dyn Fn() -> bool,
     ) -> Result<bool, RunError> {
         let resolved = self.plan().resolved();
         let lowered = invocation
@@ -442,7 +445,7 @@ impl PreparedExecutionState {
             .expect("begin_run_ordered comes first");
         let guard = GuardObjects(self.store().read_guard());
         let all = 0..lowered.len();
-        match lowered.replay(resolved, &guard, all, par) {
+        match lowered.replay(resolved, &guard, all, par, stop) {
             Ok(()) => {
                 invocation.next_step = self.plan().steps().len();
                 Ok(true)
@@ -543,7 +546,7 @@ impl PreparedExecutionState {
                 }
             }
             let actions = lowered.actions_of(step.nodes.clone());
-            lowered.replay(resolved, &pins, actions, &Sequential)?;
+            lowered.replay(resolved, &pins, actions, &Sequential, &|| false)?;
             // Unpinned after their step (evictable under a limit), but for
             // the last step's: objects read as graph outputs are among them.
             if s + 1 < steps.len() {

@@ -142,13 +142,21 @@ impl RunContinuation {
             Some(n) => tctx.parallel().at_most(n),
             None => tctx.parallel(),
         };
+        // Cancellation (a handle's `cancel`) ends the run between kernels.
+        let stop = || tctx.is_cancelled();
         if !*started {
             *started = true;
             ctx.order()?;
             if session.is_hot() {
                 let start = session.trace.as_ref().map(|_| Instant::now());
                 // Inputs read in place: the hot run ends within this step.
-                if state.run_hot_in_place(&mut ctx.invocation, &mut ctx.inputs, &ctx.order, &par)? {
+                if state.run_hot_in_place(
+                    &mut ctx.invocation,
+                    &mut ctx.inputs,
+                    &ctx.order,
+                    &par,
+                    &stop,
+                )? {
                     if let (Some(trace), Some(start)) = (&session.trace, start) {
                         trace.record(TraceLane::Inference, "run (hot)", start, Instant::now(), id);
                     }
@@ -186,7 +194,7 @@ impl RunContinuation {
             }
         };
         loop {
-            match state.resume_run(&mut ctx.invocation, &par, Some(&on_step))? {
+            match state.resume_run(&mut ctx.invocation, &par, Some(&on_step), &stop)? {
                 RunProgress::Done => {
                     ctx.finish_outputs(state)?;
                     return Ok(true);

@@ -10,14 +10,14 @@ use crate::support::fixture;
 use onnx_prepared::Error;
 use onnx_prepared::arena::{Domain, MemoryBudget};
 use onnx_prepared::exec::{
-    DirectReplay, DirectReplayOptions, InvocationState, PreparedExecutionState,
+    DirectReplay, DirectReplayOptions, InvocationState, PreparedExecutionState, RunError,
 };
 use onnx_prepared::model::{
     FaultInjectingSource, FileSource, Model, PayloadSource, ReadFault, ResolveOptions,
     ResolvedModel,
 };
 use onnx_prepared::plan::PreparedExecutionPlan;
-use onnx_prepared_kernels::{CpuFeatures, Tensor};
+use onnx_prepared_kernels::{CpuFeatures, Sequential, Tensor};
 
 fn state(path: &std::path::Path, source: Arc<dyn PayloadSource>) -> PreparedExecutionState {
     let model = Model::open(path).unwrap();
@@ -246,4 +246,39 @@ fn activation_buffers_count_against_the_execution_limit() {
     assert_eq!(s.budget().live(Domain::Execution), 3 * 4 * 256 * 4);
     drop(inv);
     assert_eq!(s.budget().live(Domain::Execution), 0);
+}
+
+#[test]
+fn a_stopped_hot_run_ends_cancelled_between_kernels_and_the_next_one_runs() {
+    let path = fixture("tiny-llm");
+    let model = Model::open(&path).unwrap();
+    let source: Arc<dyn PayloadSource> = Arc::new(FileSource::open(&model).unwrap());
+    let s = state(&path, source);
+    let mut owned = support::tiny_llm_prefill(8);
+    let inputs: Vec<(&str, &Tensor)> = owned.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let want = direct(&path, &inputs);
+    let mut inv = InvocationState::default();
+    s.run(&mut inv, &inputs).unwrap(); // everything resident: runs go hot
+    let order: Vec<u32> = s
+        .plan()
+        .resolved()
+        .inputs()
+        .iter()
+        .map(|d| owned.iter().position(|(n, _)| *n == d.name).unwrap() as u32)
+        .collect();
+    let asked = std::cell::Cell::new(0usize);
+    let stop_at_fifth = || {
+        asked.set(asked.get() + 1);
+        asked.get() == 5
+    };
+    let stopped = s.run_hot_in_place(&mut inv, &mut owned, &order, &Sequential, &stop_at_fifth);
+    assert!(matches!(stopped, Err(RunError::Cancelled)), "{stopped:?}");
+    assert_eq!(asked.get(), 5, "asked once per kernel, before it runs");
+    // The inputs came back to the caller, and the next run is whole.
+    assert_eq!(owned, support::tiny_llm_prefill(8));
+    assert!(
+        s.run_hot_in_place(&mut inv, &mut owned, &order, &Sequential, &|| false)
+            .unwrap()
+    );
+    assert_eq!(s.outputs(&inv), want, "bit for bit");
 }

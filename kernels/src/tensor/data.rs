@@ -213,6 +213,28 @@ impl DataRef<'_> {
     }
 }
 
+impl<'a> DataRef<'a> {
+    /// The elements' bytes in native order (a checked cast, no copy).
+    pub fn into_bytes(self) -> &'a [u8] {
+        use zerocopy::IntoBytes;
+        match self {
+            Self::F32(v) => v.as_bytes(),
+            Self::F64(v) => v.as_bytes(),
+            Self::F16(v) => v.as_bytes(),
+            Self::BF16(v) => v.as_bytes(),
+            Self::I8(v) => v.as_bytes(),
+            Self::I16(v) => v.as_bytes(),
+            Self::I32(v) => v.as_bytes(),
+            Self::I64(v) => v.as_bytes(),
+            Self::U8(v) => v,
+            Self::U16(v) => v.as_bytes(),
+            Self::U32(v) => v.as_bytes(),
+            Self::U64(v) => v.as_bytes(),
+            Self::Bool(v) => v.as_bytes(),
+        }
+    }
+}
+
 /// A mutable view of a tensor's elements, one typed slice per element
 /// type: what [`Tensor::view_mut`](super::Tensor::view_mut) returns for every storage.
 #[derive(Debug, PartialEq)]

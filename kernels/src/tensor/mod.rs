@@ -71,6 +71,20 @@ impl std::fmt::Debug for Storage {
     }
 }
 
+/// A tensor's own storage lent as shared bytes ([`Tensor::into_shared`]).
+#[derive(Debug)]
+struct StorageBytes(Storage);
+
+impl SharedBytes for StorageBytes {
+    fn bytes(&self) -> &[u8] {
+        match &self.0 {
+            Storage::Owned(d) => d.view().into_bytes(),
+            Storage::Aligned { bytes, .. } => bytes.bytes(),
+            Storage::Shared { bytes, .. } => bytes.bytes(),
+        }
+    }
+}
+
 /// A dense row-major tensor, its elements owned in memory (a vector given
 /// to [`Tensor::new`], or a cache-line-aligned block from
 /// [`Tensor::zeros`]) or used in place from shared read-only bytes (see
@@ -221,6 +235,33 @@ impl Tensor {
                 shape: self.shape.clone(),
                 data: Storage::Owned(self.data().to_data()),
             },
+        }
+    }
+
+    /// The same tensor with its elements behind shared bytes (moved, not
+    /// copied): clones then share them instead of copying, so one output
+    /// can be handed to several holders (a caller's value, the next run's
+    /// input) at no cost. A tensor already shared, and one of a type that
+    /// is never viewed in place (`Bool`, the 4-bit types), comes back as
+    /// it is.
+    pub fn into_shared(self) -> Self {
+        if self.is_shared() || !Self::views_in_place(self.dtype()) {
+            return self;
+        }
+        let Self { shape, data } = self;
+        let dtype = match &data {
+            Storage::Owned(d) => d.dtype(),
+            Storage::Aligned { dtype, .. } | Storage::Shared { dtype, .. } => *dtype,
+        };
+        let owned = Arc::new(StorageBytes(data));
+        match Self::shared(shape.clone(), dtype, owned.clone(), 0) {
+            Some(t) => t,
+            // The storage's own bytes always fit its elements; should the
+            // view be refused anyway, the tensor stays as it was.
+            None => {
+                let data = Arc::try_unwrap(owned).map_or_else(|a| a.0.clone(), |b| b.0);
+                Self { shape, data }
+            }
         }
     }
 

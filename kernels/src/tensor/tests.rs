@@ -216,3 +216,31 @@ fn element_bytes_are_written_as_onnx_stores_them() {
     let mut b = Tensor::zeros(ElementType::Bool, vec![1]).unwrap();
     assert!(b.view_mut().into_le_bytes().is_none());
 }
+
+#[test]
+fn into_shared_moves_the_elements_and_clones_share_them() {
+    // An aligned output (what a run produces) and an owned vector.
+    let mut aligned = Tensor::zeros(ElementType::F32, vec![2, 3]).unwrap();
+    aligned
+        .as_f32_mut()
+        .unwrap()
+        .copy_from_slice(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let before = aligned.data().into_bytes().as_ptr();
+    let shared = aligned.clone().into_shared();
+    assert!(shared.is_shared());
+    assert_eq!(shared, aligned);
+    let moved = aligned.into_shared();
+    assert_eq!(moved.data().into_bytes().as_ptr(), before, "no copy");
+    let copy = moved.clone();
+    assert!(copy.shares_bytes_with(&moved));
+
+    let owned = Tensor::from_i64(vec![3], vec![7, -1, 9]).unwrap();
+    let shared = owned.clone().into_shared();
+    assert!(shared.is_shared());
+    assert_eq!(shared.to_i64_vec(), Some(vec![7, -1, 9]));
+
+    // Bool is never viewed in place: it stays owned.
+    let flags = Tensor::new(vec![2], TensorData::Bool(vec![true, false])).unwrap();
+    assert!(!flags.clone().into_shared().is_shared());
+    assert_eq!(flags.clone().into_shared(), flags);
+}

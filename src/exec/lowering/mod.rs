@@ -455,9 +455,14 @@ impl Lowered {
         objects: &O,
         range: std::ops::Range<usize>,
         par: &dyn ParallelFor,
+        stop: &dyn Fn() -> bool,
     ) -> Result<(), Error> {
         let nodes = resolved.nodes();
         for a in range {
+            // A cancelled run ends between kernels (one load per action).
+            if stop() {
+                return Err(Error::Cancelled);
+            }
             if self.actions[a].late {
                 self.size_late(resolved, objects, a)?;
             }
