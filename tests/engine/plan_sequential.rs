@@ -17,6 +17,7 @@ use onnx_prepared::model::{
     ResolvedModel,
 };
 use onnx_prepared::plan::PreparedExecutionPlan;
+use onnx_prepared::sync::{AtomicUsize, Ordering};
 use onnx_prepared_kernels::{CpuFeatures, Sequential, Tensor};
 
 fn state(path: &std::path::Path, source: Arc<dyn PayloadSource>) -> PreparedExecutionState {
@@ -266,14 +267,15 @@ fn a_stopped_hot_run_ends_cancelled_between_kernels_and_the_next_one_runs() {
         .iter()
         .map(|d| owned.iter().position(|(n, _)| *n == d.name).unwrap() as u32)
         .collect();
-    let asked = std::cell::Cell::new(0usize);
-    let stop_at_fifth = || {
-        asked.set(asked.get() + 1);
-        asked.get() == 5
-    };
+    let asked = AtomicUsize::new(0);
+    let stop_at_fifth = || asked.fetch_add(1, Ordering::Relaxed) + 1 == 5;
     let stopped = s.run_hot_in_place(&mut inv, &mut owned, &order, &Sequential, &stop_at_fifth);
     assert!(matches!(stopped, Err(RunError::Cancelled)), "{stopped:?}");
-    assert_eq!(asked.get(), 5, "asked once per kernel, before it runs");
+    assert_eq!(
+        asked.load(Ordering::Relaxed),
+        5,
+        "asked once per kernel, before it runs"
+    );
     // The inputs came back to the caller, and the next run is whole.
     assert_eq!(owned, support::tiny_llm_prefill(8));
     assert!(
