@@ -66,13 +66,23 @@ from .options import (
 from .ortvalue import OrtValue
 from .patch import patch_onnxruntime, unpatch_onnxruntime
 from .session import (
+    MODULE_FUNCTIONS,
     InferenceSession,
     ModelMetadata,
     NodeArg,
     RunHandle,
+    disable_telemetry_events,
+    enable_telemetry_events,
     get_all_providers,
     get_available_providers,
+    get_build_info,
     get_device,
+    get_ep_devices,
+    get_version_string,
+    preload_dlls,
+    set_default_logger_severity,
+    set_default_logger_verbosity,
+    set_seed,
 )
 
 __version__ = "0.1.0"
@@ -93,6 +103,7 @@ __all__ = [
     "get_available_providers",
     "get_all_providers",
     "get_device",
+    *MODULE_FUNCTIONS,
     "patch_onnxruntime",
     "unpatch_onnxruntime",
     "MAX_NEW_TOKENS",

@@ -21,8 +21,7 @@ import types
 from . import binding, options, ortvalue, session
 from .capi import onnxruntime_pybind11_state as _state
 
-# The onnxruntime release whose Python API this package follows.
-ORT_API_VERSION = "1.32.0"
+ORT_API_VERSION = session.ORT_API_VERSION
 
 _REPLACEMENTS = {
     "InferenceSession": session.InferenceSession,
@@ -107,11 +106,8 @@ def _install_shim() -> None:
     for name, ours in _REPLACEMENTS.items():
         setattr(root, name, ours)
     root.__version__ = ORT_API_VERSION
-    root.get_version_string = lambda: ORT_API_VERSION
-    root.get_build_info = lambda: f"onnx_prepared (onnxruntime {ORT_API_VERSION} API)"
-    root.set_default_logger_severity = lambda severity: None
-    root.set_default_logger_verbosity = lambda verbosity: None
-    root.set_seed = lambda seed: None
+    for name in session.MODULE_FUNCTIONS:
+        setattr(root, name, getattr(session, name))
     capi = types.ModuleType("onnxruntime.capi")
     capi.onnxruntime_pybind11_state = _state
     root.capi = capi

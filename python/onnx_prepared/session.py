@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 import threading
 import time
 import warnings
@@ -17,6 +18,8 @@ from .options import SessionOptions
 from .ortvalue import OrtValue
 
 CPU_PROVIDER = "CPUExecutionProvider"
+# The onnxruntime release whose Python API this package follows.
+ORT_API_VERSION = "1.32.0"
 
 
 def get_available_providers() -> list[str]:
@@ -30,6 +33,59 @@ def get_all_providers() -> list[str]:
 
 def get_device() -> str:
     return "CPU"
+
+
+def get_version_string() -> str:
+    """The onnxruntime release whose Python API this package follows."""
+    return ORT_API_VERSION
+
+
+def get_build_info() -> str:
+    return f"onnx_prepared (onnxruntime {ORT_API_VERSION} Python API), CPU"
+
+
+def set_default_logger_severity(severity: int) -> None:
+    """Accepted, no effect: the runtime reports through exceptions."""
+
+
+def set_default_logger_verbosity(verbosity: int) -> None:
+    """Accepted, no effect."""
+
+
+def set_seed(seed: int) -> None:
+    """Accepted, no effect: no kernel here draws random numbers."""
+
+
+def disable_telemetry_events() -> None:
+    """Accepted, no effect: this runtime sends no telemetry."""
+
+
+def enable_telemetry_events() -> None:
+    """Accepted, no effect: this runtime sends no telemetry."""
+
+
+def preload_dlls(*args, **kwargs) -> None:
+    """Accepted, no effect: there are no provider libraries to load."""
+
+
+def get_ep_devices() -> list:
+    """No execution provider devices: every run is on the CPU."""
+    return []
+
+
+# onnxruntime's module functions this package has with no counterpart of
+# its own (no-ops or fixed answers); `patch` gives its shim module these too.
+MODULE_FUNCTIONS = (
+    "get_version_string",
+    "get_build_info",
+    "set_default_logger_severity",
+    "set_default_logger_verbosity",
+    "set_seed",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
+    "preload_dlls",
+    "get_ep_devices",
+)
 
 
 class NodeArg:
@@ -165,13 +221,31 @@ class InferenceSession(_NativeSession):
     def __new__(cls, path_or_bytes, sess_options=None, providers=None, provider_options=None, **kwargs):
         if isinstance(sess_options, SessionOptions):
             sess_options._report()
-        if isinstance(path_or_bytes, os.PathLike):
+        folder = None
+        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+            # A serialized model (no external data): written to a file of
+            # its own, which the session reads its weights from and which
+            # goes when the session does.
+            folder = tempfile.TemporaryDirectory(prefix="onnx_prepared-")
+            path = os.path.join(folder.name, "model.onnx")
+            with open(path, "wb") as f:
+                f.write(path_or_bytes)
+            path_or_bytes = path
+        elif isinstance(path_or_bytes, os.PathLike):
             path_or_bytes = os.fspath(path_or_bytes)
-        return super().__new__(cls, path_or_bytes, sess_options, providers, provider_options, **kwargs)
+        try:
+            self = super().__new__(cls, path_or_bytes, sess_options, providers, provider_options, **kwargs)
+        except BaseException:
+            if folder is not None:
+                folder.cleanup()
+            raise
+        self._model_folder = folder
+        self._model_path = path_or_bytes
+        return self
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, **kwargs) -> None:
-        # The model was opened by the native __new__ with these arguments.
-        self._model_path = os.fspath(path_or_bytes)
+        # The model was opened by the native __new__ (which set
+        # `_model_path`, the file it opened).
         self._sess_options = sess_options if sess_options is not None else SessionOptions()
         self._enable_fallback = bool(kwargs.get("enable_fallback", True))
         self._profiling_start_ns = time.monotonic_ns() if getattr(self._sess_options, "enable_profiling", False) else 0

@@ -146,10 +146,7 @@ pub fn tensor_from_numpy(
             format!("input `{name}`: NumPy dtype {dtype} is not supported"),
         ));
     }
-    if !(array.is_c_contiguous()
-        && array.is_aligned()
-        && dtype.is_native_byteorder() != Some(false))
-    {
+    if !is_plain(&array) {
         // A copy in native order, C order, aligned.
         let native = dtype.call_method1("newbyteorder", ("=",))?;
         let kwargs = PyDict::new(py);
@@ -159,6 +156,14 @@ pub fn tensor_from_numpy(
             .cast_into::<PyUntypedArray>()?;
     }
     tensor_over_array(py, &format!("input `{name}`"), &array, None)
+}
+
+/// Whether `array`'s buffer can be viewed as it is: C-contiguous, aligned,
+/// in native byte order.
+fn is_plain(array: &Bound<'_, PyUntypedArray>) -> bool {
+    array.is_c_contiguous()
+        && array.is_aligned()
+        && array.dtype().is_native_byteorder() != Some(false)
 }
 
 /// A tensor over `array`'s buffer, which it keeps alive (no copy; `bool`
@@ -178,10 +183,7 @@ pub fn tensor_over_array(
             format!("{name}: NumPy dtype {dtype} is not supported"),
         ));
     };
-    if !(array.is_c_contiguous()
-        && array.is_aligned()
-        && dtype.is_native_byteorder() != Some(false))
-    {
+    if !is_plain(array) {
         return Err(errors::input(
             py,
             format!("{name}: the array must be C-contiguous, aligned and in native byte order"),

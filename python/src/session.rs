@@ -84,7 +84,8 @@ impl InferenceSession {
 
     /// The positions of `names` among the outputs (`None`: every output).
     fn selection(&self, py: Python<'_>, names: Option<Vec<String>>) -> PyResult<Selection> {
-        let Some(names) = names else {
+        // `None` or empty: every output, as onnxruntime.
+        let Some(names) = names.filter(|n| !n.is_empty()) else {
             return Ok(None);
         };
         names
@@ -325,9 +326,11 @@ impl InferenceSession {
         if path_or_bytes.is_instance_of::<PyBytes>()
             || path_or_bytes.is_instance_of::<PyByteArray>()
         {
+            // `onnx_prepared.InferenceSession` writes serialized models to
+            // a file of their own first.
             return Err(PyTypeError::new_err(
-                "onnx_prepared opens models from a file path (external data and the \
-                 prepared cache live beside it), not from serialized bytes",
+                "the native session opens models from a file path (external data and the \
+                 prepared cache live beside it)",
             ));
         }
         let path: PathBuf = path_or_bytes.extract()?;

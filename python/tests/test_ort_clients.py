@@ -383,3 +383,24 @@ def test_profiling_writes_a_chrome_trace(gemm_chain: Path, tmp_path: Path):
         assert name.endswith(".json") and start > 0
         assert complete and all({"name", "ts", "dur"} <= e.keys() for e in complete)
         assert again == ""
+
+
+def from_bytes(rt, path: Path):
+    """Tools that build a model in memory open it from its bytes
+    (`InferenceSession(model.SerializeToString())`)."""
+    sess = rt.InferenceSession(path.read_bytes(), providers=["CPUExecutionProvider"])
+    im = np.random.default_rng(2).random((1, 3, 32, 32), dtype=np.float32)
+    return sess, sess.run([], {"images": im})
+
+
+def test_serialized_model_and_empty_output_names(models):
+    (theirs_sess, theirs), (ours_sess, ours) = both(from_bytes, models["detector"])
+    assert_same_arrays(ours, theirs)
+    # The bytes went to a file of the session's own, removed with it.
+    folder = Path(ours_sess._model_path).parent
+    assert folder.is_dir() and folder != models["detector"].parent
+    del ours_sess
+    import gc
+
+    gc.collect()
+    assert not folder.exists()
