@@ -210,6 +210,49 @@ def test_decoder_kv_loop_on_iobinding(tiny_llm: Path):
     assert ours == theirs == theirs_run
 
 
+def decoder_raw_pointer_loop(rt, path: Path, steps: int = 5):
+    """optimum's legacy CPU decoder path (`use_io_binding=True` on CPU):
+    every input, the pasts included, bound by raw pointer to host buffers,
+    and every output bound to a preallocated buffer of the shape it will
+    have (presents: the past length plus the new tokens)."""
+    opts = rt.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = rt.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    out_names = [o.name for o in sess.get_outputs()]
+    feeds = tiny_llm_feeds(t=3, p=0, seed=9)
+    vocab = 8192
+    tokens, p, t = [], 0, 3
+    for _ in range(steps):
+        io = sess.io_binding()
+        for name, value in feeds.items():
+            value = np.ascontiguousarray(value)
+            feeds[name] = value  # kept alive while bound
+            # A zero-length past has no buffer of its own: any pointer will do.
+            ptr = value.ctypes.data if value.size else feeds["input_ids"].ctypes.data
+            io.bind_input(name, "cpu", 0, value.dtype.type, tuple(value.shape), ptr)
+        buffers = {}
+        for name in out_names:
+            shape = [1, t, vocab] if name == "logits" else [1, 8, p + t, 64]
+            buffers[name] = np.empty(int(np.prod(shape)), np.float32)
+            io.bind_output(name, "cpu", 0, np.float32, shape, buffers[name].ctypes.data)
+        sess.run_with_iobinding(io)
+        logits = buffers["logits"].reshape(1, t, vocab)
+        token = int(logits[0, -1].argmax())
+        tokens.append(token)
+        p += t
+        t = 1
+        feeds = {"input_ids": np.array([[token]], np.int64), "attn_bias": np.zeros((1, 1, 1, p + 1), np.float32)}
+        for name in out_names:
+            if name.startswith("present_"):
+                feeds[name.replace("present_", "past_")] = buffers[name].reshape(1, 8, p, 64)
+    return tokens
+
+
+def test_decoder_on_raw_pointers_as_legacy_optimum(tiny_llm: Path):
+    theirs, ours = both(decoder_raw_pointer_loop, tiny_llm)
+    assert ours == theirs
+
+
 # -- voice activity detectors --------------------------------------------
 
 

@@ -44,6 +44,7 @@ pub fn main(args: &ChatArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut generator = Generator::new(&session, cache)?;
     let mut sampler = Sampler::new(args.search.apply(folder.search()), args.search.seed);
     let interrupt = Interrupt::install()?;
+    generator.set_interrupt(Some(interrupt.flag()));
     let mut messages: Vec<Message> = args
         .system
         .iter()
@@ -70,11 +71,15 @@ pub fn main(args: &ChatArgs) -> Result<(), Box<dyn std::error::Error>> {
             .count()
             .min(ids.len() - 1);
         generator.rewind_to(held)?;
+        interrupt.reset();
         let start = Instant::now();
-        generator.append(&ids[held..])?;
         let mut out = Output::new(Some(&tokenizer), &args.search.stop, true);
         let mut tokens = 0;
-        while tokens < args.max_new_tokens && !interrupt.happened() {
+        // Ctrl-C ends the reply: a run it interrupts (the prompt's, or a
+        // token's) leaves the generator with an empty cache, which the
+        // next turn refills.
+        let mut step = generator.append(&ids[held..]);
+        while step.is_ok() && tokens < args.max_new_tokens && !interrupt.happened() {
             let id = sampler
                 .next(generator.logits()?, generator.sequence())
                 .unwrap_or(0);
@@ -83,7 +88,12 @@ pub fn main(args: &ChatArgs) -> Result<(), Box<dyn std::error::Error>> {
             if out.push(id, eos)? || eos {
                 break;
             }
-            generator.append(&[id])?;
+            step = generator.append(&[id]);
+        }
+        if let Err(e) = step
+            && !(interrupt.happened() && e.kind() == onnx_prepared::ErrorKind::Cancelled)
+        {
+            return Err(e.into());
         }
         out.finish();
         println!();

@@ -116,6 +116,7 @@ pub fn main(
         &prompt,
         args.max_new_tokens,
         cache,
+        Some(interrupt.flag()),
         |logits, history| {
             if interrupt.happened() {
                 return Ok(Next::Stop);

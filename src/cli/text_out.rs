@@ -1,9 +1,11 @@
 //! What `generate` and `chat` share: the search flags, text streamed to
 //! stdout as tokens arrive (held back while a stop string may be forming),
-//! and Ctrl-C between tokens.
+//! and Ctrl-C (between kernels, then between tokens).
 
 use std::io::Write;
+use std::sync::Arc;
 
+use onnx_prepared::session::RunInterrupt;
 use onnx_prepared_text::{SearchOptions, TextStream, Tokenizer};
 
 /// The search flags over a folder's options.
@@ -75,33 +77,43 @@ impl SearchArgs {
     }
 }
 
-/// Ctrl-C while generating: the signal handler writes a byte to one end
-/// of a socket pair, the decoding loop polls the other between tokens and
-/// stops there (the text so far stays printed, the process exits as after
-/// a normal end).
+/// Ctrl-C while generating: the signal handler sets a [`RunInterrupt`],
+/// which ends the run in progress between two kernels (a long prefill
+/// included) and which the decoding loop checks between tokens; the text
+/// so far stays printed and the process exits as after a normal end.
 pub struct Interrupt {
-    read: std::os::unix::net::UnixStream,
-    seen: std::cell::OnceCell<()>,
+    flag: Arc<RunInterrupt>,
 }
 
 impl Interrupt {
     pub fn install() -> std::io::Result<Self> {
-        let (read, write) = std::os::unix::net::UnixStream::pair()?;
-        read.set_nonblocking(true)?;
-        signal_hook::low_level::pipe::register(signal_hook::consts::SIGINT, write)?;
-        Ok(Self {
-            read,
-            seen: std::cell::OnceCell::new(),
-        })
+        let flag = Arc::new(RunInterrupt::new());
+        let handler = flag.clone();
+        // SAFETY: the action runs in signal-handler context: it does one
+        // atomic store (`RunInterrupt::interrupt`) through an `Arc` made
+        // before registration — no allocation, lock or I/O — which is
+        // async-signal-safe. It stays registered for the process's life.
+        unsafe {
+            signal_hook::low_level::register(signal_hook::consts::SIGINT, move || {
+                handler.interrupt();
+            })?;
+        }
+        Ok(Self { flag })
     }
 
-    /// Whether Ctrl-C was pressed (remembered once seen).
+    /// The flag to hand to contexts and generators.
+    pub fn flag(&self) -> Arc<RunInterrupt> {
+        self.flag.clone()
+    }
+
+    /// Whether Ctrl-C was pressed (since the last `reset`).
     pub fn happened(&self) -> bool {
-        use std::io::Read;
-        if self.seen.get().is_none() && matches!((&self.read).read(&mut [0u8; 1]), Ok(1)) {
-            let _ = self.seen.set(());
-        }
-        self.seen.get().is_some()
+        self.flag.is_set()
+    }
+
+    /// Forgets a Ctrl-C (the next chat turn runs).
+    pub fn reset(&self) {
+        self.flag.clear();
     }
 }
 

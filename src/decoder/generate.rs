@@ -3,6 +3,7 @@
 //! caller).
 
 use std::borrow::Borrow;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onnx_prepared_kernels::{DataRef, Tensor};
@@ -11,7 +12,7 @@ use super::{InputRole, Lengths, Rng, input_role, input_tensor, vocab_size};
 use crate::Error;
 use crate::exec::RunError;
 use crate::model::ResolvedModel;
-use crate::session::{RuntimeContext, RuntimeSession};
+use crate::session::{RunInterrupt, RuntimeContext, RuntimeSession};
 
 /// The result of [`generate`].
 #[derive(Debug, Clone, PartialEq)]
@@ -112,7 +113,7 @@ pub fn generate_with(
     max_new_tokens: usize,
     cache: KvCache,
 ) -> Result<Generated, Error> {
-    generate_streaming(session, prompt, max_new_tokens, cache, |logits, _| {
+    generate_streaming(session, prompt, max_new_tokens, cache, None, |logits, _| {
         Ok(Next::Token(argmax(logits)))
     })
 }
@@ -132,7 +133,9 @@ pub enum Next {
 /// gets the last row of the logits and every token so far (the prompt,
 /// then the new ones) and returns what to do — so sampling, stop ids and
 /// streaming the text live with the caller. Stops after
-/// `max_new_tokens` tokens, or when `choose` says so.
+/// `max_new_tokens` tokens, when `choose` says so, or when `interrupt` is
+/// set (the run in progress, the prompt's included, ends between two
+/// kernels; the tokens so far are returned).
 ///
 /// # Errors
 /// As [`generate_with`], and what `choose` returns.
@@ -141,6 +144,7 @@ pub fn generate_streaming(
     prompt: &[i64],
     max_new_tokens: usize,
     cache: KvCache,
+    interrupt: Option<Arc<RunInterrupt>>,
     mut choose: impl FnMut(&[f32], &[i64]) -> Result<Next, Error>,
 ) -> Result<Generated, Error> {
     if prompt.is_empty() {
@@ -156,9 +160,23 @@ pub fn generate_streaming(
     }
     let start = Instant::now();
     let mut generator = Generator::new(session, cache)?;
-    generator.append(prompt)?;
+    generator.set_interrupt(interrupt.clone());
+    // A run ended by the interrupt ends the generation with the tokens so far.
+    let interrupted = |e: &Error| {
+        e.kind() == crate::ErrorKind::Cancelled && interrupt.as_ref().is_some_and(|i| i.is_set())
+    };
     let mut tokens = Vec::with_capacity(max_new_tokens.min(1 << 12));
     let mut time_to_first_token = Duration::ZERO;
+    match generator.append(prompt) {
+        Err(e) if interrupted(&e) => {
+            return Ok(Generated {
+                tokens,
+                time_to_first_token,
+                decode_time: Duration::ZERO,
+            });
+        }
+        result => result?,
+    }
     while tokens.len() < max_new_tokens {
         let decision = choose(generator.logits()?, generator.sequence())?;
         if tokens.is_empty() {
@@ -171,7 +189,10 @@ pub fn generate_streaming(
         if matches!(decision, Next::Last(_)) || tokens.len() == max_new_tokens {
             break;
         }
-        generator.append(&[next])?;
+        match generator.append(&[next]) {
+            Err(e) if interrupted(&e) => break,
+            result => result?,
+        }
     }
     let decode_time = start.elapsed().saturating_sub(time_to_first_token);
     Ok(Generated {
@@ -207,6 +228,8 @@ pub struct Generator<S: Borrow<RuntimeSession>> {
     cached: usize,
     /// Whether the context holds the logits of the sequence's last token.
     fresh: bool,
+    /// Ends a run between kernels when set (a Ctrl-C during a prefill).
+    interrupt: Option<Arc<RunInterrupt>>,
 }
 
 impl<S: Borrow<RuntimeSession>> Generator<S> {
@@ -232,7 +255,19 @@ impl<S: Borrow<RuntimeSession>> Generator<S> {
             sequence: Vec::new(),
             cached: 0,
             fresh: false,
+            interrupt: None,
         })
+    }
+
+    /// Ends the generator's runs between kernels while `interrupt` is set:
+    /// an [`append`](Self::append) in progress (a long prefill) fails with
+    /// [`RunError::Cancelled`] and the generator starts again from an empty
+    /// cache, as after any failed run.
+    pub fn set_interrupt(&mut self, interrupt: Option<Arc<RunInterrupt>>) {
+        if let Some(ctx) = &mut self.ctx {
+            ctx.set_interrupt(interrupt.clone());
+        }
+        self.interrupt = interrupt;
     }
 
     /// Every token appended so far.
@@ -308,7 +343,9 @@ impl<S: Borrow<RuntimeSession>> Generator<S> {
             self.sequence.truncate(total - tokens.len());
             self.cached = 0;
             self.fresh = false;
-            self.ctx = Some(context(self.session.borrow())?);
+            let mut ctx = context(self.session.borrow())?;
+            ctx.set_interrupt(self.interrupt.clone());
+            self.ctx = Some(ctx);
         }
         result
     }

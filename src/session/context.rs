@@ -1,5 +1,7 @@
 //! [`RuntimeContext`]: one run's inputs, outputs and per-inference state.
 
+use std::sync::Arc;
+
 use onnx_prepared_kernels::Tensor;
 
 use super::RuntimeSession;
@@ -7,6 +9,7 @@ use crate::Error;
 use crate::arena::{Domain, Reservation};
 use crate::exec::RunError;
 use crate::exec::{InvocationState, PreparedExecutionState};
+use crate::sync::{AtomicBool, Ordering};
 
 /// Inputs, outputs and per-inference state of one run; moved into
 /// [`RuntimeSession::run_async`] and handed back by
@@ -51,6 +54,64 @@ pub struct RuntimeContext {
     /// The outputs' bytes, charged to the session's I/O domain while the
     /// context holds them.
     io: Option<Reservation>,
+    /// Ends this context's runs between kernels once set.
+    pub(super) interrupt: Option<Arc<RunInterrupt>>,
+}
+
+/// A flag that ends the runs of the contexts holding it
+/// ([`RuntimeContext::set_interrupt`]) between two kernels, from any
+/// thread or a signal handler (setting it is one atomic store): the run
+/// fails with [`RunError::Cancelled`] and its context comes back, ready to
+/// run again once the flag is cleared. What a handle's
+/// [`cancel`](super::ExecutionHandle::cancel) does for one submission,
+/// this does for whatever runs the context, a synchronous
+/// [`RuntimeSession::run`] included — a Ctrl-C during a long prefill.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = onnx_prepared_fixtures::default_dir();
+/// # onnx_prepared_fixtures::ensure_all(&dir)?;
+/// use std::sync::Arc;
+/// use onnx_prepared::session::{RunInterrupt, RuntimeContext};
+/// use onnx_prepared::{ErrorKind, RuntimeSession, SessionOptions, Tensor};
+///
+/// let session = RuntimeSession::open(dir.join("gemm-chain.onnx"), SessionOptions::default())?;
+/// let interrupt = Arc::new(RunInterrupt::new());
+/// let mut ctx = RuntimeContext::new(&session);
+/// ctx.set_interrupt(Some(interrupt.clone()));
+/// ctx.set_input("A", Tensor::from_f32(vec![1, 256], vec![0.5; 256])?)?;
+/// interrupt.interrupt(); // say, from a SIGINT handler
+/// let e = session.run(ctx).unwrap_err();
+/// assert_eq!(e.error.kind(), ErrorKind::Cancelled);
+/// interrupt.clear();
+/// let ctx = session.run(*e.context.expect("the context comes back"))?;
+/// assert_eq!(ctx.output("Y")?.shape(), &[1, 256]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+pub struct RunInterrupt(AtomicBool);
+
+impl RunInterrupt {
+    /// A flag not set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the flag: runs holding it end at their next kernel boundary.
+    /// Async-signal-safe (one atomic store).
+    pub fn interrupt(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Clears the flag: the next runs go to their end.
+    pub fn clear(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+
+    /// Whether the flag is set.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 impl RuntimeContext {
@@ -62,6 +123,12 @@ impl RuntimeContext {
             declared_outputs: resolved.outputs().iter().map(|(n, _)| n.clone()).collect(),
             ..Self::default()
         }
+    }
+
+    /// Ends this context's runs between kernels while `interrupt` is set
+    /// (`None`: no interrupt). See [`RunInterrupt`].
+    pub fn set_interrupt(&mut self, interrupt: Option<Arc<RunInterrupt>>) {
+        self.interrupt = interrupt;
     }
 
     /// Binds output `output` to input `input`: after every successful run

@@ -91,7 +91,7 @@ use std::sync::Arc;
 use onnx_prepared_kernels::Tensor;
 
 pub use crate::prepare::UnpersistedEviction;
-pub use context::RuntimeContext;
+pub use context::{RunInterrupt, RuntimeContext};
 pub use handle::ExecutionHandle;
 pub use options::SessionOptions;
 pub use status::{Diagnostics, ExecutionError, ResidencyReport, Status};

@@ -142,8 +142,9 @@ impl RunContinuation {
             Some(n) => tctx.parallel().at_most(n),
             None => tctx.parallel(),
         };
-        // Cancellation (a handle's `cancel`) ends the run between kernels.
-        let stop = || tctx.is_cancelled();
+        // A handle's `cancel` or the context's interrupt: between kernels.
+        let interrupt = ctx.interrupt.clone();
+        let stop = || tctx.is_cancelled() || interrupt.as_ref().is_some_and(|i| i.is_set());
         if !*started {
             *started = true;
             ctx.order()?;

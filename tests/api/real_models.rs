@@ -323,3 +323,64 @@ fn the_step_wise_generator_appends_in_pieces_and_rewinds() {
         assert!(pieces.append(&[]).is_err());
     }
 }
+
+/// An interrupt set before the prompt's run ends it at its first kernel
+/// (no token); set while choosing the 4th token, it ends the run of that
+/// token: the tokens so far are returned, equal to an uninterrupted
+/// generation's first ones. The generator then starts again from an empty
+/// cache and generates as before.
+#[test]
+fn an_interrupt_ends_generation_between_kernels_with_the_tokens_so_far() {
+    use std::sync::Arc;
+
+    use onnx_prepared::decoder::Next;
+    use onnx_prepared::session::RunInterrupt;
+
+    let path = model("qwen2-optimum");
+    let session = session(&path);
+    let prompt = [7i64, 3, 99, 12, 5, 41];
+    let argmax = |row: &[f32]| {
+        (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best }) as i64
+    };
+    let want = decoder::generate_with(&session, &prompt, 8, decoder::KvCache::Growing)
+        .unwrap()
+        .tokens;
+
+    let interrupt = Arc::new(RunInterrupt::new());
+    interrupt.interrupt();
+    let none = decoder::generate_streaming(
+        &session,
+        &prompt,
+        8,
+        decoder::KvCache::Growing,
+        Some(interrupt.clone()),
+        |row, _| Ok(Next::Token(argmax(row))),
+    )
+    .unwrap();
+    assert!(none.tokens.is_empty(), "the prompt's run was interrupted");
+
+    interrupt.clear();
+    let some = decoder::generate_streaming(
+        &session,
+        &prompt,
+        8,
+        decoder::KvCache::Growing,
+        Some(interrupt.clone()),
+        |row, history| {
+            if history.len() == prompt.len() + 3 {
+                interrupt.interrupt(); // as a Ctrl-C would
+            }
+            Ok(Next::Token(argmax(row)))
+        },
+    )
+    .unwrap();
+    assert_eq!(some.tokens, want[..4], "ended in the 4th token's run");
+
+    let mut generator = decoder::Generator::new(&session, decoder::KvCache::Growing).unwrap();
+    generator.set_interrupt(Some(interrupt.clone()));
+    let e = generator.append(&prompt).unwrap_err();
+    assert_eq!(e.kind(), onnx_prepared::ErrorKind::Cancelled);
+    interrupt.clear();
+    generator.append(&prompt).unwrap();
+    assert_eq!(argmax(generator.logits().unwrap()), want[0]);
+}
