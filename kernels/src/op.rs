@@ -130,6 +130,9 @@ pub struct CpuFeatures {
     pub avx512: bool,
     /// AVX-512 VNNI.
     pub avx512vnni: bool,
+    /// AMX-TILE and AMX-INT8 (`tdpbusd`), with the operating system's
+    /// permission for this process to use the tile registers.
+    pub amx_int8: bool,
 }
 
 impl CpuFeatures {
@@ -149,6 +152,7 @@ impl CpuFeatures {
                 avx2,
                 avx512,
                 avx512vnni,
+                amx_int8: avx512vnni && amx_int8_permitted(),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -161,6 +165,50 @@ impl CpuFeatures {
     pub fn portable() -> Self {
         Self::default()
     }
+
+    /// These features without AMX (AVX-512 VNNI at most).
+    pub fn without_amx(self) -> Self {
+        Self {
+            amx_int8: false,
+            ..self
+        }
+    }
+}
+
+/// Whether the CPU has AMX-TILE and AMX-INT8 and Linux lets this process
+/// use the tile data registers: asked once (`arch_prctl`
+/// `ARCH_REQ_XCOMP_PERM`), as the kernel requires before the first tile
+/// instruction; without the permission, that instruction would kill the
+/// process.
+#[cfg(target_arch = "x86_64")]
+fn amx_int8_permitted() -> bool {
+    static PERMITTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PERMITTED.get_or_init(|| {
+        // CPUID leaf 7, sub-leaf 0: EDX bit 24 AMX-TILE, bit 25 AMX-INT8.
+        let leaf = std::arch::x86_64::__cpuid_count(7, 0);
+        if leaf.edx & (0b11 << 24) != 0b11 << 24 || !cfg!(target_os = "linux") {
+            return false;
+        }
+        const ARCH_PRCTL: i64 = 158;
+        const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+        const XFEATURE_XTILEDATA: i64 = 18;
+        let status: i64;
+        // SAFETY: the `arch_prctl` system call with ARCH_REQ_XCOMP_PERM
+        // only extends the set of extended states this process may use; it
+        // reads no memory of ours. `syscall` clobbers rcx and r11, declared.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") ARCH_PRCTL => status,
+                in("rdi") ARCH_REQ_XCOMP_PERM,
+                in("rsi") XFEATURE_XTILEDATA,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        status == 0
+    })
 }
 
 /// Choices of the caller for the operators it creates, beyond the CPU's

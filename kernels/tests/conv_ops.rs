@@ -489,9 +489,13 @@ fn cpus() -> Vec<CpuFeatures> {
             avx2: true,
             avx512: false,
             avx512vnni: false,
+            amx_int8: false,
         });
     }
     if have.avx512 {
+        out.push(have.without_amx());
+    }
+    if have.amx_int8 {
         out.push(have);
     }
     out

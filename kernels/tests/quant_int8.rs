@@ -23,9 +23,13 @@ fn families() -> Vec<CpuFeatures> {
             avx2: true,
             avx512: false,
             avx512vnni: false,
+            amx_int8: false,
         });
     }
     if CpuFeatures::detect().avx512vnni {
+        f.push(CpuFeatures::detect().without_amx());
+    }
+    if CpuFeatures::detect().amx_int8 {
         f.push(CpuFeatures::detect());
     }
     f

@@ -163,6 +163,9 @@ fn cpus() -> Vec<CpuFeatures> {
         });
     }
     if have.avx512 {
+        v.push(have.without_amx());
+    }
+    if have.amx_int8 {
         v.push(have);
     }
     v

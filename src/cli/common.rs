@@ -19,8 +19,10 @@ pub enum IsaChoice {
     Scalar,
     /// AVX2 and FMA.
     Avx2,
-    /// AVX-512 F/BW/DQ/VL (and VNNI where the CPU has it).
+    /// AVX-512 F/BW/DQ/VL (and VNNI where the CPU has it), without AMX.
     Avx512,
+    /// AVX-512 with VNNI and AMX-INT8 (the int8 products on tiles).
+    Amx,
 }
 
 /// The CPU features `--isa` or `--portable` ask for (all this CPU has when
@@ -36,10 +38,13 @@ pub fn cpu_features(isa: Option<IsaChoice>, portable: bool) -> Result<CpuFeature
             avx2: true,
             avx512: false,
             avx512vnni: false,
+            amx_int8: false,
         }),
         (Some(IsaChoice::Avx2), _) => Err(lacks("avx2")),
-        (Some(IsaChoice::Avx512), _) if have.avx512 => Ok(have),
+        (Some(IsaChoice::Avx512), _) if have.avx512 => Ok(have.without_amx()),
         (Some(IsaChoice::Avx512), _) => Err(lacks("avx512")),
+        (Some(IsaChoice::Amx), _) if have.amx_int8 => Ok(have),
+        (Some(IsaChoice::Amx), _) => Err(lacks("amx (AMX-INT8 with the kernel's permission)")),
     }
 }
 

@@ -144,6 +144,7 @@ pub fn cpus() -> Vec<(&'static str, CpuFeatures)> {
                 avx2: true,
                 avx512: false,
                 avx512vnni: false,
+                amx_int8: false,
             },
         ));
     } else {

@@ -72,6 +72,7 @@ impl Isa {
             avx2: self != Self::Portable,
             avx512: self == Self::Avx512,
             avx512vnni: false,
+            amx_int8: false,
         })
     }
 

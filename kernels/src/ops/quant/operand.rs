@@ -352,7 +352,7 @@ impl Prepack for QPrepack {
             return None;
         };
         let (k, n) = if self.trans { (c, r) } else { (r, c) };
-        Some(qgemm::packed_bytes(k, n, self.arith))
+        Some(qgemm::packed_bytes(k, n, self.isa, self.arith))
     }
 
     fn validate(&self, packed: &PackedWeight, shapes: &[&[usize]]) -> Result<(), KernelError> {

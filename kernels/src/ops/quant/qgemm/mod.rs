@@ -27,7 +27,7 @@
 //! * [`Arith::Dot4`]: every product and sum exact, over the byte layout of
 //!   [`Arith::SatPairs`]: AVX-512 VNNI's `vpdpbusd` sums four unsigned `A`
 //!   bytes times four signed `B` bytes into i32 exactly, as ONNX Runtime's
-//!   kernels do on a CPU with VNNI.
+//!   kernels do on a CPU with VNNI; AMX's `tdpbusd` sums sixty-four.
 //!
 //! # Layouts
 //!
@@ -35,9 +35,14 @@
 //! is padded with zeros to a multiple of 4. Each task packs a block of
 //! [`MR`] rows of `A` (zero-padded) once and runs it against its panels.
 //!
-//! Files: `pack` (packing `A` and `B`, column sums), `avx2` and `avx512`
-//! (the micro-kernels), `sink` (what is done with `C`), `tests`.
+//! The AMX family works on blocks of 32 rows and two panels on the tile
+//! registers (`amx`), with `k` padded to a multiple of 64.
+//!
+//! Files: `pack` (packing `A` and `B`, column sums), `avx2`, `avx512` and
+//! `amx` (the micro-kernels), `sink` (what is done with `C`), `tests`.
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod avx2;
 mod avx512;
 mod pack;
@@ -53,6 +58,8 @@ use crate::ParallelFor;
 
 /// Rows of a micro-tile.
 pub(crate) const MR: usize = 4;
+/// Rows of a block of the AMX family.
+const BLOCK_ROWS_AMX: usize = 32;
 /// Columns of a panel (two AVX2 vectors of i32).
 pub(crate) const NR: usize = 16;
 
@@ -77,13 +84,17 @@ pub(crate) enum QIsa {
     Avx2,
     /// AVX-512 VNNI (`vpdpbusd`) for signed `B`, AVX2 for unsigned.
     Avx512Vnni,
+    /// AMX-INT8 (`tdpbusd` on tiles) for signed `B`, AVX2 for unsigned.
+    Amx,
 }
 
 impl QIsa {
     /// The best family `cpu` asks for that this CPU has.
     pub(crate) fn select(cpu: CpuFeatures) -> Self {
         let have = CpuFeatures::detect();
-        if cpu.avx512vnni && have.avx512vnni {
+        if cpu.amx_int8 && have.amx_int8 {
+            Self::Amx
+        } else if cpu.avx512vnni && have.avx512vnni {
             Self::Avx512Vnni
         } else if cpu.avx2 && have.avx2 {
             Self::Avx2
@@ -98,6 +109,7 @@ impl QIsa {
             Self::Portable => "portable",
             Self::Avx2 => "avx2",
             Self::Avx512Vnni => "avx512vnni",
+            Self::Amx => "amx",
         }
     }
 
@@ -108,7 +120,7 @@ impl QIsa {
     pub(crate) fn arith(self, a_signed: bool, b_signed: bool) -> Arith {
         match self {
             Self::Avx2 if !a_signed && b_signed => Arith::SatPairs,
-            Self::Avx512Vnni if b_signed => Arith::Dot4,
+            Self::Avx512Vnni | Self::Amx if b_signed => Arith::Dot4,
             _ => Arith::Exact,
         }
     }
@@ -117,6 +129,11 @@ impl QIsa {
     /// portable one).
     pub(crate) fn avx2(self) -> bool {
         self != Self::Portable
+    }
+
+    /// Whether products in `arith` run on the AMX tiles.
+    pub(crate) fn tiles(self, arith: Arith) -> bool {
+        self == Self::Amx && arith == Arith::Dot4
     }
 }
 
@@ -161,7 +178,13 @@ pub(crate) fn run<S: Sink>(a: &AOperand<'_>, b: &PackedB<'_>, sink: &S, par: &dy
     if m == 0 || n == 0 {
         return;
     }
-    let blocks = m.div_ceil(MR);
+    // The AMX blocks take 32 rows and panels in pairs.
+    let (unit, pair) = if b.isa.tiles(b.arith) {
+        (BLOCK_ROWS_AMX, 2)
+    } else {
+        (MR, 1)
+    };
+    let blocks = m.div_ceil(unit);
     let panels = n.div_ceil(NR);
     let threads = par.threads().max(1);
     let work = m * n * b.k.max(1);
@@ -178,7 +201,7 @@ pub(crate) fn run<S: Sink>(a: &AOperand<'_>, b: &PackedB<'_>, sink: &S, par: &dy
     };
     let task = |t: usize| {
         let rb = crate::par::chunk(blocks, row_tasks, 1, t / col_tasks);
-        let pc = crate::par::chunk(panels, col_tasks, 1, t % col_tasks);
+        let pc = crate::par::chunk(panels, col_tasks, pair, t % col_tasks);
         block_range(a, b, rb, pc, sink);
     };
     if row_tasks * col_tasks == 1 {
@@ -198,9 +221,16 @@ fn block_range<S: Sink>(
 ) {
     #[cfg(target_arch = "x86_64")]
     match b.isa {
-        // SAFETY: a packed B of the VNNI family exists only when the CPU
-        // has AVX-512 VNNI (QIsa::select, PackedB::view).
-        QIsa::Avx512Vnni => return unsafe { block_range_avx512(a, b, rb, pc, sink) },
+        QIsa::Amx if b.arith == Arith::Dot4 => {
+            // SAFETY: a packed B of the AMX family exists only when the CPU
+            // has AMX-INT8 with the permission, and AVX-512 VNNI
+            // (QIsa::select, PackedB::view); its `k` is padded to 64
+            // (pack::padded_k).
+            return unsafe { block_range_amx(a, b, rb, pc, sink) };
+        }
+        // SAFETY: a packed B of the VNNI (or AMX) family exists only when
+        // the CPU has AVX-512 VNNI (QIsa::select, PackedB::view).
+        QIsa::Avx512Vnni | QIsa::Amx => return unsafe { block_range_avx512(a, b, rb, pc, sink) },
         // SAFETY: a packed B of the AVX2 family exists only when the CPU
         // has AVX2 (QIsa::select, PackedB::view).
         QIsa::Avx2 => return unsafe { block_range_avx2(a, b, rb, pc, sink) },
@@ -224,6 +254,25 @@ unsafe fn block_range_avx512<S: Sink>(
     sink: &S,
 ) {
     blocks(a, b, rb, pc, sink);
+}
+
+/// The AMX blocks ([`amx::blocks`]) with the correction and the sink's
+/// output stage compiled for AVX-512.
+///
+/// # Safety
+/// The CPU has AMX-INT8 (with the permission) and AVX-512 F, BW, DQ, VL
+/// and VNNI; `b` is of the AMX family with [`Arith::Dot4`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma")]
+unsafe fn block_range_amx<S: Sink>(
+    a: &AOperand<'_>,
+    b: &PackedB<'_>,
+    rb: std::ops::Range<usize>,
+    pc: std::ops::Range<usize>,
+    sink: &S,
+) {
+    // SAFETY: the caller's guarantees are amx::blocks's.
+    unsafe { amx::blocks(a, b, rb, pc, sink) };
 }
 
 /// [`blocks`] compiled for AVX2, so that the zero-point correction and the
@@ -263,23 +312,15 @@ fn blocks<S: Sink>(
     let k = b.k;
     let direct = matches!(
         (b.isa, b.arith),
-        (QIsa::Avx2, Arith::SatPairs) | (QIsa::Avx512Vnni, Arith::Dot4)
+        (QIsa::Avx2, Arith::SatPairs) | (QIsa::Avx512Vnni | QIsa::Amx, Arith::Dot4)
     ) && !a.signed
-        && k.is_multiple_of(4);
+        && k == b.kp;
     let mut rows_of = if direct {
         Rows::Direct([&[][..]; MR])
     } else {
         Rows::Packed(pack::APack::new(b.arith, b.kp))
     };
-    // Per column of the task's panels: its zero point and `K zb - colsum`,
-    // so that `C = D - zb rowsum(A) + za (K zb - colsum(B))`.
-    let (c0, width) = (pc.start * NR, pc.len() * NR);
-    let mut zb = vec![0i32; width];
-    let mut kzcs = vec![0i32; width];
-    for j in c0..(c0 + width).min(b.n) {
-        zb[j - c0] = b.zero(j);
-        kzcs[j - c0] = (k as i32).wrapping_mul(b.zero(j)).wrapping_sub(b.colsum(j));
-    }
+    let (zb, kzcs) = column_terms(b, &pc);
     let rowsums = zb.iter().any(|&z| z != 0);
     let mut tile = [0i32; MR * NR];
     let mut row = [0i32; NR];
@@ -312,17 +353,53 @@ fn blocks<S: Sink>(
             let n0 = p * NR;
             let cols = NR.min(b.n - n0);
             for r in 0..rows {
-                let (z, s) = (za[r], rs[r]);
                 let t = &tile[r * NR..(r + 1) * NR];
-                for j in 0..NR {
-                    row[j] = t[j]
-                        .wrapping_add(z.wrapping_mul(kzp[j]))
-                        .wrapping_sub(zbp[j].wrapping_mul(s));
-                }
-                sink.put(m0 + r, n0, &row[..cols]);
+                put_row(
+                    sink,
+                    t,
+                    (za[r], rs[r]),
+                    (zbp, kzp),
+                    (m0 + r, n0, cols),
+                    &mut row,
+                );
             }
         }
     }
+}
+
+/// Row `m`'s raw sums `raw` of one panel (columns `n0..n0 + cols`),
+/// corrected by the zero points — `za` and the row sum `rs` of the row,
+/// the panel's `zb` and `K zb - colsum` per column — and handed to `sink`.
+#[inline(always)]
+fn put_row<S: Sink>(
+    sink: &S,
+    raw: &[i32],
+    (za, rs): (i32, i32),
+    (zb, kzcs): (&[i32], &[i32]),
+    (m, n0, cols): (usize, usize, usize),
+    row: &mut [i32; NR],
+) {
+    for j in 0..NR {
+        row[j] = raw[j]
+            .wrapping_add(za.wrapping_mul(kzcs[j]))
+            .wrapping_sub(zb[j].wrapping_mul(rs));
+    }
+    sink.put(m, n0, &row[..cols]);
+}
+
+/// Per column of panels `pc`: its zero point and `K zb - colsum`, so that
+/// `C = D - zb rowsum(A) + za (K zb - colsum(B))`.
+fn column_terms(b: &PackedB<'_>, pc: &std::ops::Range<usize>) -> (Vec<i32>, Vec<i32>) {
+    let (c0, width) = (pc.start * NR, pc.len() * NR);
+    let mut zb = vec![0i32; width];
+    let mut kzcs = vec![0i32; width];
+    for j in c0..(c0 + width).min(b.n) {
+        zb[j - c0] = b.zero(j);
+        kzcs[j - c0] = (b.k as i32)
+            .wrapping_mul(b.zero(j))
+            .wrapping_sub(b.colsum(j));
+    }
+    (zb, kzcs)
 }
 
 /// One `MR x NR` tile of raw sums for panel `p`.
@@ -349,21 +426,21 @@ fn kernel(b: &PackedB<'_>, rows: &Rows<'_>, p: usize, tile: &mut [i32; MR * NR])
     };
     match (b.isa, b.arith) {
         #[cfg(target_arch = "x86_64")]
-        (QIsa::Avx512Vnni, Arith::Dot4) => {
+        (QIsa::Avx512Vnni | QIsa::Amx, Arith::Dot4) => {
             // SAFETY: a packed B of the VNNI family exists only when the CPU
             // has AVX-512 VNNI (QIsa::select); the panel and the packed rows
             // hold `kp / 4` quads (APack::pack and PackedB's constructor).
             unsafe { avx512::dot4(b.panel(p), &a.quads, b.kp / 4, tile) }
         }
         #[cfg(target_arch = "x86_64")]
-        (QIsa::Avx2 | QIsa::Avx512Vnni, Arith::SatPairs) => {
+        (QIsa::Avx2 | QIsa::Avx512Vnni | QIsa::Amx, Arith::SatPairs) => {
             // SAFETY: a packed B of the AVX2 family exists only when the CPU
             // has AVX2 (QIsa::select); the panel and the packed rows hold
             // `kp / 4` quads (APack::pack and PackedB's constructor).
             unsafe { avx2::sat_pairs(b.panel(p), &a.quads, b.kp / 4, tile) }
         }
         #[cfg(target_arch = "x86_64")]
-        (QIsa::Avx2 | QIsa::Avx512Vnni, Arith::Exact) => {
+        (QIsa::Avx2 | QIsa::Avx512Vnni | QIsa::Amx, Arith::Exact) => {
             // SAFETY: as above, with `kp / 2` pairs of i16.
             unsafe { avx2::exact(b.panel(p), &a.pairs, b.kp / 2, tile) }
         }

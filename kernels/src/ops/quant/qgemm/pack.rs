@@ -95,7 +95,7 @@ pub(crate) struct PackedB<'a> {
     pub(crate) k: usize,
     /// Columns.
     pub(crate) n: usize,
-    /// `k` rounded up to a multiple of 4.
+    /// `k` padded ([`padded_k`]: a multiple of 4, of 64 on the AMX tiles).
     pub(crate) kp: usize,
     /// Kernel family.
     pub(crate) isa: QIsa,
@@ -103,6 +103,16 @@ pub(crate) struct PackedB<'a> {
     pub(crate) arith: Arith,
     meta: &'a [u64],
     data: &'a [u8],
+}
+
+/// `k` padded with zeros for `isa` and `arith`: to a multiple of 4, and of
+/// 64 for the AMX tiles (whole tiles of sixteen quads).
+pub(crate) fn padded_k(isa: QIsa, arith: Arith, k: usize) -> usize {
+    if isa.tiles(arith) {
+        k.next_multiple_of(64)
+    } else {
+        k.next_multiple_of(4)
+    }
 }
 
 /// Bytes of the data part per panel.
@@ -124,7 +134,7 @@ pub(crate) fn pack_b(
     par: &dyn ParallelFor,
 ) -> (Vec<u64>, Vec<u8>) {
     let (k, n) = (b.k, b.n);
-    let kp = k.next_multiple_of(4);
+    let kp = padded_k(isa, arith, k);
     let panels = n.div_ceil(NR);
     let per_panel = panel_bytes(arith, kp);
     let mut data = vec![0u8; panels * per_panel];
@@ -146,6 +156,7 @@ pub(crate) fn pack_b(
         QIsa::Portable => 0,
         QIsa::Avx2 => 1,
         QIsa::Avx512Vnni => 2,
+        QIsa::Amx => 3,
     };
     let arith_code = match arith {
         Arith::Exact => 0,
@@ -219,6 +230,7 @@ impl<'a> PackedB<'a> {
             0 => QIsa::Portable,
             1 if crate::CpuFeatures::detect().avx2 => QIsa::Avx2,
             2 if crate::CpuFeatures::detect().avx512vnni => QIsa::Avx512Vnni,
+            3 if crate::CpuFeatures::detect().amx_int8 => QIsa::Amx,
             _ => return None,
         };
         let arith = match h[5] {
@@ -228,7 +240,8 @@ impl<'a> PackedB<'a> {
             _ => return None,
         };
         let bytes = n.div_ceil(NR).checked_mul(panel_bytes(arith, kp))?;
-        let ok = kp == k.next_multiple_of(4) && meta.len() == HEADER + 2 * n && data.len() == bytes;
+        let ok =
+            kp == padded_k(isa, arith, k) && meta.len() == HEADER + 2 * n && data.len() == bytes;
         ok.then_some(Self {
             k,
             n,
@@ -338,7 +351,7 @@ impl APack {
 }
 
 /// Bytes of the two parts [`pack_b`] makes for a `[k, n]` `B`.
-pub(crate) fn packed_bytes(k: usize, n: usize, arith: Arith) -> usize {
-    let kp = k.next_multiple_of(4);
+pub(crate) fn packed_bytes(k: usize, n: usize, isa: QIsa, arith: Arith) -> usize {
+    let kp = padded_k(isa, arith, k);
     (HEADER + 2 * n) * 8 + n.div_ceil(NR) * panel_bytes(arith, kp)
 }

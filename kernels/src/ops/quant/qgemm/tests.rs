@@ -45,6 +45,9 @@ fn families() -> Vec<QIsa> {
     if crate::CpuFeatures::detect().avx512vnni {
         f.push(QIsa::Avx512Vnni);
     }
+    if crate::CpuFeatures::detect().amx_int8 {
+        f.push(QIsa::Amx);
+    }
     f
 }
 
@@ -136,6 +139,14 @@ fn every_family_equals_the_model_of_its_arithmetic() {
         (4, 8, 16),
         (9, 33, 31),
         (130, 70, 40),
+        // The AMX blocks: whole 32- and 16-row blocks read in place (k a
+        // multiple of 64), partial ones copied, odd panel counts, several
+        // tile steps.
+        (32, 64, 32),
+        (48, 128, 48),
+        (16, 192, 16),
+        (33, 64, 50),
+        (70, 320, 65),
     ] {
         for a_signed in [false, true] {
             for b_signed in [false, true] {
