@@ -410,12 +410,12 @@ impl Run<'_> {
         };
         for b in 0..s.batch {
             let img = &xb[b * s.channels * in_len..][..s.channels * in_len];
-            to_channels_last(img, s.channels, in_len, &mut nhwc);
+            to_channels_last(img, s.channels, in_len, &mut nhwc, self.par);
             for g in 0..s.group {
                 let (data, lda) = if pointwise {
                     (&nhwc[g * s.cg()..], s.channels)
                 } else {
-                    im2col(&s, &nhwc, g, pad, &mut cols);
+                    im2col(&s, &nhwc, g, pad, &mut cols, self.par);
                     (&cols[..], k)
                 };
                 let a = AOperand {
