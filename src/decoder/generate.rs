@@ -243,7 +243,7 @@ impl<S: Borrow<RuntimeSession>> Generator<S> {
         let resolved = session.borrow().plan().resolved().clone();
         let (logits_name, vocab) = decoder_outputs(&resolved)?;
         let others = super::model_dims(&resolved);
-        let ctx = context(session.borrow())?;
+        let ctx = context(session.borrow(), &None)?;
         Ok(Self {
             session,
             cache,
@@ -313,7 +313,7 @@ impl<S: Borrow<RuntimeSession>> Generator<S> {
                 self.cached = self.cached.min(len);
             } else {
                 self.cached = 0;
-                self.ctx = Some(context(self.session.borrow())?);
+                self.ctx = Some(context(self.session.borrow(), &self.interrupt)?);
             }
         }
         Ok(())
@@ -343,9 +343,7 @@ impl<S: Borrow<RuntimeSession>> Generator<S> {
             self.sequence.truncate(total - tokens.len());
             self.cached = 0;
             self.fresh = false;
-            let mut ctx = context(self.session.borrow())?;
-            ctx.set_interrupt(self.interrupt.clone());
-            self.ctx = Some(ctx);
+            self.ctx = Some(context(self.session.borrow(), &self.interrupt)?);
         }
         result
     }
@@ -401,10 +399,15 @@ impl<S: Borrow<RuntimeSession>> Generator<S> {
     }
 }
 
-/// A context with the KV cache bound (presents become the next pasts).
-fn context(session: &RuntimeSession) -> Result<RuntimeContext, Error> {
+/// A context with the KV cache bound (presents become the next pasts) and
+/// the generator's interrupt.
+fn context(
+    session: &RuntimeSession,
+    interrupt: &Option<Arc<RunInterrupt>>,
+) -> Result<RuntimeContext, Error> {
     let mut ctx = RuntimeContext::new(session);
     ctx.bind_kv_cache();
+    ctx.set_interrupt(interrupt.clone());
     for i in session.plan().resolved().inputs() {
         if input_role(&i.name) == InputRole::PastKv
             && !ctx.cache_bindings().iter().any(|(_, p)| *p == i.name)

@@ -66,6 +66,8 @@ pub struct RuntimeContext {
 /// [`cancel`](super::ExecutionHandle::cancel) does for one submission,
 /// this does for whatever runs the context, a synchronous
 /// [`RuntimeSession::run`] included — a Ctrl-C during a long prefill.
+/// A run blocked on a weight that is still being read sees the flag once
+/// that read completes, at its next kernel boundary.
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {

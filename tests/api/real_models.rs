@@ -383,4 +383,10 @@ fn an_interrupt_ends_generation_between_kernels_with_the_tokens_so_far() {
     interrupt.clear();
     generator.append(&prompt).unwrap();
     assert_eq!(argmax(generator.logits().unwrap()), want[0]);
+    // A rewind rebuilds the growing cache's context: it keeps the interrupt.
+    generator.rewind_to(2).unwrap();
+    interrupt.interrupt();
+    let e = generator.append(&prompt[2..]).unwrap_err();
+    assert_eq!(e.kind(), onnx_prepared::ErrorKind::Cancelled);
+    interrupt.clear();
 }

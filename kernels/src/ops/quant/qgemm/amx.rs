@@ -7,8 +7,9 @@
 //! `k` one row of 64 bytes (16 columns x 4 bytes), so sixteen quads (64 of
 //! `k`) are one tile, read with a stride of 64. The AMX family pads `k` to
 //! a multiple of 64 ([`K_STEP`]) so that every tile is whole. `A` tiles
-//! take 16 rows of 64 bytes, read in place (stride `lda`) when the rows are
-//! unsigned and `k` is a multiple of 64, from a zero-padded copy otherwise.
+//! take 16 rows of 64 bytes, read in place (stride `lda`) for a whole
+//! block of 16 or 32 unsigned rows whose `k` is a multiple of 64, from a
+//! zero-padded copy otherwise.
 //!
 //! Tiles: `tmm0`, `tmm1` the two 16-row halves of `A`; `tmm2`, `tmm3` the
 //! two panels; `tmm4..tmm7` the four 16 x 16 sums. The tile registers are
@@ -21,7 +22,7 @@ use std::arch::asm;
 use super::{AOperand, Arith, NR, PackedB, Sink, column_terms, put_row};
 
 /// Rows of `A` per block (two tiles of 16).
-pub(super) const ROWS: usize = 32;
+pub(super) const ROWS: usize = super::BLOCK_ROWS_AMX;
 /// Columns per block (two panels of 16).
 pub(super) const COLS: usize = 32;
 /// `k` per tile step, and the multiple the family pads `k` to.
@@ -148,6 +149,9 @@ pub(super) unsafe fn blocks<S: Sink>(
     pc: std::ops::Range<usize>,
     sink: &S,
 ) {
+    if pc.is_empty() || rb.is_empty() {
+        return;
+    }
     let (k, kp) = (b.k, b.kp);
     assert!(
         b.arith == Arith::Dot4 && kp.is_multiple_of(K_STEP),

@@ -58,7 +58,7 @@ use crate::ParallelFor;
 
 /// Rows of a micro-tile.
 pub(crate) const MR: usize = 4;
-/// Rows of a block of the AMX family.
+/// Rows of a block of the AMX family (two tiles of 16).
 const BLOCK_ROWS_AMX: usize = 32;
 /// Columns of a panel (two AVX2 vectors of i32).
 pub(crate) const NR: usize = 16;
@@ -195,7 +195,7 @@ pub(crate) fn run<S: Sink>(a: &AOperand<'_>, b: &PackedB<'_>, sink: &S, par: &dy
         let cols = if rows >= threads * 2 {
             1
         } else {
-            panels.min((threads * 4).div_ceil(rows))
+            panels.div_ceil(pair).min((threads * 4).div_ceil(rows))
         };
         (rows, cols)
     };
