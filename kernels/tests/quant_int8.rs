@@ -612,6 +612,160 @@ fn qlinear_conv_groups_depthwise_strides_padding_per_channel() {
     }
 }
 
+/// Shapes of the channel-major convolution (AVX-512 VNNI, int8 weights):
+/// strips of 32 pixels across output rows with a tail, blocks of 8 output
+/// channels with a partial one, an int8 image, per-channel weight zero
+/// points, stride 2 runs, input channels not a multiple of 4, groups,
+/// dilation, and products large enough to split across threads.
+#[test]
+fn qlinear_conv_channel_major_strips_blocks_and_signs() {
+    // (case, int8 image, weight zero points)
+    let cases = [
+        (
+            ConvCase {
+                x: [1, 12, 34, 37],
+                maps: 20,
+                kernel: [3, 3],
+                group: 1,
+                stride: [1, 1],
+                dilation: [1, 1],
+                pads: [1, 1, 1, 1],
+            },
+            false,
+            true,
+        ),
+        (
+            ConvCase {
+                x: [2, 7, 20, 41],
+                maps: 9,
+                kernel: [3, 3],
+                group: 1,
+                stride: [2, 2],
+                dilation: [1, 1],
+                pads: [1, 0, 1, 2],
+            },
+            true,
+            false,
+        ),
+        (
+            ConvCase {
+                x: [1, 3, 9, 50],
+                maps: 17,
+                kernel: [1, 1],
+                group: 1,
+                stride: [1, 1],
+                dilation: [1, 1],
+                pads: [0, 0, 0, 0],
+            },
+            false,
+            false,
+        ),
+        (
+            ConvCase {
+                x: [1, 12, 15, 18],
+                maps: 10,
+                kernel: [3, 3],
+                group: 2,
+                stride: [1, 1],
+                dilation: [2, 2],
+                pads: [2, 2, 2, 2],
+            },
+            true,
+            true,
+        ),
+        (
+            ConvCase {
+                x: [1, 3, 40, 38],
+                maps: 8,
+                kernel: [7, 7],
+                group: 1,
+                stride: [2, 2],
+                dilation: [1, 1],
+                pads: [3, 3, 3, 3],
+            },
+            false,
+            false,
+        ),
+    ];
+    let mut rng = Rng(23);
+    for (c, x_signed, w_zero) in &cases {
+        let [_, ch, _, _] = c.x;
+        let xn: usize = c.x.iter().product();
+        let wn = c.maps * ch / c.group * c.kernel[0] * c.kernel[1];
+        let (x, zx) = if *x_signed {
+            (bytes(&mut rng, xn, -128, 127), -7)
+        } else {
+            (bytes(&mut rng, xn, 0, 255), 131)
+        };
+        let w = bytes(&mut rng, wn, -63, 63);
+        let zw = if *w_zero {
+            bytes(&mut rng, c.maps, -5, 5)
+        } else {
+            vec![0; c.maps]
+        };
+        let bias = bytes(&mut rng, c.maps, -3000, 3000);
+        let (sx, sy, zy) = (0.03f32, 0.9f32, 121);
+        let sw: Vec<f32> = (0..c.maps).map(|m| 0.002 + m as f32 * 0.0007).collect();
+        let (acc, [oh, ow]) = conv_ref(c, &x, zx, &w, &zw, &bias);
+        let per = oh * ow;
+        let want: Vec<i32> = acc
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| requant(v, sx * sw[(i / per) % c.maps] / sy, zy, 0, 255))
+            .collect();
+        let wshape = [c.maps, ch / c.group, c.kernel[0], c.kernel[1]];
+        let node = Node::new("QLinearConv", 10)
+            .int("group", c.group as i64)
+            .ints("strides", &c.stride.map(|v| v as i64))
+            .ints("dilations", &c.dilation.map(|v| v as i64))
+            .ints("pads", &c.pads.map(|v| v as i64));
+        let image = if *x_signed {
+            (i8s(&c.x, &x), i8s(&[], &[zx]))
+        } else {
+            (u8s(&c.x, &x), u8s(&[], &[zx]))
+        };
+        let inputs = [
+            var(image.0),
+            In::Const(f32t(&[], &[sx])),
+            In::Const(image.1),
+            In::Const(i8s(&wshape, &w)),
+            In::Const(f32t(&[c.maps], &sw)),
+            In::Const(i8s(&[c.maps], &zw)),
+            In::Const(f32t(&[], &[sy])),
+            In::Const(u8s(&[], &[zy])),
+            In::Const(i32t(&[c.maps], &bias)),
+        ];
+        check_all(&node, &inputs, true, &u8s(&[c.x[0], c.maps, oh, ow], &want));
+    }
+}
+
+/// ConvInteger with int8 weights (the channel-major convolution's int32
+/// output on AVX-512 VNNI).
+#[test]
+fn conv_integer_with_int8_weights() {
+    let c = ConvCase {
+        x: [1, 9, 11, 35],
+        maps: 11,
+        kernel: [3, 3],
+        group: 1,
+        stride: [1, 1],
+        dilation: [1, 1],
+        pads: [1, 1, 1, 1],
+    };
+    let mut rng = Rng(24);
+    let x = bytes(&mut rng, 9 * 11 * 35, 0, 255);
+    let w = bytes(&mut rng, 11 * 9 * 9, -100, 100);
+    let (acc, [oh, ow]) = conv_ref(&c, &x, 77, &w, &[-3], &[]);
+    let node = Node::new("ConvInteger", 10).ints("pads", &[1, 1, 1, 1]);
+    let inputs = [
+        var(u8s(&c.x, &x)),
+        In::Const(i8s(&[11, 9, 3, 3], &w)),
+        In::Const(u8s(&[], &[77])),
+        In::Const(i8s(&[], &[-3])),
+    ];
+    check_all(&node, &inputs, true, &i32t(&[1, 11, oh, ow], &acc));
+}
+
 #[test]
 fn conv_integer_with_zero_points() {
     let c = ConvCase {

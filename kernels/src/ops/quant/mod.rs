@@ -9,7 +9,8 @@
 //! Files: `quantize` (QuantizeLinear, DynamicQuantizeLinear), `dequantize`
 //! (DequantizeLinear), `qgemm` (the integer product: packing, AVX2 and
 //! scalar kernels, output stages), `operand` (8-bit operands, the packed
-//! `B`, the batch loop), `qmatmul` and `qconv` (the product's operators),
+//! `B`, the batch loop), `qmatmul` and `qconv` (the product's operators), `planar` (the
+//! channel-major convolution on AVX-512 VNNI),
 //! `conv_loops` (im2col and depthwise loops), `qlinear` (the QLinear
 //! elementwise family), `gather_block` (GatherBlockQuantized),
 //! `qdq_matmul` (the fused 4-bit pattern over the MatMulNBits kernels of
@@ -22,6 +23,7 @@ mod depthwise;
 mod dequantize;
 mod gather_block;
 mod operand;
+mod planar;
 mod qconv;
 mod qdq_matmul;
 mod qgemm;

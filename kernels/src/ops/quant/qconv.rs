@@ -14,6 +14,7 @@ use super::common::QInt;
 use super::conv_loops::{im2col, to_channels_last};
 use super::depthwise::Depthwise;
 use super::operand::{bytes_of, check_columns, is_8bit, scales, zero_points};
+use super::planar::{self, PackedW};
 use super::qgemm::sink::{BiasI32, I32Sink, RequantSink, Shared, Sink};
 use super::qgemm::{self, AOperand, Arith, PackedB, QIsa, QMatrix, ZeroA};
 use crate::ops::basic::common::{Attrs, input, optional, output, required, typed, typed_mut};
@@ -210,9 +211,16 @@ impl Operator for QConv {
             let isa = QIsa::select(cpu);
             let a_signed = x.dtype == ElementType::I8;
             let b_signed = w.dtype == ElementType::I8;
-            Box::new(ConvPrepack {
-                op: self.op,
-                layout: format!(
+            let planar = planar::applies(isa, b_signed, &shape);
+            let layout = if planar {
+                format!(
+                    "qconv-planar-v{}-{}-g{}",
+                    planar::VERSION,
+                    isa.name(),
+                    self.group
+                )
+            } else {
+                format!(
                     "qconv-v{}-{}-{:?}-a{}-b{}-g{}",
                     qgemm::VERSION,
                     isa.name(),
@@ -220,11 +228,16 @@ impl Operator for QConv {
                     a_signed as u8,
                     b_signed as u8,
                     self.group
-                ),
+                )
+            };
+            Box::new(ConvPrepack {
+                op: self.op,
+                layout,
                 consumes: std::iter::once(s.w).chain(zw.map(|_| s.zw)).collect(),
                 isa,
                 arith: self.arith(isa, a_signed, b_signed),
                 group: self.group,
+                planar,
             }) as Box<dyn Prepack>
         })
     }
@@ -301,6 +314,40 @@ impl Operator for QConv {
             exact: self.exact,
             par,
         };
+        let planar = match &run.weight {
+            Weight::Packed(p) => p.layout.starts_with("qconv-planar"),
+            Weight::Tensor { w, .. } => {
+                planar::applies(self.isa, w.dtype() == ElementType::I8, &run.shape)
+            }
+        };
+        if planar {
+            let mg = run.shape.mg();
+            let group = |g: usize| {
+                if multipliers.len() == 1 {
+                    &multipliers[..]
+                } else {
+                    &multipliers[g * mg..(g + 1) * mg]
+                }
+            };
+            return match y.dtype() {
+                ElementType::I32 => run.planar(typed_mut::<i32>(op, y)?, &|out, _| I32Sink(out)),
+                ElementType::U8 => run.planar(typed_mut::<u8>(op, y)?, &|out, g| RequantSink {
+                    out,
+                    multipliers: group(g),
+                    by_row: true,
+                    bias: None,
+                    zero: zy,
+                }),
+                ElementType::I8 => run.planar(typed_mut::<i8>(op, y)?, &|out, g| RequantSink {
+                    out,
+                    multipliers: group(g),
+                    by_row: true,
+                    bias: None,
+                    zero: zy,
+                }),
+                dtype => Err(KernelError::UnsupportedType { op, dtype }),
+            };
+        }
         match y.dtype() {
             ElementType::I32 => run.all(typed_mut::<i32>(op, y)?, &|out, _| I32Sink(out)),
             ElementType::U8 => run.requantized::<u8>(typed_mut(op, y)?, &multipliers, zy),
@@ -346,6 +393,7 @@ impl Run<'_> {
             RequantSink {
                 out,
                 multipliers: mult,
+                by_row: false,
                 bias: self.bias.map(|b| BiasI32 {
                     data: &b[g * mg..(g + 1) * mg],
                     row_stride: 0,
@@ -356,6 +404,63 @@ impl Run<'_> {
                 zero,
             }
         })
+    }
+
+    /// Every image and group on the channel-major convolution, each
+    /// group's output channels stored by the sink `make(out, group)`
+    /// builds (rows: the group's output channels; columns: pixels).
+    fn planar<T: Copy + Send, S: Sink>(
+        &self,
+        y: &mut [T],
+        make: &dyn Fn(Shared<T>, usize) -> S,
+    ) -> Result<(), KernelError> {
+        let op = self.op;
+        let s = self.shape;
+        let g3 = s.geometry.as_3d();
+        let (pixels, in_len) = (s.geometry.output_len(), s.geometry.input_len());
+        let (xb, x_signed) = bytes_of(op, self.x)?;
+        let (cg, mg) = (s.cg(), s.mg());
+        let taps = s.k() / cg;
+        let packs = match &self.weight {
+            Weight::Packed(_) => Vec::new(),
+            Weight::Tensor { w, zero } => {
+                let (wb, _) = bytes_of(op, w)?;
+                (0..s.group)
+                    .map(|g| planar::pack(op, w.shape(), s.group, wb, zero, g))
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        for b in 0..s.batch {
+            for g in 0..s.group {
+                let w =
+                    match &self.weight {
+                        Weight::Packed(p) => planar::group_view(op, p, g)?,
+                        Weight::Tensor { .. } => PackedW::view(&packs[g].0, &packs[g].1)
+                            .ok_or_else(|| KernelError::Invalid {
+                                op,
+                                detail: "packing W failed".into(),
+                            })?,
+                    };
+                if !w.fits(cg, taps, mg) {
+                    return Err(KernelError::Invalid {
+                        op,
+                        detail: format!(
+                            "packed weight: group {g} is not {mg} filters of {cg} channels and {taps} taps"
+                        ),
+                    });
+                }
+                let img = planar::Image {
+                    planes: &xb[(b * s.channels + g * cg) * in_len..][..cg * in_len],
+                    signed: x_signed,
+                    zero: self.zx,
+                };
+                let out = &mut y[(b * s.maps + g * mg) * pixels..][..mg * pixels];
+                let sink = make(Shared::new(out, pixels, 1), g);
+                let bias = self.bias.map(|b| &b[g * mg..(g + 1) * mg]);
+                planar::run(op, &g3, img, &w, bias, &sink, self.par)?;
+            }
+        }
+        Ok(())
     }
 
     /// Every image and group, each group's product stored by the sink
@@ -558,6 +663,8 @@ struct ConvPrepack {
     isa: QIsa,
     arith: Arith,
     group: usize,
+    /// Packed for the channel-major convolution (`planar`).
+    planar: bool,
 }
 
 impl Prepack for ConvPrepack {
@@ -597,9 +704,13 @@ impl Prepack for ConvPrepack {
         let mut parts: Vec<PackedPart> = Vec::with_capacity(1 + 2 * self.group);
         parts.push(TensorData::U64(ws.iter().map(|&d| d as u64).collect()).into());
         for g in 0..self.group {
-            let (meta, data) = pack_group(
-                ws, self.group, wb, w_signed, &zero, g, self.isa, self.arith, par,
-            )?;
+            let (meta, data) = if self.planar {
+                planar::pack(op, ws, self.group, wb, &zero, g)?
+            } else {
+                pack_group(
+                    ws, self.group, wb, w_signed, &zero, g, self.isa, self.arith, par,
+                )?
+            };
             parts.push(TensorData::U64(meta).into());
             parts.push(TensorData::U8(data).into());
         }
@@ -626,14 +737,18 @@ impl Prepack for ConvPrepack {
             });
         }
         for g in 0..self.group {
-            let v = group_view(self.op, packed, g)?;
-            if v.n * self.group != maps {
+            let n = if self.planar {
+                planar::group_view(self.op, packed, g)?.maps()
+            } else {
+                group_view(self.op, packed, g)?.n
+            };
+            if n * self.group != maps {
                 return Err(KernelError::Invalid {
                     op: self.op,
                     detail: format!(
                         "packed weight `{}`: group {g} has {} channels, not {}",
                         packed.layout,
-                        v.n,
+                        n,
                         maps / self.group
                     ),
                 });

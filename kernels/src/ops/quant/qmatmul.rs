@@ -416,6 +416,7 @@ impl QMatMul {
             let sink = RequantSink {
                 out: Shared::new(&mut y[p.offset..], p.b.n, 1),
                 multipliers: &multipliers,
+                by_row: false,
                 bias,
                 zero: zy,
             };

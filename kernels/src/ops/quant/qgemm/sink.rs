@@ -45,7 +45,7 @@ impl<T: Copy> Shared<T> {
 
     /// Writes `vals` as row `m`, columns `n0..`.
     #[inline(always)]
-    fn write_row(&self, m: usize, n0: usize, vals: &[T]) {
+    pub(crate) fn write_row(&self, m: usize, n0: usize, vals: &[T]) {
         let Some(last) = vals.len().checked_sub(1) else {
             return;
         };
@@ -185,9 +185,12 @@ pub(crate) fn requantize<T: QInt>(c: i32, multiplier: f32, zero: i32) -> T {
 
 /// `y = requantize(C + bias[n])` with `multiplier[n] = scale_a * scale_b[n]
 /// / scale_y` (QLinearMatMul, QLinearConv, QGemm with a quantized output).
+/// With `by_row` the multipliers are per row of `C` instead (a product
+/// whose rows are output channels).
 pub(crate) struct RequantSink<'a, T> {
     pub(crate) out: Shared<T>,
     pub(crate) multipliers: &'a [f32],
+    pub(crate) by_row: bool,
     pub(crate) bias: Option<BiasI32<'a>>,
     pub(crate) zero: i32,
 }
@@ -199,7 +202,11 @@ impl<T: QInt> Sink for RequantSink<'_, T> {
             let n0 = n0 + c * CHUNK;
             let len = vals.len();
             let mut mult = [0f32; CHUNK];
-            fill_columns(&mut mult, self.multipliers, n0, len);
+            if self.by_row {
+                mult.fill(self.multipliers[m % self.multipliers.len()]);
+            } else {
+                fill_columns(&mut mult, self.multipliers, n0, len);
+            }
             let mut acc = [0i32; CHUNK];
             acc[..len].copy_from_slice(vals);
             if let Some(b) = self.bias {

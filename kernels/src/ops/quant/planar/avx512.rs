@@ -1,0 +1,83 @@
+//! The AVX-512 VNNI micro-kernel of the channel-major convolution (hot
+//! path): [`ROWS`] output channels times [`STRIP`] pixels of raw sums,
+//! sixteen accumulators, each quad of `k` one broadcast weight word per
+//! row against two vectors of sixteen pixels.
+
+use std::arch::x86_64::*;
+
+use super::{ROWS, STRIP};
+
+/// Bytes of one quad of a strip panel.
+const QUAD: usize = STRIP * 4;
+
+/// Raw sums `tile[r * STRIP + j] = sum_k w[r][k] * panel[k][j]` over the
+/// `kp / 4` quads of `panel`, for the [`ROWS`] rows of `w` (`kp` bytes
+/// each).
+///
+/// # Safety
+/// The CPU has AVX-512 F and VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn block(panel: &[u8], w: &[u8], kp: usize, tile: &mut [i32; ROWS * STRIP]) {
+    let quads = kp / 4;
+    assert!(
+        panel.len() >= quads * QUAD && w.len() >= ROWS * kp,
+        "operands shorter than the reduction"
+    );
+    let (bp, wp) = (panel.as_ptr(), w.as_ptr());
+    let mut acc = [[_mm512_setzero_si512(); 2]; ROWS];
+    for q in 0..quads {
+        // SAFETY: quad q of the panel (QUAD bytes) lies inside it (the
+        // assertion); unaligned loads.
+        let (b0, b1) = unsafe {
+            (
+                _mm512_loadu_si512(bp.add(q * QUAD).cast()),
+                _mm512_loadu_si512(bp.add(q * QUAD + 64).cast()),
+            )
+        };
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: bytes 4 q .. 4 q + 4 of row r lie inside `w` (the
+            // assertion); an unaligned read.
+            let word = unsafe { wp.add(r * kp + 4 * q).cast::<i32>().read_unaligned() };
+            let a = _mm512_set1_epi32(word);
+            acc[0] = _mm512_dpbusd_epi32(acc[0], b0, a);
+            acc[1] = _mm512_dpbusd_epi32(acc[1], b1, a);
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        for (h, v) in acc.iter().enumerate() {
+            // SAFETY: 16 i32 of row r, half h, lie inside the tile.
+            unsafe { _mm512_storeu_si512(tile.as_mut_ptr().add(r * STRIP + 16 * h).cast(), *v) };
+        }
+    }
+}
+
+/// Per pixel of the strip, the sum of its `quads * 4` bytes.
+///
+/// # Safety
+/// The CPU has AVX-512 F and VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn column_sums(panel: &[u8], quads: usize, out: &mut [i32; STRIP]) {
+    assert!(
+        panel.len() >= quads * QUAD,
+        "panel shorter than the reduction"
+    );
+    let ones = _mm512_set1_epi8(1);
+    let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    let bp = panel.as_ptr();
+    for q in 0..quads {
+        // SAFETY: quad q of the panel lies inside it (the assertion).
+        let (b0, b1) = unsafe {
+            (
+                _mm512_loadu_si512(bp.add(q * QUAD).cast()),
+                _mm512_loadu_si512(bp.add(q * QUAD + 64).cast()),
+            )
+        };
+        s0 = _mm512_dpbusd_epi32(s0, b0, ones);
+        s1 = _mm512_dpbusd_epi32(s1, b1, ones);
+    }
+    // SAFETY: `out` holds two vectors of i32.
+    unsafe {
+        _mm512_storeu_si512(out.as_mut_ptr().cast(), s0);
+        _mm512_storeu_si512(out.as_mut_ptr().add(16).cast(), s1);
+    }
+}
