@@ -13,8 +13,8 @@
 use std::arch::x86_64::*;
 
 use super::STRIP;
+use crate::KernelError;
 use crate::ops::conv::geometry::Geometry3;
-use crate::{KernelError, ParallelFor};
 
 /// The padded image in quads of channels.
 #[derive(Debug)]
@@ -34,8 +34,7 @@ impl Quads {
 }
 
 /// The image `planes` (`cg` planes of `g3.input`) in quads, every byte
-/// XORed with `xor` (0x80 turns int8 into `x + 128`), padded with `pad`;
-/// quads across `par`.
+/// XORed with `xor` (0x80 turns int8 into `x + 128`), padded with `pad`.
 ///
 /// # Safety
 /// The CPU has AVX-512 F, BW and VL.
@@ -46,7 +45,6 @@ pub(super) unsafe fn quads(
     planes: &[u8],
     cg: usize,
     (xor, pad): (u8, u8),
-    par: &dyn ParallelFor,
 ) -> Result<Quads, KernelError> {
     let mut dims = [0; 3];
     for a in 0..3 {
@@ -57,30 +55,37 @@ pub(super) unsafe fn quads(
     }
     let quads = cg.div_ceil(4);
     let volume = dims.iter().product::<usize>() * 4;
-    let mut data = crate::scratch::filled(op, quads * volume, 0u8)?;
+    // Padding bytes: the zero point, except for the channels that pad the
+    // last quad (rewritten below).
+    let mut data = crate::scratch::filled(op, quads * volume, pad)?;
     let [id, ih, iw] = g3.input;
     let plane = id * ih * iw;
     assert!(planes.len() >= cg * plane, "image shorter than its planes");
-    crate::for_each_chunk_mut(par, &mut data, volume, &|start, out| {
-        let q = start / volume;
+    for (q, out) in data.chunks_exact_mut(volume).enumerate() {
         let real = (cg - 4 * q).min(4);
-        let mut word = [0u8; 4];
-        word[..real].fill(pad);
-        for w in out.chunks_exact_mut(4) {
-            w.copy_from_slice(&word);
+        if real < 4 {
+            for w in out.chunks_exact_mut(4) {
+                w[real..].fill(0);
+            }
         }
+        // Unpadded rows lie back to back in both: one run per slice.
+        let (rows_per, run) = if g3.pad[2] == 0 && dims[2] == iw {
+            (ih, ih * iw)
+        } else {
+            (1, iw)
+        };
         for z in 0..id {
-            for y in 0..ih {
+            for y in (0..ih).step_by(rows_per) {
                 let src = (z * ih + y) * iw;
                 let rows: [Option<&[u8]>; 4] = std::array::from_fn(|i| {
-                    (i < real).then(|| &planes[(4 * q + i) * plane + src..][..iw])
+                    (i < real).then(|| &planes[(4 * q + i) * plane + src..][..run])
                 });
                 let at = (((z + g3.pad[0]) * dims[1] + y + g3.pad[1]) * dims[2] + g3.pad[2]) * 4;
                 // SAFETY: the CPU has the features (the caller).
-                unsafe { interleave(&rows, xor, &mut out[at..at + 4 * iw]) };
+                unsafe { interleave(&rows, xor, &mut out[at..at + 4 * run]) };
             }
         }
-    });
+    }
     Ok(Quads { data, dims, quads })
 }
 
@@ -138,7 +143,7 @@ pub(super) fn pack(img: &Quads, g3: &Geometry3, p0: usize, np: usize, panel: &mu
 /// `dst.len() / 4` pixels `j`.
 ///
 /// # Safety
-/// The CPU has AVX-512 BW and VL.
+/// The CPU has AVX-512 F, BW and VL.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
 unsafe fn interleave(rows: &[Option<&[u8]>; 4], xor: u8, dst: &mut [u8]) {
     let n = dst.len() / 4;
@@ -146,7 +151,13 @@ unsafe fn interleave(rows: &[Option<&[u8]>; 4], xor: u8, dst: &mut [u8]) {
         rows.iter().flatten().all(|r| r.len() >= n),
         "rows shorter than the pixels"
     );
-    let x = _mm_set1_epi8(xor as i8);
+    // The XOR of each word: `xor` in the bytes of present rows.
+    let flip = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is_some())
+        .fold(0u32, |f, (i, _)| f | (xor as u32) << (8 * i));
+    let flip = _mm512_set1_epi32(flip as i32);
     let mut j = 0;
     while j < n {
         let count = (n - j).min(16);
@@ -155,53 +166,41 @@ unsafe fn interleave(rows: &[Option<&[u8]>; 4], xor: u8, dst: &mut [u8]) {
         // the pixels (the assertion).
         let (a, b, c, d) = unsafe {
             (
-                load(rows[0], j, mask, x),
-                load(rows[1], j, mask, x),
-                load(rows[2], j, mask, x),
-                load(rows[3], j, mask, x),
+                widen(rows[0], j, mask),
+                widen(rows[1], j, mask),
+                widen(rows[2], j, mask),
+                widen(rows[3], j, mask),
             )
         };
-        let (ab_lo, ab_hi) = (_mm_unpacklo_epi8(a, b), _mm_unpackhi_epi8(a, b));
-        let (cd_lo, cd_hi) = (_mm_unpacklo_epi8(c, d), _mm_unpackhi_epi8(c, d));
-        let out = [
-            _mm_unpacklo_epi16(ab_lo, cd_lo),
-            _mm_unpackhi_epi16(ab_lo, cd_lo),
-            _mm_unpacklo_epi16(ab_hi, cd_hi),
-            _mm_unpackhi_epi16(ab_hi, cd_hi),
-        ];
-        let d = &mut dst[4 * j..4 * (j + count)];
-        for (i, v) in out.iter().enumerate() {
-            let words = count.saturating_sub(4 * i).min(4);
-            if words == 0 {
-                break;
-            }
-            let m: __mmask16 = if words == 4 {
-                !0
-            } else {
-                (1u16 << (4 * words)) - 1
-            };
-            // SAFETY: the mask writes bytes 16 i .. 16 i + 4 words of `d`,
-            // inside it.
-            unsafe { _mm_mask_storeu_epi8(d.as_mut_ptr().add(16 * i).cast(), m, *v) };
-        }
+        // a | b << 8 | c << 16, then | d << 24, then the XOR.
+        let abc = _mm512_ternarylogic_epi32(
+            a,
+            _mm512_slli_epi32::<8>(b),
+            _mm512_slli_epi32::<16>(c),
+            0xFE,
+        );
+        let words = _mm512_xor_si512(_mm512_or_si512(abc, _mm512_slli_epi32::<24>(d)), flip);
+        // SAFETY: the mask writes the `count` words of pixels j.., inside
+        // `dst` (n pixels).
+        unsafe { _mm512_mask_storeu_epi32(dst.as_mut_ptr().add(4 * j).cast(), mask, words) };
         j += count;
     }
 }
 
-/// Bytes `j..` of `row` under `mask`, XORed with `x`; zeros for a missing
-/// row.
+/// Bytes `j..` of `row` under `mask`, one per 32-bit lane; zeros for a
+/// missing row.
 ///
 /// # Safety
-/// The CPU has AVX-512 BW and VL; `row` holds the bytes `mask` selects.
+/// The CPU has AVX-512 F, BW and VL; `row` holds the bytes `mask` selects.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
 #[inline]
-unsafe fn load(row: Option<&[u8]>, j: usize, mask: __mmask16, x: __m128i) -> __m128i {
+unsafe fn widen(row: Option<&[u8]>, j: usize, mask: __mmask16) -> __m512i {
     match row {
-        None => _mm_setzero_si128(),
+        None => _mm512_setzero_si512(),
         // SAFETY: the masked bytes lie inside the row (the caller); bytes
         // masked off are not read.
         Some(r) => unsafe {
-            _mm_xor_si128(_mm_maskz_loadu_epi8(mask, r.as_ptr().add(j).cast()), x)
+            _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, r.as_ptr().add(j).cast()))
         },
     }
 }

@@ -216,7 +216,12 @@ impl<T: QInt> Sink for RequantSink<'_, T> {
             for j in 0..CHUNK {
                 buf[j] = requantize::<T>(acc[j], mult[j], self.zero);
             }
-            self.out.write_row(m, n0, &buf[..len]);
+            if len == CHUNK {
+                // A whole chunk: a copy of known size.
+                self.out.write_row(m, n0, &buf);
+            } else {
+                self.out.write_row(m, n0, &buf[..len]);
+            }
         }
     }
 }
