@@ -9,12 +9,13 @@
 //! Files: `quantize` (QuantizeLinear, DynamicQuantizeLinear), `dequantize`
 //! (DequantizeLinear), `qgemm` (the integer product: packing, AVX2 and
 //! scalar kernels, output stages), `operand` (8-bit operands, the packed
-//! `B`, the batch loop), `qmatmul` and `qconv` (the product's operators), `planar` (the
-//! channel-major convolution on AVX-512 VNNI),
-//! `conv_loops` (im2col and depthwise loops), `qlinear` (the QLinear
-//! elementwise family), `gather_block` (GatherBlockQuantized),
-//! `qdq_matmul` (the fused 4-bit pattern over the MatMulNBits kernels of
-//! `linalg::q4`), `common` (f32-computed float outputs, quantized element
+//! `B`, the batch loop), `qmatmul` and `qconv` (the product's operators;
+//! `qconv_pack` packs the convolution weights), `planar` (the
+//! channel-major convolution on AVX-512 VNNI), `conv_loops` (im2col and
+//! depthwise loops), `qlinear` (the QLinear elementwise family),
+//! `gather_block` (GatherBlockQuantized), `qdq_matmul` (the fused 4-bit
+//! pattern over the MatMulNBits kernels of `linalg::q4`), `common`
+//! (f32-computed float outputs, quantized element
 //! access, the scale geometry, rounding).
 
 mod common;
@@ -25,6 +26,7 @@ mod gather_block;
 mod operand;
 mod planar;
 mod qconv;
+mod qconv_pack;
 mod qdq_matmul;
 mod qgemm;
 mod qlinear;

@@ -46,13 +46,12 @@ pub(super) unsafe fn quads(
     cg: usize,
     (xor, pad): (u8, u8),
 ) -> Result<Quads, KernelError> {
-    let mut dims = [0; 3];
-    for a in 0..3 {
+    let dims: [usize; 3] = std::array::from_fn(|a| {
         let reach = (g3.output[a].max(1) - 1) * g3.stride[a]
             + (g3.kernel[a].max(1) - 1) * g3.dilation[a]
             + 1;
-        dims[a] = (g3.pad[a] + g3.input[a]).max(reach);
-    }
+        (g3.pad[a] + g3.input[a]).max(reach)
+    });
     let quads = cg.div_ceil(4);
     let volume = dims.iter().product::<usize>() * 4;
     // Padding bytes: the zero point, except for the channels that pad the
