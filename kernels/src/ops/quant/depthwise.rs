@@ -14,9 +14,14 @@
 //!   odd ones, so that a tap's inputs for consecutive outputs are
 //!   consecutive; each output row accumulates its taps.
 //!
+//! On AVX-512 both padded paths run row by row instead, sixteen outputs
+//! at a time with every tap accumulated in a register (no pass over an
+//! accumulator per tap).
+//!
 //! Anything else (3-D, other strides) takes the general loop: per output
 //! row, per tap, the output columns whose input is inside.
 
+use super::qgemm::QIsa;
 use super::qgemm::sink::Sink;
 use crate::ParallelFor;
 use crate::ops::conv::geometry::{Geometry3, valid_range};
@@ -47,8 +52,11 @@ struct Plane<'a> {
 
 impl Depthwise<'_> {
     /// Every plane `i` into `sinks[i]`, the planes split across `par`'s
-    /// threads; compiled for AVX2 when `avx2` (the CPU has it).
-    pub(super) fn run<S: Sink>(&self, sinks: &[S], avx2: bool, par: &dyn ParallelFor) {
+    /// threads; compiled for the vector extensions of `isa` (which the CPU
+    /// has: QIsa::select).
+    pub(super) fn run<S: Sink>(&self, sinks: &[S], isa: QIsa, par: &dyn ParallelFor) {
+        let wide = matches!(isa, QIsa::Avx512Vnni | QIsa::Amx);
+        let avx2 = isa.avx2();
         let planes = sinks.len();
         let tasks = if par.threads() > 1 {
             planes.min(par.threads() * 4)
@@ -60,14 +68,22 @@ impl Depthwise<'_> {
             for i in crate::par::chunk(planes, tasks, 1, t) {
                 let p = self.plane(i, &mut taps);
                 #[cfg(target_arch = "x86_64")]
+                if wide {
+                    // SAFETY: the VNNI and AMX families are selected only
+                    // on a CPU with AVX-512 F, BW, DQ and VL.
+                    unsafe { p.run_avx512(&sinks[i], &mut xs, &mut acc) };
+                    continue;
+                }
+                #[cfg(target_arch = "x86_64")]
                 if avx2 {
-                    // SAFETY: the caller's `avx2` says the CPU has it.
+                    // SAFETY: every family but the portable one is selected
+                    // only on a CPU with AVX2.
                     unsafe { p.run_avx2(&sinks[i], &mut xs, &mut acc) };
                     continue;
                 }
-                let _ = avx2;
+                let _ = (avx2, wide);
                 // SAFETY: AVX2 = false asks nothing of the CPU.
-                unsafe { p.run::<false, S>(&sinks[i], &mut xs, &mut acc) };
+                unsafe { p.run::<false, false, S>(&sinks[i], &mut xs, &mut acc) };
             }
         };
         if tasks <= 1 {
@@ -110,6 +126,21 @@ impl Plane<'_> {
         }) - self.zx
     }
 
+    /// `dst[i] = value(src[i])`, the sign decided once.
+    #[inline(always)]
+    fn values(&self, dst: &mut [i32], src: &[u8]) {
+        let zx = self.zx;
+        if self.x_signed {
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = v as i8 as i32 - zx;
+            }
+        } else {
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = v as i32 - zx;
+            }
+        }
+    }
+
     /// [`Self::run`] compiled for AVX2 (the `i32` products 8 wide).
     ///
     /// # Safety
@@ -118,16 +149,29 @@ impl Plane<'_> {
     #[target_feature(enable = "avx2")]
     unsafe fn run_avx2<S: Sink>(&self, sink: &S, xs: &mut Vec<i32>, acc: &mut Vec<i32>) {
         // SAFETY: the CPU has AVX2 (this function's contract).
-        unsafe { self.run::<true, S>(sink, xs, acc) }
+        unsafe { self.run::<true, false, S>(sink, xs, acc) }
+    }
+
+    /// [`Self::run`] compiled for AVX-512, the padded paths row by row
+    /// with the taps in registers.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW, DQ and VL.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+    unsafe fn run_avx512<S: Sink>(&self, sink: &S, xs: &mut Vec<i32>, acc: &mut Vec<i32>) {
+        // SAFETY: the CPU has AVX-512 and AVX2 (this function's contract).
+        unsafe { self.run::<true, true, S>(sink, xs, acc) }
     }
 
     /// The plane into `sink` (row 0, columns `pixel..`), `xs` and `acc`
     /// scratch.
     ///
     /// # Safety
-    /// `AVX2` only when the CPU has AVX2.
+    /// `AVX2` only when the CPU has AVX2, `WIDE` only when it has AVX-512
+    /// F, BW, DQ and VL.
     #[inline(always)]
-    unsafe fn run<const AVX2: bool, S: Sink>(
+    unsafe fn run<const AVX2: bool, const WIDE: bool, S: Sink>(
         &self,
         sink: &S,
         xs: &mut Vec<i32>,
@@ -138,7 +182,7 @@ impl Plane<'_> {
         // SAFETY: passed on (this function's contract).
         unsafe {
             if flat && g.stride[2] <= 2 {
-                self.padded::<AVX2, S>(sink, xs, acc);
+                self.padded::<AVX2, WIDE, S>(sink, xs, acc);
             } else {
                 self.general::<AVX2, S>(sink, xs, acc);
             }
@@ -148,9 +192,10 @@ impl Plane<'_> {
     /// The padded-plane paths (see the module documentation).
     ///
     /// # Safety
-    /// `AVX2` only when the CPU has AVX2.
+    /// `AVX2` only when the CPU has AVX2, `WIDE` only when it has AVX-512
+    /// F, BW, DQ and VL.
     #[inline(always)]
-    unsafe fn padded<const AVX2: bool, S: Sink>(
+    unsafe fn padded<const AVX2: bool, const WIDE: bool, S: Sink>(
         &self,
         sink: &S,
         xs: &mut Vec<i32>,
@@ -179,9 +224,7 @@ impl Plane<'_> {
             };
             if sw == 1 {
                 dst[..pl].fill(0);
-                for (d, &v) in dst[pl..pl + cols].iter_mut().zip(src) {
-                    *d = self.value(v);
-                }
+                self.values(&mut dst[pl..pl + cols], src);
                 dst[pl + cols..].fill(0);
             } else {
                 for px in (0..pl).chain(pl + cols..wp) {
@@ -198,6 +241,26 @@ impl Plane<'_> {
                     }
                 }
             }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if WIDE {
+            acc.resize(ow, 0);
+            // Each tap's offset from the output row's first padded row.
+            let offsets: Vec<usize> = (0..kh * kw)
+                .map(|t| t / kw * dh * wp + col(t % kw * dw))
+                .collect();
+            for y in 0..oh {
+                let rows = Rows {
+                    xs: &xs[y * sh * wp..hp * wp],
+                    offsets: &offsets,
+                    taps: self.taps,
+                };
+                // SAFETY: WIDE only on a CPU with AVX-512 (this function's
+                // contract).
+                unsafe { rows.row_avx512(&mut acc[..ow]) };
+                sink.put(0, y * ow, &acc[..ow]);
+            }
+            return;
         }
         if sh == 1 && sw == 1 {
             // The whole grid at once: output (y, x) at y * wp + x.
@@ -291,6 +354,49 @@ impl Plane<'_> {
                 }
                 sink.put(0, (z * oh + yy) * ow, acc);
             }
+        }
+    }
+}
+
+/// One output row's inputs on the padded plane: tap `t` reads `xs` from
+/// `offsets[t]` on.
+struct Rows<'a> {
+    xs: &'a [i32],
+    offsets: &'a [usize],
+    taps: &'a [i32],
+}
+
+impl Rows<'_> {
+    /// `out[x] = sum over taps t of taps[t] * xs[offsets[t] + x]`, sixteen
+    /// outputs at a time.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn row_avx512(&self, out: &mut [i32]) {
+        use std::arch::x86_64::*;
+        let n = out.len();
+        assert!(
+            self.taps.len() == self.offsets.len()
+                && self.offsets.iter().all(|&o| o + n <= self.xs.len()),
+            "a tap reads outside the padded plane"
+        );
+        let base = self.xs.as_ptr();
+        let mut x = 0;
+        while x < n {
+            let count = (n - x).min(16);
+            let mask: __mmask16 = if count == 16 { !0 } else { (1u16 << count) - 1 };
+            let mut v = _mm512_setzero_si512();
+            for (&o, &w) in self.offsets.iter().zip(self.taps) {
+                // SAFETY: values o + x .. o + x + count lie inside `xs`
+                // (the assertion: o + n <= len); the mask reads no more.
+                let xv = unsafe { _mm512_maskz_loadu_epi32(mask, base.add(o + x).cast()) };
+                v = _mm512_add_epi32(v, _mm512_mullo_epi32(xv, _mm512_set1_epi32(w)));
+            }
+            // SAFETY: the mask writes outputs x .. x + count <= n.
+            unsafe { _mm512_mask_storeu_epi32(out.as_mut_ptr().add(x).cast(), mask, v) };
+            x += count;
         }
     }
 }

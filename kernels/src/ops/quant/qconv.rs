@@ -501,7 +501,7 @@ impl Run<'_> {
                 w_signed,
                 zw: zero,
             };
-            dw.run(&sinks, self.isa.avx2(), self.par);
+            dw.run(&sinks, self.isa, self.par);
             return Ok(());
         }
         let mut nhwc = crate::scratch::with_capacity(op, s.channels * in_len)?;

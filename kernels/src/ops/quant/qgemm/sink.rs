@@ -195,33 +195,42 @@ pub(crate) struct RequantSink<'a, T> {
     pub(crate) zero: i32,
 }
 
+impl<T: QInt> RequantSink<'_, T> {
+    /// Columns `n0..n0 + len` of row `m` (`vals` holds them); inlined with
+    /// `len = CHUNK` for whole chunks, so that every loop has a fixed
+    /// length.
+    #[inline(always)]
+    fn chunk(&self, m: usize, n0: usize, vals: &[i32], len: usize) {
+        let mut mult = [0f32; CHUNK];
+        if self.by_row {
+            let one = self.multipliers.len() == 1;
+            mult.fill(self.multipliers[if one { 0 } else { m }]);
+        } else {
+            fill_columns(&mut mult, self.multipliers, n0, len);
+        }
+        let mut acc = [0i32; CHUNK];
+        acc[..len].copy_from_slice(&vals[..len]);
+        if let Some(b) = self.bias {
+            b.add_row(&mut acc[..len], m, n0);
+        }
+        let mut buf = [T::from_i32(0); CHUNK];
+        for j in 0..CHUNK {
+            buf[j] = requantize::<T>(acc[j], mult[j], self.zero);
+        }
+        self.out.write_row(m, n0, &buf[..len]);
+    }
+}
+
 impl<T: QInt> Sink for RequantSink<'_, T> {
     #[inline(always)]
     fn put(&self, m: usize, n0: usize, vals: &[i32]) {
-        for (c, vals) in vals.chunks(CHUNK).enumerate() {
-            let n0 = n0 + c * CHUNK;
-            let len = vals.len();
-            let mut mult = [0f32; CHUNK];
-            if self.by_row {
-                mult.fill(self.multipliers[m % self.multipliers.len()]);
-            } else {
-                fill_columns(&mut mult, self.multipliers, n0, len);
-            }
-            let mut acc = [0i32; CHUNK];
-            acc[..len].copy_from_slice(vals);
-            if let Some(b) = self.bias {
-                b.add_row(&mut acc[..len], m, n0);
-            }
-            let mut buf = [T::from_i32(0); CHUNK];
-            for j in 0..CHUNK {
-                buf[j] = requantize::<T>(acc[j], mult[j], self.zero);
-            }
-            if len == CHUNK {
-                // A whole chunk: a copy of known size.
-                self.out.write_row(m, n0, &buf);
-            } else {
-                self.out.write_row(m, n0, &buf[..len]);
-            }
+        let mut c = 0;
+        while c + CHUNK <= vals.len() {
+            self.chunk(m, n0 + c, &vals[c..c + CHUNK], CHUNK);
+            c += CHUNK;
+        }
+        if c < vals.len() {
+            self.chunk(m, n0 + c, &vals[c..], vals.len() - c);
         }
     }
 }
