@@ -689,54 +689,105 @@ fn qlinear_conv_channel_major_strips_blocks_and_signs() {
     ];
     let mut rng = Rng(23);
     for (c, x_signed, w_zero) in &cases {
-        let [_, ch, _, _] = c.x;
-        let xn: usize = c.x.iter().product();
-        let wn = c.maps * ch / c.group * c.kernel[0] * c.kernel[1];
-        let (x, zx) = if *x_signed {
-            (bytes(&mut rng, xn, -128, 127), -7)
-        } else {
-            (bytes(&mut rng, xn, 0, 255), 131)
-        };
-        let w = bytes(&mut rng, wn, -63, 63);
-        let zw = if *w_zero {
-            bytes(&mut rng, c.maps, -5, 5)
-        } else {
-            vec![0; c.maps]
-        };
-        let bias = bytes(&mut rng, c.maps, -3000, 3000);
-        let (sx, sy, zy) = (0.03f32, 0.9f32, 121);
-        let sw: Vec<f32> = (0..c.maps).map(|m| 0.002 + m as f32 * 0.0007).collect();
-        let (acc, [oh, ow]) = conv_ref(c, &x, zx, &w, &zw, &bias);
-        let per = oh * ow;
-        let want: Vec<i32> = acc
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| requant(v, sx * sw[(i / per) % c.maps] / sy, zy, 0, 255))
-            .collect();
-        let wshape = [c.maps, ch / c.group, c.kernel[0], c.kernel[1]];
-        let node = Node::new("QLinearConv", 10)
-            .int("group", c.group as i64)
-            .ints("strides", &c.stride.map(|v| v as i64))
-            .ints("dilations", &c.dilation.map(|v| v as i64))
-            .ints("pads", &c.pads.map(|v| v as i64));
-        let image = if *x_signed {
-            (i8s(&c.x, &x), i8s(&[], &[zx]))
-        } else {
-            (u8s(&c.x, &x), u8s(&[], &[zx]))
-        };
-        let inputs = [
-            var(image.0),
-            In::Const(f32t(&[], &[sx])),
-            In::Const(image.1),
-            In::Const(i8s(&wshape, &w)),
-            In::Const(f32t(&[c.maps], &sw)),
-            In::Const(i8s(&[c.maps], &zw)),
-            In::Const(f32t(&[], &[sy])),
-            In::Const(u8s(&[], &[zy])),
-            In::Const(i32t(&[c.maps], &bias)),
-        ];
-        check_all(&node, &inputs, true, &u8s(&[c.x[0], c.maps, oh, ow], &want));
+        check_qlinear_conv(c, *x_signed, *w_zero, &mut rng);
     }
+}
+
+/// Depthwise convolutions on planes narrower than a vector (sixteen
+/// channels per vector on AVX-512): a partial last block of channels,
+/// two images, stride 2 and dilation, an int8 image, weight zero points.
+#[test]
+fn qlinear_depthwise_blocks_of_channels() {
+    let cases = [
+        (
+            ConvCase {
+                x: [2, 20, 7, 9],
+                maps: 20,
+                kernel: [3, 3],
+                group: 20,
+                stride: [1, 1],
+                dilation: [1, 1],
+                pads: [1, 1, 1, 1],
+            },
+            false,
+            true,
+        ),
+        (
+            ConvCase {
+                x: [1, 35, 13, 14],
+                maps: 35,
+                kernel: [3, 3],
+                group: 35,
+                stride: [2, 2],
+                dilation: [2, 1],
+                pads: [2, 1, 1, 0],
+            },
+            true,
+            false,
+        ),
+    ];
+    let mut rng = Rng(25);
+    for (c, x_signed, w_zero) in &cases {
+        check_qlinear_conv(c, *x_signed, *w_zero, &mut rng);
+    }
+}
+
+/// One QLinearConv (uint8 output, per-channel int8 weights) against the
+/// exact reference on every family, packed where it packs.
+fn check_qlinear_conv(c: &ConvCase, x_signed: bool, w_zero: bool, rng: &mut Rng) {
+    let [_, ch, _, _] = c.x;
+    let xn: usize = c.x.iter().product();
+    let wn = c.maps * ch / c.group * c.kernel[0] * c.kernel[1];
+    let (x, zx) = if x_signed {
+        (bytes(rng, xn, -128, 127), -7)
+    } else {
+        (bytes(rng, xn, 0, 255), 131)
+    };
+    let w = bytes(rng, wn, -63, 63);
+    let zw = if w_zero {
+        bytes(rng, c.maps, -5, 5)
+    } else {
+        vec![0; c.maps]
+    };
+    let bias = bytes(rng, c.maps, -3000, 3000);
+    let (sx, sy, zy) = (0.03f32, 0.9f32, 121);
+    let sw: Vec<f32> = (0..c.maps).map(|m| 0.002 + m as f32 * 0.0007).collect();
+    let (acc, [oh, ow]) = conv_ref(c, &x, zx, &w, &zw, &bias);
+    let per = oh * ow;
+    let want: Vec<i32> = acc
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| requant(v, sx * sw[(i / per) % c.maps] / sy, zy, 0, 255))
+        .collect();
+    let wshape = [c.maps, ch / c.group, c.kernel[0], c.kernel[1]];
+    let node = Node::new("QLinearConv", 10)
+        .int("group", c.group as i64)
+        .ints("strides", &c.stride.map(|v| v as i64))
+        .ints("dilations", &c.dilation.map(|v| v as i64))
+        .ints("pads", &c.pads.map(|v| v as i64));
+    let image = if x_signed {
+        (i8s(&c.x, &x), i8s(&[], &[zx]))
+    } else {
+        (u8s(&c.x, &x), u8s(&[], &[zx]))
+    };
+    let inputs = [
+        var(image.0),
+        In::Const(f32t(&[], &[sx])),
+        In::Const(image.1),
+        In::Const(i8s(&wshape, &w)),
+        In::Const(f32t(&[c.maps], &sw)),
+        In::Const(i8s(&[c.maps], &zw)),
+        In::Const(f32t(&[], &[sy])),
+        In::Const(u8s(&[], &[zy])),
+        In::Const(i32t(&[c.maps], &bias)),
+    ];
+    let depthwise = c.group == ch && c.maps == ch;
+    check_all(
+        &node,
+        &inputs,
+        !depthwise,
+        &u8s(&[c.x[0], c.maps, oh, ow], &want),
+    );
 }
 
 /// ConvInteger with int8 weights (the channel-major convolution's int32

@@ -21,6 +21,8 @@
 mod common;
 mod conv_loops;
 mod depthwise;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_blocked;
 mod dequantize;
 mod gather_block;
 mod operand;
