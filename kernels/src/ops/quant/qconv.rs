@@ -15,7 +15,7 @@ use super::conv_loops::{im2col, to_channels_last};
 use super::depthwise::Depthwise;
 use super::operand::{bytes_of, check_columns, is_8bit, scales, zero_points};
 use super::planar::{self, PackedW};
-use super::qconv_pack::{ConvPrepack, group_view, pack_group, packed_w_shape};
+use super::qconv_pack::{ConvPrepack, group_view, pack_group, packed_w_shape, planar_view};
 use super::qgemm::sink::{BiasI32, I32Sink, RequantSink, Shared, Sink};
 use super::qgemm::{self, AOperand, Arith, PackedB, QIsa, ZeroA};
 use crate::ops::basic::common::{Attrs, input, optional, output, required, typed, typed_mut};
@@ -322,30 +322,14 @@ impl Operator for QConv {
             }
         };
         if planar {
-            let mg = run.shape.mg();
-            let group = |g: usize| {
-                if multipliers.len() == 1 {
-                    &multipliers[..]
-                } else {
-                    &multipliers[g * mg..(g + 1) * mg]
-                }
-            };
             return match y.dtype() {
                 ElementType::I32 => run.planar(typed_mut::<i32>(op, y)?, &|out, _| I32Sink(out)),
-                ElementType::U8 => run.planar(typed_mut::<u8>(op, y)?, &|out, g| RequantSink {
-                    out,
-                    multipliers: group(g),
-                    by_row: true,
-                    bias: None,
-                    zero: zy,
-                }),
-                ElementType::I8 => run.planar(typed_mut::<i8>(op, y)?, &|out, g| RequantSink {
-                    out,
-                    multipliers: group(g),
-                    by_row: true,
-                    bias: None,
-                    zero: zy,
-                }),
+                ElementType::U8 => {
+                    run.planar_requantized::<u8>(typed_mut(op, y)?, &multipliers, zy)
+                }
+                ElementType::I8 => {
+                    run.planar_requantized::<i8>(typed_mut(op, y)?, &multipliers, zy)
+                }
                 dtype => Err(KernelError::UnsupportedType { op, dtype }),
             };
         }
@@ -407,6 +391,28 @@ impl Run<'_> {
         })
     }
 
+    /// [`Self::planar`] requantizing each output channel with its
+    /// multiplier (the bias is added before, by the convolution).
+    fn planar_requantized<T: QInt>(
+        &self,
+        y: &mut [T],
+        multipliers: &[f32],
+        zero: i32,
+    ) -> Result<(), KernelError> {
+        let mg = self.shape.mg();
+        self.planar(y, &|out, g| RequantSink {
+            out,
+            multipliers: if multipliers.len() == 1 {
+                multipliers
+            } else {
+                &multipliers[g * mg..(g + 1) * mg]
+            },
+            by_row: true,
+            bias: None,
+            zero,
+        })
+    }
+
     /// Every image and group on the channel-major convolution, each
     /// group's output channels stored by the sink `make(out, group)`
     /// builds (rows: the group's output channels; columns: pixels).
@@ -435,7 +441,7 @@ impl Run<'_> {
             for g in 0..s.group {
                 let w =
                     match &self.weight {
-                        Weight::Packed(p) => planar::group_view(op, p, g)?,
+                        Weight::Packed(p) => planar_view(op, p, g)?,
                         Weight::Tensor { .. } => PackedW::view(&packs[g].0, &packs[g].1)
                             .ok_or_else(|| KernelError::Invalid {
                                 op,

@@ -60,19 +60,45 @@ pub(super) fn group_view<'a>(
     p: &'a PackedWeight,
     g: usize,
 ) -> Result<PackedB<'a>, KernelError> {
-    let bad = || KernelError::Invalid {
+    let (meta, data) = group_parts(op, p, g)?;
+    PackedB::view(meta, data).ok_or_else(|| bad_group(op, p, g))
+}
+
+/// Group `g`'s filters packed for the channel-major convolution.
+pub(super) fn planar_view<'a>(
+    op: &'static str,
+    p: &'a PackedWeight,
+    g: usize,
+) -> Result<planar::PackedW<'a>, KernelError> {
+    let (meta, data) = group_parts(op, p, g)?;
+    planar::PackedW::view(meta, data).ok_or_else(|| bad_group(op, p, g))
+}
+
+/// Group `g`'s two parts (`1 + 2 g`, `2 + 2 g`; part 0 is the header of
+/// `W`'s shape).
+fn group_parts<'a>(
+    op: &'static str,
+    p: &'a PackedWeight,
+    g: usize,
+) -> Result<(&'a [u64], &'a [u8]), KernelError> {
+    let parts = p
+        .parts
+        .get(1 + 2 * g..3 + 2 * g)
+        .ok_or_else(|| bad_group(op, p, g))?;
+    match (parts[0].as_u64(), parts[1].as_u8()) {
+        (Some(meta), Some(data)) => Ok((meta, data)),
+        _ => Err(bad_group(op, p, g)),
+    }
+}
+
+fn bad_group(op: &'static str, p: &PackedWeight, g: usize) -> KernelError {
+    KernelError::Invalid {
         op,
         detail: format!(
             "packed weight `{}`: group {g} is missing or not valid",
             p.layout
         ),
-    };
-    let parts = p.parts.get(1 + 2 * g..3 + 2 * g).ok_or_else(bad)?;
-    let (meta, data) = (
-        parts[0].as_u64().ok_or_else(bad)?,
-        parts[1].as_u8().ok_or_else(bad)?,
-    );
-    PackedB::view(meta, data).ok_or_else(bad)
+    }
 }
 
 /// The `W` shape recorded in a [`ConvPrepack`] object's header.
@@ -179,7 +205,7 @@ impl Prepack for ConvPrepack {
         }
         for g in 0..self.group {
             let n = if self.planar {
-                planar::group_view(self.op, packed, g)?.maps()
+                planar_view(self.op, packed, g)?.maps()
             } else {
                 group_view(self.op, packed, g)?.n
             };

@@ -35,7 +35,7 @@ mod strip;
 use super::qgemm::{QIsa, Sink};
 use crate::ops::conv::geometry::Geometry3;
 use crate::ops::conv::shape::ConvShape;
-use crate::{KernelError, PackedWeight, ParallelFor};
+use crate::{KernelError, ParallelFor};
 
 /// Output pixels of a strip (two vectors of sixteen).
 pub(crate) const STRIP: usize = 32;
@@ -165,28 +165,6 @@ pub(crate) fn pack(
     Ok((meta, data))
 }
 
-/// Group `g`'s packed weights in a packed convolution weight (parts `1 +
-/// 2 g` and `2 + 2 g`; part 0 is the header of `W`'s shape).
-pub(crate) fn group_view<'a>(
-    op: &'static str,
-    p: &'a PackedWeight,
-    g: usize,
-) -> Result<PackedW<'a>, KernelError> {
-    let bad = || KernelError::Invalid {
-        op,
-        detail: format!(
-            "packed weight `{}`: group {g} is missing or not valid",
-            p.layout
-        ),
-    };
-    let parts = p.parts.get(1 + 2 * g..3 + 2 * g).ok_or_else(bad)?;
-    let (meta, data) = (
-        parts[0].as_u64().ok_or_else(bad)?,
-        parts[1].as_u8().ok_or_else(bad)?,
-    );
-    PackedW::view(meta, data).ok_or_else(bad)
-}
-
 /// One image's group: its input planes and its zero point.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Image<'a> {
@@ -213,88 +191,77 @@ pub(crate) fn run<S: Sink>(
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (g3, img, w, bias, sink, par);
-        return Err(KernelError::Invalid {
+        Err(KernelError::Invalid {
             op,
             detail: "the channel-major convolution runs on x86-64 only".into(),
-        });
+        })
     }
     #[cfg(target_arch = "x86_64")]
-    run_x86(op, g3, img, w, bias, sink, par)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn run_x86<S: Sink>(
-    op: &'static str,
-    g3: &Geometry3,
-    img: Image<'_>,
-    w: &PackedW<'_>,
-    bias: Option<&[i32]>,
-    sink: &S,
-    par: &dyn ParallelFor,
-) -> Result<(), KernelError> {
-    let pixels = g3.output.iter().product::<usize>();
-    if pixels == 0 || w.mg == 0 {
-        return Ok(());
-    }
-    // The image as unsigned bytes: an int8 image is read as `x + 128`.
-    let (xor, zx) = if img.signed {
-        (0x80u8, img.zero + 128)
-    } else {
-        (0, img.zero)
-    };
-    let k = (w.cg * w.taps) as i32;
-    let row_const: Vec<i32> = (0..w.mg)
-        .map(|r| {
-            let b = bias.map_or(0, |b| b[r]);
-            k.wrapping_mul(zx)
-                .wrapping_mul(w.zero(r))
-                .wrapping_sub(zx.wrapping_mul(w.rowsum(r)))
-                .wrapping_add(b)
-        })
-        .collect();
-    let colsums = (0..w.mg).any(|r| w.zero(r) != 0);
-    // SAFETY: this module runs only where `applies` chose the VNNI family,
-    // which QIsa::select picks only on a CPU with AVX-512 F, BW, VL and
-    // VNNI. The copy runs on the calling thread: split across the pool it
-    // measured slower (a few tens of microseconds of work against the
-    // workers' wake-up).
-    let quads = unsafe { strip::quads(op, g3, img.planes, w.cg, (xor, zx as u8))? };
-    let strips = pixels.div_ceil(STRIP);
-    let blocks = w.mg.div_ceil(ROWS);
-    let threads = par.threads().max(1);
-    let work = pixels * w.mg * w.kp;
-    let (strip_tasks, row_tasks) = if threads == 1 || work < 256 * 1024 {
-        (1, 1)
-    } else {
-        let s = strips.min(threads * 4);
-        let r = if s >= threads * 2 {
-            1
+    {
+        let pixels = g3.output.iter().product::<usize>();
+        if pixels == 0 || w.mg == 0 {
+            return Ok(());
+        }
+        // The image as unsigned bytes: an int8 image is read as `x + 128`.
+        let (xor, zx) = if img.signed {
+            (0x80u8, img.zero + 128)
         } else {
-            blocks.min((threads * 4).div_ceil(s))
+            (0, img.zero)
         };
-        (s, r)
-    };
-    let panel_len = w.kp * STRIP;
-    let mut panels = crate::scratch::filled(op, strip_tasks * row_tasks * panel_len, 0u8)?;
-    let job = Job {
-        img: &quads,
-        g3,
-        w,
-        row_const: &row_const,
-        colsums,
-        sink,
-        pixels,
-    };
-    crate::for_each_chunk_mut(par, &mut panels, panel_len, &|start, panel| {
-        let t = start / panel_len;
-        let sr = crate::par::chunk(strips, strip_tasks, 1, t / row_tasks);
-        let rb = crate::par::chunk(blocks, row_tasks, 1, t % row_tasks);
-        // SAFETY: this module runs only where `applies` chose the VNNI
-        // family, which QIsa::select picks only on a CPU with AVX-512 F,
-        // BW, VL and VNNI.
-        unsafe { job.strips_avx512(sr, rb, panel) };
-    });
-    Ok(())
+        let k = (w.cg * w.taps) as i32;
+        let row_const: Vec<i32> = (0..w.mg)
+            .map(|r| {
+                let b = bias.map_or(0, |b| b[r]);
+                k.wrapping_mul(zx)
+                    .wrapping_mul(w.zero(r))
+                    .wrapping_sub(zx.wrapping_mul(w.rowsum(r)))
+                    .wrapping_add(b)
+            })
+            .collect();
+        let colsums = (0..w.mg).any(|r| w.zero(r) != 0);
+        // SAFETY: this module runs only where `applies` chose the VNNI family,
+        // which QIsa::select picks only on a CPU with AVX-512 F, BW, VL and
+        // VNNI. The copy runs on the calling thread: split across the pool it
+        // measured slower (a few tens of microseconds of work against the
+        // workers' wake-up).
+        let quads = unsafe { strip::quads(op, g3, img.planes, w.cg, (xor, zx as u8))? };
+        let strips = pixels.div_ceil(STRIP);
+        let blocks = w.mg.div_ceil(ROWS);
+        let threads = par.threads().max(1);
+        let work = pixels * w.mg * w.kp;
+        let (strip_tasks, row_tasks) = if threads == 1 || work < 256 * 1024 {
+            (1, 1)
+        } else {
+            let s = strips.min(threads * 4);
+            let r = if s >= threads * 2 {
+                1
+            } else {
+                blocks.min((threads * 4).div_ceil(s))
+            };
+            (s, r)
+        };
+        let panel_len = w.kp * STRIP;
+        let mut panels = crate::scratch::filled(op, strip_tasks * row_tasks * panel_len, 0u8)?;
+        let job = Job {
+            img: &quads,
+            g3,
+            w,
+            row_const: &row_const,
+            colsums,
+            sink,
+            pixels,
+        };
+        crate::for_each_chunk_mut(par, &mut panels, panel_len, &|start, panel| {
+            let t = start / panel_len;
+            let sr = crate::par::chunk(strips, strip_tasks, 1, t / row_tasks);
+            let rb = crate::par::chunk(blocks, row_tasks, 1, t % row_tasks);
+            // SAFETY: this module runs only where `applies` chose the VNNI
+            // family, which QIsa::select picks only on a CPU with AVX-512 F,
+            // BW, VL and VNNI.
+            unsafe { job.strips_avx512(sr, rb, panel) };
+        });
+        Ok(())
+    }
 }
 
 /// The operands of one [`run`], shared by its tasks.
