@@ -292,10 +292,43 @@ pub(crate) fn quantize_value<T: QInt>(v: f32, zero: i32) -> T {
     const MAGIC: f32 = 12_582_912.0;
     let lo = (T::MIN - zero) as f32;
     let hi = (T::MAX - zero) as f32;
-    let c = v.max(lo).min(hi);
-    // SAFETY: `max` maps NaN to `lo`, so `c` is finite and inside
+    // `max` and `min` written as comparisons (NaN fails `v > lo`, so it
+    // gives `lo`): one `maxps` and one `minps` each when vectorized, where
+    // `f32::max` adds a NaN fix-up.
+    let c = if v > lo { v } else { lo };
+    let c = if c < hi { c } else { hi };
+    // SAFETY: NaN gives `lo` (above), so `c` is finite and inside
     // `[lo, hi]`, a range of `T` less a value of `T`: its rounding fits
     // i32 (no saturating conversion needed, which keeps the loop vector).
     let r: i32 = unsafe { ((c + MAGIC) - MAGIC).to_int_unchecked() };
     T::from_i32(r + zero)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quantize_value;
+
+    #[test]
+    fn quantize_value_saturates_rounds_half_to_even_and_maps_nan_to_the_minimum() {
+        // uint8, zero point 10: the range less the zero point is [-10, 245].
+        let q = |v: f32| quantize_value::<u8>(v, 10);
+        assert_eq!(q(f32::NAN), 0);
+        assert_eq!(q(-f32::NAN), 0);
+        assert_eq!(q(f32::INFINITY), 255);
+        assert_eq!(q(f32::NEG_INFINITY), 0);
+        assert_eq!(q(1e30), 255);
+        assert_eq!(q(-11.0), 0);
+        assert_eq!(q(2.5), 12);
+        assert_eq!(q(3.5), 14);
+        assert_eq!(q(-0.5), 10);
+        assert_eq!(q(-1.5), 8);
+        assert_eq!(q(244.6), 255);
+        // int8, zero point -3: NaN is the type's minimum.
+        let s = |v: f32| quantize_value::<i8>(v, -3);
+        assert_eq!(s(f32::NAN), -128);
+        assert_eq!(s(130.0), 127);
+        assert_eq!(s(-200.0), -128);
+        assert_eq!(s(0.5), -3);
+        assert_eq!(s(1.5), -1);
+    }
 }

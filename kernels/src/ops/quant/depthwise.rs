@@ -269,7 +269,9 @@ impl Plane<'_> {
         }
         #[cfg(target_arch = "x86_64")]
         if WIDE {
-            acc.resize(ow, 0);
+            // The whole plane's sums, then one call of the output stage
+            // (whole chunks of the sink run across row ends).
+            acc.resize(oh * ow, 0);
             // Each tap's offset from the output row's first padded row.
             let offsets: Vec<usize> = (0..kh * kw)
                 .map(|t| t / kw * dh * wp + col(t % kw * dw))
@@ -282,9 +284,9 @@ impl Plane<'_> {
                 };
                 // SAFETY: WIDE only on a CPU with AVX-512 (this function's
                 // contract).
-                unsafe { rows.row_avx512(&mut acc[..ow]) };
-                sink.put(0, y * ow, &acc[..ow]);
+                unsafe { rows.row_avx512(&mut acc[y * ow..(y + 1) * ow]) };
             }
+            sink.put(0, 0, &acc[..oh * ow]);
             return;
         }
         if sh == 1 && sw == 1 {
