@@ -14,16 +14,14 @@
 //!   odd ones, so that a tap's inputs for consecutive outputs are
 //!   consecutive; each output row accumulates its taps.
 //!
-//! On AVX-512 planes narrower than a vector go to `depthwise_blocked`
-//! (sixteen channels per vector); both padded paths run row by row instead, sixteen outputs
+//! On AVX-512 (planes narrower than a vector go to `depthwise_blocked`,
+//! sixteen channels per vector) both padded paths run row by row instead, sixteen outputs
 //! at a time with every tap accumulated in a register (no pass over an
 //! accumulator per tap).
 //!
 //! Anything else (3-D, other strides) takes the general loop: per output
 //! row, per tap, the output columns whose input is inside.
 
-#[cfg(target_arch = "x86_64")]
-use super::depthwise_blocked as blocked;
 use super::qgemm::QIsa;
 use super::qgemm::sink::Sink;
 use crate::ParallelFor;
@@ -61,28 +59,6 @@ impl Depthwise<'_> {
         let wide = matches!(isa, QIsa::Avx512Vnni | QIsa::Amx);
         let avx2 = isa.avx2();
         let planes = sinks.len();
-        #[cfg(target_arch = "x86_64")]
-        if wide && blocked::applies(self) {
-            let per_image = self.s.channels.div_ceil(blocked::LANES);
-            let blocks = self.s.batch * per_image;
-            let tasks = blocks.min(par.threads().max(1) * 4);
-            let task = |t: usize| {
-                let mut scratch = blocked::Scratch::default();
-                for i in crate::par::chunk(blocks, tasks, 1, t) {
-                    let (b, c0) = (i / per_image, i % per_image * blocked::LANES);
-                    // SAFETY: the VNNI and AMX families are selected only
-                    // on a CPU with AVX-512 F, BW, DQ and VL; `applies`
-                    // holds.
-                    unsafe { blocked::run(self, sinks, b, c0, &mut scratch) };
-                }
-            };
-            if tasks <= 1 {
-                task(0);
-            } else {
-                par.run(tasks, &task);
-            }
-            return;
-        }
         let tasks = if par.threads() > 1 {
             planes.min(par.threads() * 4)
         } else {

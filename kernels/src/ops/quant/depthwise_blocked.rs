@@ -13,6 +13,7 @@ use std::arch::x86_64::*;
 
 use super::depthwise::Depthwise;
 use super::qgemm::sink::Sink;
+use crate::ParallelFor;
 
 /// Channels of a block (one per lane).
 pub(super) const LANES: usize = 16;
@@ -22,6 +23,30 @@ pub(super) const LANES: usize = 16;
 pub(super) fn applies(dw: &Depthwise<'_>) -> bool {
     let g = dw.s.geometry.as_3d();
     g.input[0] == 1 && g.output[0] == 1 && g.kernel[0] == 1 && g.output[2] < LANES
+}
+
+/// Every image's channels in blocks of [`LANES`], each plane `i` into
+/// `sinks[i]`, the blocks split across `par`'s threads.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW, DQ and VL; [`applies`] holds.
+pub(super) unsafe fn run_all<S: Sink>(dw: &Depthwise<'_>, sinks: &[S], par: &dyn ParallelFor) {
+    let per_image = dw.s.channels.div_ceil(LANES);
+    let blocks = dw.s.batch * per_image;
+    let tasks = blocks.min(par.threads().max(1) * 4);
+    let task = |t: usize| {
+        let mut scratch = Scratch::default();
+        for i in crate::par::chunk(blocks, tasks, 1, t) {
+            let (b, c0) = (i / per_image, i % per_image * LANES);
+            // SAFETY: the caller's guarantees are `run`'s.
+            unsafe { run(dw, sinks, b, c0, &mut scratch) };
+        }
+    };
+    if tasks <= 1 {
+        task(0);
+    } else {
+        par.run(tasks, &task);
+    }
 }
 
 /// The buffers of one task, reused across its blocks.
@@ -38,7 +63,7 @@ pub(super) struct Scratch {
 /// # Safety
 /// The CPU has AVX-512 F, BW, DQ and VL; [`applies`] holds.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-pub(super) unsafe fn run<S: Sink>(
+unsafe fn run<S: Sink>(
     dw: &Depthwise<'_>,
     sinks: &[S],
     b: usize,

@@ -13,6 +13,8 @@
 use super::common::QInt;
 use super::conv_loops::{im2col, to_channels_last};
 use super::depthwise::Depthwise;
+#[cfg(target_arch = "x86_64")]
+use super::depthwise_blocked;
 use super::operand::{bytes_of, check_columns, is_8bit, scales, zero_points};
 use super::planar::{self, PackedW};
 use super::qconv_pack::{ConvPrepack, group_view, pack_group, packed_w_shape, planar_view};
@@ -507,6 +509,13 @@ impl Run<'_> {
                 w_signed,
                 zw: zero,
             };
+            #[cfg(target_arch = "x86_64")]
+            if matches!(self.isa, QIsa::Avx512Vnni | QIsa::Amx) && depthwise_blocked::applies(&dw) {
+                // SAFETY: the VNNI and AMX families are selected only on a
+                // CPU with AVX-512 F, BW, DQ and VL; `applies` holds.
+                unsafe { depthwise_blocked::run_all(&dw, &sinks, self.par) };
+                return Ok(());
+            }
             dw.run(&sinks, self.isa, self.par);
             return Ok(());
         }
