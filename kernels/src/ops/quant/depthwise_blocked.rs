@@ -55,6 +55,8 @@ pub(super) struct Scratch {
     xs: Vec<i32>,
     sums: Vec<i32>,
     row: Vec<i32>,
+    taps: Vec<__m512i>,
+    offsets: Vec<usize>,
 }
 
 /// Channels `c0..c0 + LANES` (fewer at the end) of image `b` into their
@@ -83,7 +85,9 @@ unsafe fn run<S: Sink>(
     xs.clear();
     xs.resize(hp * wp * LANES, 0);
     // The taps, per tap one vector of the channels' `w - zw`.
-    let mut taps = vec![_mm512_setzero_si512(); klen];
+    let taps = &mut scratch.taps;
+    taps.clear();
+    taps.resize(klen, _mm512_setzero_si512());
     for l in 0..lanes {
         let c = c0 + l;
         let plane = &dw.x[(b * s.channels + c) * in_len..][..in_len];
@@ -114,9 +118,9 @@ unsafe fn run<S: Sink>(
         // SAFETY: `w` holds sixteen i32.
         *tap = unsafe { _mm512_loadu_si512(w.as_ptr().cast()) };
     }
-    let offsets: Vec<usize> = (0..klen)
-        .map(|t| ((t / kw) * dh * wp + (t % kw) * dwl) * LANES)
-        .collect();
+    let offsets = &mut scratch.offsets;
+    offsets.clear();
+    offsets.extend((0..klen).map(|t| ((t / kw) * dh * wp + (t % kw) * dwl) * LANES));
     let pixels = oh * ow;
     let sums = &mut scratch.sums;
     sums.clear();
@@ -130,7 +134,7 @@ unsafe fn run<S: Sink>(
         for x in 0..ow {
             let at = (y * sh * wp + x * sw) * LANES;
             let mut acc = _mm512_setzero_si512();
-            for (&o, &w) in offsets.iter().zip(&taps) {
+            for (&o, &w) in offsets.iter().zip(taps.iter()) {
                 // SAFETY: at + o + LANES <= last <= xs.len() (asserted).
                 let v = unsafe { _mm512_loadu_si512(base.add(at + o).cast()) };
                 acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(v, w));
