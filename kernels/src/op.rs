@@ -424,6 +424,34 @@ pub trait Operator: Send + Sync + Debug {
         0
     }
 
+    /// Pairs `(input, output)` this operator can compute in place: output
+    /// `o` has input `i`'s type and shape and keeps its elements except
+    /// those the operator writes (a KV cache a step appends rows to). A
+    /// runtime may give every such output its input's buffer, when nothing
+    /// reads the input afterwards, and call
+    /// [`Operator::execute_in_place`] instead of [`Operator::execute`]; it
+    /// applies all the pairs or none. Default: none.
+    fn in_place(&self) -> &'static [(usize, usize)] {
+        &[]
+    }
+
+    /// [`Operator::execute`] with every pair of [`Operator::in_place`]
+    /// applied: each such input is `None` and its output already holds the
+    /// input's elements. Only called on operators that declare pairs.
+    fn execute_in_place(
+        &self,
+        inputs: &[Option<&Tensor>],
+        packed: Option<&PackedWeight>,
+        outputs: &mut [Tensor],
+        par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        let _ = (inputs, packed, outputs, par);
+        Err(KernelError::Invalid {
+            op: self.name(),
+            detail: "this operator does not compute in place".into(),
+        })
+    }
+
     /// Computes `outputs` (preallocated with the inferred types and shapes)
     /// from `inputs`. `packed` is the object [`Operator::prepack`] described,
     /// when the runtime packed; the consumed inputs are then `None`.

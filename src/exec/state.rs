@@ -336,11 +336,17 @@ impl PreparedExecutionState {
     /// `Ok(false)`: an object was not resident (see
     /// [`PreparedExecutionState::run_hot`]); the caller begins again and
     /// takes the cold path.
+    ///
+    /// `gives_up(name)`: the caller replaces input `name` after the run (a
+    /// KV cache its present becomes), so an output computed in place over
+    /// it may take its tensor: after a run that succeeded, that input's
+    /// slot holds a tensor of the same size with unspecified contents.
     pub fn run_hot_in_place(
         &self,
         invocation: &mut InvocationState,
         inputs: &mut [(String, Tensor)],
         order: &[u32],
+        gives_up: &dyn Fn(&str) -> bool,
         par: &dyn ParallelFor,
         stop: &dyn Fn() -> bool,
     ) -> Result<bool, RunError> {
@@ -357,17 +363,24 @@ impl PreparedExecutionState {
         }
         invocation.next_step = 0;
         let lowered = invocation.lowered.as_mut().expect("lowered above");
-        if !lowered.lends_inputs() {
+        let lends = lowered.lends_inputs(|i| {
+            let (name, t) = &inputs[order[i] as usize];
+            // Shared storage (a caller's buffer) is never written.
+            !t.is_shared() && gives_up(name)
+        });
+        if !lends {
             lowered.load_inputs_by(|i| &inputs[order[i] as usize].1)?;
             return self.run_hot(invocation, par, stop);
         }
         lowered.swap_inputs(inputs, order);
         let ran = self.run_hot(invocation, par, stop);
-        invocation
-            .lowered
-            .as_mut()
-            .expect("lowered above")
-            .swap_inputs(inputs, order);
+        let lowered = invocation.lowered.as_mut().expect("lowered above");
+        match ran {
+            Ok(true) => lowered.return_inputs(inputs, order),
+            // Not finished: every input goes back (one an output was being
+            // computed in may hold new rows; the caller gave it up).
+            _ => lowered.swap_inputs(inputs, order),
+        }
         ran
     }
 

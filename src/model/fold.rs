@@ -66,18 +66,19 @@ pub(crate) fn fold_node(
             })?;
         tensors.push(t);
     }
-    execute_caught(op, node, inputs, None, &mut tensors, &Sequential)?;
+    execute_caught(op, node, (inputs, None, false), &mut tensors, &Sequential)?;
     Ok(tensors)
 }
 
 /// Executes one operator, turning a panic into an error naming the node.
 /// A node whose outputs are all empty has nothing to compute and is not
 /// executed (its inputs may be valid empty tensors with huge other dims).
+/// With `in_place` the outputs the operator computes in place already hold
+/// their inputs, and [`Operator::execute_in_place`] runs.
 pub(crate) fn execute_caught(
     op: &dyn Operator,
     node: &str,
-    inputs: &[Option<&Tensor>],
-    packed: Option<&PackedWeight>,
+    (inputs, packed, in_place): (&[Option<&Tensor>], Option<&PackedWeight>, bool),
     outputs: &mut [Tensor],
     par: &dyn ParallelFor,
 ) -> Result<(), KernelFailure> {
@@ -85,7 +86,11 @@ pub(crate) fn execute_caught(
         return Ok(());
     }
     match std::panic::catch_unwind(AssertUnwindSafe(|| {
-        op.execute(inputs, packed, outputs, par)
+        if in_place {
+            op.execute_in_place(inputs, packed, outputs, par)
+        } else {
+            op.execute(inputs, packed, outputs, par)
+        }
     })) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(source)) => Err(KernelFailure::Failed {

@@ -50,7 +50,7 @@ pub struct RuntimeContext {
     pub(super) order: Vec<u32>,
     /// Caller-owned cache bindings: after a successful run, output `.0`
     /// moves into input `.1` (a KV cache's presents become the next pasts).
-    cache: Vec<(String, String)>,
+    pub(super) cache: Vec<(String, String)>,
     /// The outputs' bytes, charged to the session's I/O domain while the
     /// context holds them.
     io: Option<Reservation>,

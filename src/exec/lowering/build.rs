@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use onnx_prepared_kernels::{ElementType, InputInfo, KernelError, Tensor, element_count};
 
+use super::alias::{AliasContext, in_place_of, view_of};
 use super::late::{LateCharge, ShapeOperand, shape_operand};
 use super::{Action, AllocationGate, Lowered, NeedsValue, Operand};
 use crate::exec::RunError as Error;
@@ -402,6 +403,7 @@ impl<'a> Layout<'a> {
                 input_buffers: Vec::new(),
                 output_operands: Vec::new(),
                 output_buffers: Vec::new(),
+                in_place_buffers: HashSet::new(),
                 scratch_bytes: 0,
                 scratch: Vec::new(),
                 ins: Vec::new(),
@@ -478,21 +480,33 @@ impl<'a> Layout<'a> {
             self.lowered.out_shapes.push(Vec::new());
         }
         let mid = self.lowered.operands.len() as u32;
-        let view = (!late).then(|| view_of(
-            node,
-            step,
-            &ViewContext {
-                last_use: &uses.last_use,
-                graph_outputs: &uses.graph_outputs,
-                graph_inputs: self.inputs.len(),
-                operand_of: &self.operand_of,
-                known: self.known,
-                buffer_specs: &self.buffer_specs,
-            },
-        )).flatten();
+        let known = self.known;
+        let value = |id: u32| match &known[id as usize] {
+            Known::Dynamic(dtype, shape) => Some((*dtype, shape.as_slice())),
+            _ => None,
+        };
+        let cx = AliasContext {
+            last_use: &uses.last_use,
+            graph_outputs: &uses.graph_outputs,
+            graph_inputs: self.inputs.len(),
+            operand_of: &self.operand_of,
+            value: &value,
+            buffer_specs: &self.buffer_specs,
+        };
+        let view = (!late).then(|| view_of(node, step, &cx)).flatten();
+        let in_place = (!late && view.is_none())
+            .then(|| in_place_of(node, step, &cx))
+            .flatten()
+            .unwrap_or_default();
+        // The kernel finds each such input in its output's buffer.
+        for &(input, _, b) in &in_place {
+            self.lowered.operands[start as usize + input] = Operand::None;
+            self.lowered.in_place_buffers.insert(b);
+        }
         // Inputs whose last use is this action are released after it (an
         // output never reuses an input's buffer: kernels read while writing;
-        // a view's output is its input, which then stays held).
+        // a view's output is its input, which then stays held, and so is
+        // an input an output is computed in).
         let mut released = Vec::new();
         for op in node.inputs.iter().flatten() {
             if let Source::Value(id) = op
@@ -502,12 +516,13 @@ impl<'a> Layout<'a> {
                 && !uses.graph_outputs.contains(&id.0)
                 && (id.0 as usize) >= self.inputs.len()
                 && let Some(Operand::Buffer(b)) = self.operand_of.get(&id.0)
+                && !in_place.iter().any(|&(_, _, t)| t == *b)
             {
                 let (dtype, len, _) = &self.buffer_specs[*b as usize];
                 released.push(((*dtype, *len), *b));
             }
         }
-        for id in &node.outputs {
+        for (k, id) in node.outputs.iter().enumerate() {
             if late {
                 // A buffer of its own, sized during each run; never
                 // released to another value.
@@ -523,7 +538,13 @@ impl<'a> Layout<'a> {
                 unreachable!()
             };
             let len = element_count(shape).unwrap_or(0);
-            let reused = view.or_else(|| self.free.get_mut(&(*dtype, len)).and_then(Vec::pop));
+            let computed_in = in_place
+                .iter()
+                .find(|&&(_, output, _)| output == k)
+                .map(|&(_, _, b)| b);
+            let reused = view
+                .or(computed_in)
+                .or_else(|| self.free.get_mut(&(*dtype, len)).and_then(Vec::pop));
             let b = match reused {
                 Some(b) => b,
                 None => {
@@ -535,7 +556,10 @@ impl<'a> Layout<'a> {
             self.operand_of.insert(id.0, Operand::Buffer(b));
             self.lowered.operands.push(Operand::Buffer(b));
             self.lowered.out_shapes.push(shape.clone());
-            if !uses.last_use.contains_key(&id.0) && !uses.graph_outputs.contains(&id.0) {
+            if !uses.last_use.contains_key(&id.0)
+                && !uses.graph_outputs.contains(&id.0)
+                && !self.lowered.input_buffers.contains(&b)
+            {
                 released.push(((*dtype, len), b));
             }
         }
@@ -553,6 +577,7 @@ impl<'a> Layout<'a> {
             outputs: (mid, self.lowered.operands.len() as u32),
             packed: node.packed.map(|r| r.0),
             view: view.is_some(),
+            in_place: !in_place.is_empty(),
             late,
         });
     }
@@ -656,13 +681,15 @@ impl<'a> Layout<'a> {
         }
         let mut lowered = self.lowered;
         // A buffer that is also a graph input, or that backs two outputs, is
-        // copied out: its contents must stay.
+        // copied out: its contents must stay — unless an output was computed
+        // in the input's buffer (the run took that input).
         lowered.output_buffers = lowered
             .output_operands
             .iter()
             .map(|op| match *op {
                 Operand::Buffer(b)
-                    if !lowered.input_buffers.contains(&b)
+                    if (!lowered.input_buffers.contains(&b)
+                        || lowered.in_place_buffers.contains(&b))
                         && lowered
                             .output_operands
                             .iter()
@@ -677,50 +704,6 @@ impl<'a> Layout<'a> {
             .collect();
         Ok(lowered)
     }
-}
-
-/// What [`view_of`] reads of the lowering in progress.
-struct ViewContext<'a> {
-    last_use: &'a HashMap<u32, usize>,
-    graph_outputs: &'a HashSet<u32>,
-    graph_inputs: usize,
-    operand_of: &'a HashMap<u32, Operand>,
-    known: &'a [Known],
-    buffer_specs: &'a [(ElementType, usize, Option<Vec<usize>>)],
-}
-
-/// The buffer `node` (action `step`) may leave its output in without
-/// executing: input 0's, when the operator passes its elements through
-/// and input 0 is a buffer nothing reads later (not a graph input or
-/// output, not read twice by this node), of the output's type and size.
-fn view_of(node: &crate::model::ResolvedNode, step: usize, cx: &ViewContext<'_>) -> Option<u32> {
-    let Some(Some(Source::Value(id))) = node.inputs.first() else {
-        return None;
-    };
-    let [out] = node.outputs.as_slice() else {
-        return None;
-    };
-    let Known::Dynamic(dtype, shape) = &cx.known[out.0 as usize] else {
-        return None;
-    };
-    let Some(Operand::Buffer(b)) = cx.operand_of.get(&id.0) else {
-        return None;
-    };
-    let (buffer_dtype, buffer_len, _) = &cx.buffer_specs[*b as usize];
-    let reads = node
-        .inputs
-        .iter()
-        .flatten()
-        .filter(|op| **op == Source::Value(*id))
-        .count();
-    (node.op.passes_elements_through()
-        && reads == 1
-        && cx.last_use.get(&id.0) == Some(&step)
-        && !cx.graph_outputs.contains(&id.0)
-        && (id.0 as usize) >= cx.graph_inputs
-        && buffer_dtype == dtype
-        && element_count(shape) == Some(*buffer_len))
-    .then_some(*b)
 }
 
 /// Lowers, adding graph inputs to `value_inputs` until shapes resolve.

@@ -46,6 +46,11 @@ pub(crate) struct Action {
     ///
     /// [`Operator::passes_elements_through`]: onnx_prepared_kernels::Operator::passes_elements_through
     view: bool,
+    /// Outputs computed in their inputs' buffers
+    /// ([`Operator::in_place`]): the kernel's `execute_in_place` runs.
+    ///
+    /// [`Operator::in_place`]: onnx_prepared_kernels::Operator::in_place
+    in_place: bool,
     /// Output shapes follow input values: evaluated, and the output
     /// buffers sized, just before the node executes (see [`late`]).
     late: bool,
@@ -138,6 +143,9 @@ pub(crate) struct Lowered {
     /// with its caller's tensor — one it alone owns (not a graph input's,
     /// not shared with another output); decided at lowering.
     output_buffers: Vec<Option<u32>>,
+    /// Buffers an output is computed in over its input (the input's value
+    /// is gone after the run).
+    in_place_buffers: HashSet<u32>,
     /// The largest temporary any kernel allocates while it runs
     /// ([`kernels::Operator::scratch_bytes`]), charged with the buffers.
     scratch_bytes: usize,
@@ -295,22 +303,44 @@ impl Lowered {
     /// Whether a run may read its inputs from the caller's tensors, swapped
     /// into their buffers for the run ([`Lowered::swap_inputs`]), instead
     /// of copies: when no graph output reads an input's buffer (the
-    /// outputs are taken after the inputs went back).
-    pub(crate) fn lends_inputs(&self) -> bool {
-        !self
-            .output_operands
+    /// outputs are taken after the inputs went back), except outputs
+    /// computed in place over inputs the caller gives up (`gives_up(i)`
+    /// for declared input `i`: a KV cache the outputs replace), and no
+    /// kernel writes the buffer of an input the caller keeps.
+    pub(crate) fn lends_inputs(&self, gives_up: impl Fn(usize) -> bool) -> bool {
+        let written = |b: u32| self.in_place_buffers.contains(&b);
+        let kept = self
+            .input_buffers
             .iter()
-            .any(|op| matches!(op, Operand::Buffer(b) if self.input_buffers.contains(b)))
+            .enumerate()
+            .all(|(i, &b)| !written(b) || gives_up(i));
+        kept && self.output_operands.iter().all(|op| match *op {
+            Operand::Buffer(b) => !self.input_buffers.contains(&b) || written(b),
+            _ => true,
+        })
     }
 
     /// Swaps each graph input's buffer with the caller's tensor for it
     /// (`inputs[order[i]]` for declared input `i`); a second call swaps
-    /// them back. Kernels never write an input's buffer, so the caller's
-    /// tensors come back unchanged. The caller checked them against this
-    /// lowering ([`Lowered::matches_by`]).
+    /// them back. Kernels write no input's buffer but those
+    /// [`Lowered::lends_inputs`] allowed, so the caller's other tensors come
+    /// back unchanged. The caller checked them against this lowering
+    /// ([`Lowered::matches_by`]).
     pub(crate) fn swap_inputs(&mut self, inputs: &mut [(String, Tensor)], order: &[u32]) {
         for (&b, &at) in self.input_buffers.iter().zip(order) {
             std::mem::swap(&mut self.buffers[b as usize], &mut inputs[at as usize].1);
+        }
+    }
+
+    /// After a run that succeeded: [`Lowered::swap_inputs`] back, but for
+    /// the inputs an output was computed in, which stay in their buffers
+    /// as that output (the caller's slot keeps this lowering's tensor of
+    /// the same size).
+    pub(crate) fn return_inputs(&mut self, inputs: &mut [(String, Tensor)], order: &[u32]) {
+        for (&b, &at) in self.input_buffers.iter().zip(order) {
+            if !self.in_place_buffers.contains(&b) {
+                std::mem::swap(&mut self.buffers[b as usize], &mut inputs[at as usize].1);
+            }
         }
     }
 
@@ -547,7 +577,13 @@ impl Lowered {
                         what: format!("node `{}` gathers rows without indices or output", node.name),
                     }),
                 },
-                (None, None) => Ok(execute_caught(&*node.op, &node.name, &ins, packed, scratch, par)?),
+                (None, None) => Ok(execute_caught(
+                    &*node.op,
+                    &node.name,
+                    (&ins, packed, action.in_place),
+                    scratch,
+                    par,
+                )?),
             };
             *kept_ins = recycle(ins);
             for (op, t) in operands[o0..o1].iter().zip(scratch.drain(..)) {
@@ -562,6 +598,7 @@ impl Lowered {
     }
 }
 
+mod alias;
 mod build;
 mod late;
 

@@ -17,6 +17,8 @@
 //! rows are computed by [`attend_with_scores`] instead, which writes each
 //! full score row into that output and runs on the calling thread.
 
+use std::ops::Range;
+
 use crate::ops::basic::real::exp_f32;
 use crate::par::{PARALLEL_MIN_ELEMENTS, for_each_part_mut, rows_chunk};
 use crate::vector::{self, Width, madd};
@@ -456,6 +458,21 @@ pub(crate) fn fill_rows<T: Float>(
     par: &dyn ParallelFor,
     f: &RowFill<'_, T>,
 ) {
+    fill_row_ranges(dst, heads, (len, fresh), width, &|_| 0..len, par, f);
+}
+
+/// [`fill_rows`] over rows `rows(b)` of each head of batch `b` only; the
+/// other rows keep their contents (a cache updated in place, where only
+/// the new rows are written).
+pub(crate) fn fill_row_ranges<T: Float>(
+    dst: &mut [T],
+    heads: usize,
+    (len, fresh): (usize, usize),
+    width: usize,
+    rows: &(dyn Fn(usize) -> Range<usize> + Sync),
+    par: &dyn ParallelFor,
+    f: &RowFill<'_, T>,
+) {
     if dst.is_empty() || heads == 0 {
         return;
     }
@@ -470,18 +487,26 @@ pub(crate) fn fill_rows<T: Float>(
     let fresh_elements = (dst.len() / per_head)
         .saturating_mul(fresh.min(len))
         .saturating_mul(width);
-    let par: &dyn ParallelFor =
-        if dst.len() < PARALLEL_MIN_WORK && fresh_elements < PARALLEL_MIN_ELEMENTS {
-            &Sequential
-        } else {
-            par
-        };
+    let written = (0..dst.len() / per_head / heads)
+        .map(|b| rows(b).len().min(len))
+        .fold(0usize, usize::saturating_add)
+        .saturating_mul(heads * width);
+    let par: &dyn ParallelFor = if written < PARALLEL_MIN_WORK
+        && fresh_elements < PARALLEL_MIN_ELEMENTS
+    {
+        &Sequential
+    } else {
+        par
+    };
     let chunk = rows_chunk(par, dst.len() / per_head, per_head);
     for_each_chunk_mut(par, dst, chunk, &|offset, c: &mut [T]| {
         for (n, head) in c.chunks_exact_mut(per_head).enumerate() {
             let bg = offset / per_head + n;
-            for (j, row) in head.chunks_exact_mut(width).enumerate() {
-                f(bg / heads, bg % heads, j, row);
+            let b = bg / heads;
+            let range = rows(b);
+            let range = range.start.min(len)..range.end.min(len);
+            for j in range {
+                f(b, bg % heads, j, &mut head[j * width..(j + 1) * width]);
             }
         }
     });

@@ -27,7 +27,7 @@
 use std::ops::Range;
 
 use super::Float;
-use super::core::{attend, fill_rows};
+use super::core::{attend, fill_row_ranges, fill_rows};
 use super::problem::{Problem, QueryRotary, Rows, Strides};
 use super::rotary::Rotary;
 use crate::ops::basic::common::{
@@ -246,21 +246,41 @@ impl GroupQueryAttention {
         })
     }
 
+    /// The step; `in_place`: the past is not given, the presents hold it
+    /// (their buffers are the pasts', [`Operator::execute_in_place`]), and
+    /// only the new rows are written.
     fn run<'a, T: Float>(
         &self,
         inputs: &[Option<&Tensor>],
         outputs: &'a mut [Tensor],
         par: &dyn ParallelFor,
+        in_place: bool,
     ) -> Result<(), KernelError> {
         let get = |i: usize| inputs.get(i).copied().flatten();
         let q_t = input(OP, inputs, 0)?;
-        let (k_t, v_t, pk_t, pv_t) = (get(1), get(2), get(3), get(4));
+        let (k_t, v_t) = (get(1), get(2));
+        let (pk_t, pv_t) = if in_place {
+            (None, None)
+        } else {
+            (get(3), get(4))
+        };
         let seqlens_t = input(OP, inputs, 5)?;
         let total_t = input(OP, inputs, 6)?;
         let (cos_t, sin_t) = (get(7), get(8));
-        let past_shapes = match (pk_t, pv_t) {
-            (Some(k), Some(v)) => Some((k.shape(), v.shape())),
-            (None, None) => None,
+        let present_shape = |i: usize| -> Result<[usize; 4], KernelError> {
+            let shape = outputs.get(i).map_or(&[][..], Tensor::shape);
+            <[usize; 4]>::try_from(shape)
+                .map_err(|_| shape_err(format!("present output {i} has shape {shape:?}")))
+        };
+        let held = if in_place {
+            Some((present_shape(1)?, present_shape(2)?))
+        } else {
+            None
+        };
+        let past_shapes = match (pk_t, pv_t, &held) {
+            (_, _, Some((k, v))) => Some((&k[..], &v[..])),
+            (Some(k), Some(v), None) => Some((k.shape(), v.shape())),
+            (None, None, None) => None,
             _ => return Err(shape_err("past_key and past_value must be given together")),
         };
         let cos_shapes = match (cos_t, sin_t) {
@@ -374,13 +394,25 @@ impl GroupQueryAttention {
         if windowed && (0..batch).any(|b| past_of(b) + s > len) {
             let pasts: Vec<usize> = (0..batch).map(past_of).collect();
             let steps = super::windowed::plan(&pasts, s, len, self.window)?;
-            let past_k = match pk_t {
-                Some(t) => typed::<T>(OP, t)?,
-                None => empty,
+            // A window that moves rewrites every row: a past held in the
+            // presents is read from a copy (charged as scratch).
+            let copies = if in_place {
+                Some((
+                    typed::<T>(OP, pk_out)?.to_vec(),
+                    typed::<T>(OP, pv_out)?.to_vec(),
+                ))
+            } else {
+                None
             };
-            let past_v = match pv_t {
-                Some(t) => typed::<T>(OP, t)?,
-                None => empty,
+            let past_k = match (pk_t, &copies) {
+                (_, Some((k, _))) => &k[..],
+                (Some(t), None) => typed::<T>(OP, t)?,
+                (None, None) => empty,
+            };
+            let past_v = match (pv_t, &copies) {
+                (_, Some((_, v))) => &v[..],
+                (Some(t), None) => typed::<T>(OP, t)?,
+                (None, None) => empty,
             };
             let step = super::windowed::Windowed {
                 heads: (h, kvh),
@@ -417,18 +449,29 @@ impl GroupQueryAttention {
                 .transpose()?
                 .unwrap_or(empty);
             let rot = if rotate { rotary } else { None };
+            let new_row = |b: usize, g: usize, j: usize, row: &mut [T]| {
+                let p = past_of(b);
+                let o = kv_strides.b * b + kv_strides.s * (j - p) + kv_strides.h * g;
+                let src = &new[o..o + d];
+                match &rot {
+                    Some(r) => r.apply(src, row, position(b, j - p)),
+                    None => row.copy_from_slice(src),
+                }
+            };
+            if in_place {
+                // The past rows are in place; rows after the new ones
+                // keep whatever the buffer held (never read as keys).
+                let rows = |b: usize| past_of(b)..past_of(b) + s;
+                fill_row_ranges(dst, kvh, (len, s), d, &rows, par, &new_row);
+                continue;
+            }
             fill_rows(dst, kvh, (len, s), d, par, &|b, g, j, row| {
                 let p = past_of(b);
                 if j < p {
                     let o = past_strides.b * b + past_strides.h * g + j * d;
                     row.copy_from_slice(&past[o..o + d]);
                 } else if j < p + s {
-                    let o = kv_strides.b * b + kv_strides.s * (j - p) + kv_strides.h * g;
-                    let src = &new[o..o + d];
-                    match &rot {
-                        Some(r) => r.apply(src, row, position(b, j - p)),
-                        None => row.copy_from_slice(src),
-                    }
+                    new_row(b, g, j, row);
                 } else {
                     row.fill(T::default());
                 }
@@ -610,10 +653,50 @@ impl Operator for GroupQueryAttention {
     ) -> Result<(), KernelError> {
         let q = input(OP, inputs, 0)?;
         match q.dtype() {
-            ElementType::F32 => self.run::<f32>(inputs, outputs, par),
-            ElementType::F16 => self.run::<half::f16>(inputs, outputs, par),
-            ElementType::BF16 => self.run::<half::bf16>(inputs, outputs, par),
+            ElementType::F32 => self.run::<f32>(inputs, outputs, par, false),
+            ElementType::F16 => self.run::<half::f16>(inputs, outputs, par, false),
+            ElementType::BF16 => self.run::<half::bf16>(inputs, outputs, par, false),
             dtype => Err(KernelError::UnsupportedType { op: OP, dtype }),
         }
+    }
+
+    /// past_key into present_key, past_value into present_value: a shared
+    /// buffer (ONNX Runtime GenAI's `past_present_share_buffer`) takes the
+    /// new rows where it is.
+    fn in_place(&self) -> &'static [(usize, usize)] {
+        &[(3, 1), (4, 2)]
+    }
+
+    fn execute_in_place(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _packed: Option<&PackedWeight>,
+        outputs: &mut [Tensor],
+        par: &dyn ParallelFor,
+    ) -> Result<(), KernelError> {
+        let q = input(OP, inputs, 0)?;
+        match q.dtype() {
+            ElementType::F32 => self.run::<f32>(inputs, outputs, par, true),
+            ElementType::F16 => self.run::<half::f16>(inputs, outputs, par, true),
+            ElementType::BF16 => self.run::<half::bf16>(inputs, outputs, par, true),
+            dtype => Err(KernelError::UnsupportedType { op: OP, dtype }),
+        }
+    }
+
+    /// A sliding-window cache updated in place copies its presents when
+    /// the window moves.
+    fn scratch_bytes(&self, inputs: &[Option<InputInfo<'_>>]) -> usize {
+        if !self.sliding_cache {
+            return 0;
+        }
+        [3, 4]
+            .iter()
+            .filter_map(|&i| inputs.get(i).copied().flatten())
+            .map(|i| {
+                crate::element_count(i.shape)
+                    .and_then(|n| i.dtype.byte_len(n as u64))
+                    .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
+            })
+            .fold(0, usize::saturating_add)
     }
 }
