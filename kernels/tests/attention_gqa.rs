@@ -10,7 +10,7 @@ use attention_util::{
     Sizes, assert_close64, attention, bnsh_to_bsnh, bsnh_to_bnsh, caches, f64s, rotate,
 };
 use basic_util::{In, Node, Rng, f32t, var};
-use onnx_prepared_kernels::{KernelError, Tensor, TensorData};
+use onnx_prepared_kernels::{KernelError, Sequential, Tensor, TensorData};
 
 fn i32t(shape: &[usize], v: &[i32]) -> Tensor {
     Tensor::new(shape.to_vec(), TensorData::I32(v.to_vec())).unwrap()
@@ -241,6 +241,51 @@ impl Gqa {
         assert_close64(out[1].as_f32().unwrap(), &pk, 1e-6);
         assert_close64(out[2].as_f32().unwrap(), &pv, 0.0);
         assert_close64(out[0].as_f32().unwrap(), &y, 1e-5);
+        if self.p == len {
+            self.check_in_place(&out);
+        }
+    }
+
+    /// A past buffer as long as the present, updated in place (the
+    /// presents start as the pasts, the past inputs absent): the same
+    /// output and present rows as `want`, the rows after each batch's new
+    /// ones left as the past held them.
+    fn check_in_place(&self, want: &[Tensor]) {
+        let mut inputs = self.inputs();
+        inputs[3] = In::Absent;
+        inputs[4] = In::Absent;
+        let op = self.node().build(inputs.len()).unwrap();
+        let shape = [self.b, self.kvh, self.p, self.d];
+        let mut outputs = vec![
+            Tensor::zeros(
+                onnx_prepared_kernels::ElementType::F32,
+                want[0].shape().to_vec(),
+            )
+            .unwrap(),
+            f32t(&shape, &self.pk),
+            f32t(&shape, &self.pv),
+        ];
+        let tensors: Vec<Option<&Tensor>> = inputs.iter().map(In::tensor).collect();
+        op.execute_in_place(&tensors, None, &mut outputs, &Sequential)
+            .unwrap();
+        assert_eq!(outputs[0].as_f32().unwrap(), want[0].as_f32().unwrap());
+        let first = self.total as usize == self.s;
+        for (got, (full, past)) in outputs[1..]
+            .iter()
+            .zip(want[1..].iter().zip([&self.pk, &self.pv]))
+        {
+            let (got, full) = (got.as_f32().unwrap(), full.as_f32().unwrap());
+            for (row, (g, f)) in got.chunks(self.d).zip(full.chunks(self.d)).enumerate() {
+                let (bi, j) = (row / (self.kvh * self.p), row % self.p);
+                let filled = if first {
+                    self.s
+                } else {
+                    self.seqlens[bi] as usize + 1
+                };
+                let keep = &past[row * self.d..(row + 1) * self.d];
+                assert_eq!(g, if j < filled { f } else { keep }, "row {row}");
+            }
+        }
     }
 }
 
@@ -275,6 +320,30 @@ fn shared_buffer_with_per_batch_lengths() {
     let mut g = Gqa::new(&mut rng, 2, 1, 4, 1, 8, 10, &[3, 6], 7);
     g.rotary = Some((true, 8));
     g.check(10);
+}
+
+/// The shared buffer updated in place (`check` runs both forms when the
+/// past is as long as the present): a prompt into an empty buffer, and
+/// decode steps with per-batch lengths, packed or not, rotated or not.
+#[test]
+fn shared_buffer_updated_in_place() {
+    let mut rng = Rng(9);
+    for (packed, rotary) in [
+        (false, None),
+        (true, Some((false, 8))),
+        (true, Some((true, 8))),
+    ] {
+        // A prompt of 4 into a 9-row buffer.
+        let mut g = Gqa::new(&mut rng, 2, 4, 4, 2, 8, 9, &[3, 2], 4);
+        g.packed = packed;
+        g.rotary = rotary;
+        g.check(9);
+        // One token after 5 and 8 rows.
+        let mut g = Gqa::new(&mut rng, 2, 1, 4, 2, 8, 9, &[5, 8], 9);
+        g.packed = packed;
+        g.rotary = rotary;
+        g.check(9);
+    }
 }
 
 #[test]

@@ -390,3 +390,128 @@ fn an_interrupt_ends_generation_between_kernels_with_the_tokens_so_far() {
     assert_eq!(e.kind(), onnx_prepared::ErrorKind::Cancelled);
     interrupt.clear();
 }
+
+/// A GenAI shared-buffer cache is updated where it lies: once the session
+/// runs hot, each step's present is the past buffer the context bound (no
+/// copy, no second buffer), and its logits equal those of a context that
+/// keeps its pasts, whose tensors a run leaves as they were.
+#[test]
+fn a_bound_shared_cache_is_updated_in_place() {
+    let path = model("llama-genai-fp32");
+    let session = session(&path);
+    let resolved = session.plan().resolved().clone();
+    let capacity = 256;
+    let step_inputs = |ids: &[i64], past: usize| {
+        let len = Lengths {
+            batch: 1,
+            tokens: ids.len(),
+            past,
+        };
+        let mut inputs = decoder::generated_inputs(&resolved, len, &[]).unwrap();
+        for (name, t) in &mut inputs {
+            match input_role(name) {
+                InputRole::TokenIds => {
+                    *t = onnx_prepared_kernels::Tensor::from_i64(vec![1, ids.len()], ids.to_vec())
+                        .unwrap()
+                }
+                InputRole::PastKv => {
+                    let mut shape = t.shape().to_vec();
+                    shape[2] = capacity;
+                    let n = shape.iter().product();
+                    let rows: Vec<f32> = (0..n).map(|i| (i % 97) as f32 * 0.01).collect();
+                    *t = onnx_prepared_kernels::Tensor::from_f32(shape, rows).unwrap();
+                }
+                _ => {}
+            }
+        }
+        inputs
+    };
+    let f32s = |t: &onnx_prepared_kernels::Tensor| match t.data() {
+        DataRef::F32(v) => v.to_vec(),
+        _ => panic!("f32 expected"),
+    };
+    let past_ptr = |ctx: &RuntimeContext| {
+        let (_, t) = ctx
+            .inputs()
+            .iter()
+            .find(|(n, _)| input_role(n) == InputRole::PastKv)
+            .unwrap();
+        match t.data() {
+            DataRef::F32(v) => v.as_ptr() as usize,
+            _ => panic!("f32 expected"),
+        }
+    };
+    let logits = |ctx: &RuntimeContext| f32s(ctx.output("logits").unwrap());
+
+    // The bound context: prompt, then one token at a time.
+    let prompt = [5i64, 17, 42, 9];
+    let mut bound = RuntimeContext::new(&session);
+    bound.bind_kv_cache();
+    for (name, t) in step_inputs(&prompt, 0) {
+        bound.set_input(&name, t).unwrap();
+    }
+    bound = session.run(bound).unwrap();
+    let mut ptrs = Vec::new();
+    let mut bound_logits = Vec::new();
+    for (step, token) in [3i64, 8, 200].into_iter().enumerate() {
+        for (name, t) in step_inputs(&[token], prompt.len() + step) {
+            if input_role(&name) != InputRole::PastKv {
+                bound.set_input(&name, t).unwrap();
+            }
+        }
+        ptrs.push(past_ptr(&bound));
+        bound = session.run(bound).unwrap();
+        bound_logits.push(logits(&bound));
+    }
+    assert!(session.is_hot());
+    // Hot steps: the past that went in is the present that came out.
+    assert_eq!(ptrs[1], past_ptr(&bound), "{ptrs:?}");
+    assert_eq!(ptrs[1], ptrs[2], "{ptrs:?}");
+
+    // A context that keeps its pasts: a step over the bound context's
+    // cache before the last token gives the same logits, and leaves the
+    // pasts it was given unchanged.
+    let mut kept = RuntimeContext::new(&session);
+    let mut replay = RuntimeContext::new(&session);
+    replay.bind_kv_cache();
+    for (name, t) in step_inputs(&prompt, 0) {
+        replay.set_input(&name, t).unwrap();
+    }
+    replay = session.run(replay).unwrap();
+    for (step, token) in [3i64, 8].into_iter().enumerate() {
+        for (name, t) in step_inputs(&[token], prompt.len() + step) {
+            if input_role(&name) != InputRole::PastKv {
+                replay.set_input(&name, t).unwrap();
+            }
+        }
+        replay = session.run(replay).unwrap();
+    }
+    for (name, t) in step_inputs(&[200], prompt.len() + 2) {
+        let value = match replay.inputs().iter().find(|(n, _)| *n == name) {
+            Some((_, past)) if input_role(&name) == InputRole::PastKv => {
+                onnx_prepared_kernels::Tensor::from_f32(past.shape().to_vec(), f32s(past)).unwrap()
+            }
+            _ => t,
+        };
+        kept.set_input(&name, value).unwrap();
+    }
+    let before: Vec<Vec<f32>> = kept
+        .inputs()
+        .iter()
+        .map(|(_, t)| match t.data() {
+            DataRef::F32(v) => v.to_vec(),
+            _ => Vec::new(),
+        })
+        .collect();
+    kept = session.run(kept).unwrap();
+    assert_eq!(logits(&kept), bound_logits[2]);
+    let after: Vec<Vec<f32>> = kept
+        .inputs()
+        .iter()
+        .map(|(_, t)| match t.data() {
+            DataRef::F32(v) => v.to_vec(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert!(before == after, "a kept past changed");
+}

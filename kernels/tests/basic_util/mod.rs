@@ -100,7 +100,7 @@ pub enum In {
 }
 
 impl In {
-    fn tensor(&self) -> Option<&Tensor> {
+    pub fn tensor(&self) -> Option<&Tensor> {
         match self {
             In::Var(t) | In::Const(t) => Some(t),
             In::Absent => None,

@@ -491,13 +491,12 @@ pub(crate) fn fill_row_ranges<T: Float>(
         .map(|b| rows(b).len().min(len))
         .fold(0usize, usize::saturating_add)
         .saturating_mul(heads * width);
-    let par: &dyn ParallelFor = if written < PARALLEL_MIN_WORK
-        && fresh_elements < PARALLEL_MIN_ELEMENTS
-    {
-        &Sequential
-    } else {
-        par
-    };
+    let par: &dyn ParallelFor =
+        if written < PARALLEL_MIN_WORK && fresh_elements < PARALLEL_MIN_ELEMENTS {
+            &Sequential
+        } else {
+            par
+        };
     let chunk = rows_chunk(par, dst.len() / per_head, per_head);
     for_each_chunk_mut(par, dst, chunk, &|offset, c: &mut [T]| {
         for (n, head) in c.chunks_exact_mut(per_head).enumerate() {
