@@ -3,21 +3,20 @@
 //! execute, and outputs computed in place over an input (a KV cache the
 //! step appends rows to).
 
-use std::collections::{HashMap, HashSet};
-
 use onnx_prepared_kernels::{ElementType, element_count};
 
 use super::Operand;
+use super::dense::ValueMap;
 use crate::model::{Operand as Source, ResolvedNode};
 
 /// What the deciders read of the lowering in progress.
 pub(super) struct AliasContext<'a> {
     /// The action that reads each value last.
-    pub(super) last_use: &'a HashMap<u32, usize>,
-    pub(super) graph_outputs: &'a HashSet<u32>,
+    pub(super) last_use: &'a ValueMap<usize>,
+    pub(super) graph_outputs: &'a ValueMap<()>,
     /// Values below this id are graph inputs.
     pub(super) graph_inputs: usize,
-    pub(super) operand_of: &'a HashMap<u32, Operand>,
+    pub(super) operand_of: &'a ValueMap<Operand>,
     /// Type and shape of value `id` when it is a run-time value of known
     /// shape.
     pub(super) value: &'a dyn Fn(u32) -> Option<(ElementType, &'a [usize])>,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use onnx_prepared_kernels::{ElementType, InputInfo, KernelError, Tensor, element_count};
 
 use super::alias::{AliasContext, in_place_of, view_of};
+use super::dense::ValueMap;
 use super::late::{LateCharge, ShapeOperand, shape_operand};
 use super::{Action, AllocationGate, Lowered, NeedsValue, Operand};
 use crate::exec::RunError as Error;
@@ -46,7 +47,7 @@ fn lower(
         Ok(shapes) => shapes,
         Err(e) => return Ok(Err(e)),
     };
-    let uses = Uses::of(resolved, &shapes.dynamic_nodes);
+    let uses = Uses::of(resolved, &shapes.dynamic_nodes, shapes.known.len());
     let dims = weight_dims(resolved);
     let mut layout = Layout::new(resolved, inputs, value_inputs, &shapes.known, &dims);
     let mut next_dynamic = shapes.dynamic_nodes.iter().peekable();
@@ -321,21 +322,19 @@ fn needs_constant<T>(
 
 /// Pass 2: the graph outputs, and the last action that reads each value.
 struct Uses {
-    graph_outputs: HashSet<u32>,
-    last_use: HashMap<u32, usize>,
+    graph_outputs: ValueMap<()>,
+    last_use: ValueMap<usize>,
 }
 
 impl Uses {
-    fn of(resolved: &ResolvedModel, dynamic_nodes: &[usize]) -> Self {
-        let graph_outputs: HashSet<u32> = resolved
-            .outputs()
-            .iter()
-            .filter_map(|(_, op)| match op {
-                Source::Value(id) => Some(id.0),
-                _ => None,
-            })
-            .collect();
-        let mut last_use: HashMap<u32, usize> = HashMap::new();
+    fn of(resolved: &ResolvedModel, dynamic_nodes: &[usize], values: usize) -> Self {
+        let mut graph_outputs = ValueMap::new(values);
+        for (_, op) in resolved.outputs() {
+            if let Source::Value(id) = op {
+                graph_outputs.insert(id.0, ());
+            }
+        }
+        let mut last_use = ValueMap::new(values);
         for (step, &n) in dynamic_nodes.iter().enumerate() {
             for op in resolved.nodes()[n].inputs.iter().flatten() {
                 if let Source::Value(id) = op {
@@ -365,7 +364,7 @@ struct Layout<'a> {
     buffer_specs: Vec<(ElementType, usize, Option<Vec<usize>>)>,
     most_inputs: usize,
     most_outputs: usize,
-    operand_of: HashMap<u32, Operand>,
+    operand_of: ValueMap<Operand>,
     const_index: HashMap<*const Tensor, u32>,
     free: HashMap<(ElementType, usize), Vec<u32>>,
 }
@@ -413,7 +412,7 @@ impl<'a> Layout<'a> {
             buffer_specs: Vec::new(),
             most_inputs: 0,
             most_outputs: 0,
-            operand_of: HashMap::new(),
+            operand_of: ValueMap::new(known.len()),
             const_index: HashMap::new(),
             free: HashMap::new(),
         };
@@ -556,16 +555,16 @@ impl<'a> Layout<'a> {
             self.operand_of.insert(id.0, Operand::Buffer(b));
             self.lowered.operands.push(Operand::Buffer(b));
             self.lowered.out_shapes.push(shape.clone());
-            if !uses.last_use.contains_key(&id.0)
+            if !uses.last_use.contains(&id.0)
                 && !uses.graph_outputs.contains(&id.0)
                 && !self.lowered.input_buffers.contains(&b)
             {
                 released.push(((*dtype, len), b));
             }
         }
-        let mut seen = HashSet::new();
-        for (k, b) in released {
-            if seen.insert(b) {
+        // Each buffer once (a value read twice by the node is listed twice).
+        for (i, &(k, b)) in released.iter().enumerate() {
+            if !released[..i].iter().any(|&(_, seen)| seen == b) {
                 self.free.entry(k).or_default().push(b);
             }
         }

@@ -600,6 +600,7 @@ impl Lowered {
 
 mod alias;
 mod build;
+mod dense;
 mod late;
 
 pub(crate) use build::lower_all;
