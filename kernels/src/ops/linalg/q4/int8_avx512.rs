@@ -8,6 +8,11 @@ use std::arch::x86_64::*;
 
 use super::{Q4View, QuantRows};
 
+/// Bytes ahead of each tile's weight stream that a group prefetches (the
+/// hardware prefetchers follow one stream per tile less far than a decode
+/// step's GEMV needs to keep memory busy from one core).
+const PREFETCH: usize = 1024;
+
 /// See [`super::int8::gemm`]; `VNNI` picks `vpdpbusd`.
 ///
 /// # Safety
@@ -154,6 +159,11 @@ macro_rules! family {
                             let mut hi = [_mm512_setzero_si512(); G];
                             for t in 0..G {
                                 let at = (((t0 + t) * blocks + blk) * gpb + g) * 64;
+                                // A hint only: never dereferenced, may point
+                                // past the weights.
+                                _mm_prefetch::<_MM_HINT_T0>(
+                                    wbase.wrapping_add(at + PREFETCH).cast(),
+                                );
                                 let w = _mm512_loadu_si512(wbase.add(at).cast());
                                 lo[t] = _mm512_and_si512(w, nib);
                                 hi[t] = _mm512_and_si512(_mm512_srli_epi32::<4>(w), nib);
