@@ -20,7 +20,7 @@ MatMulNBits at accuracy_level 0, against our default exact path).
 Read bandwidth: NumPy and BLAS readers over a buffer of the model's weight bytes
 on 1 and 2 threads, best of several passes (a buffer that fits the last
 level cache is read from it). Effective GB/s of a decode step: weight bytes
-x tokens/s.
+x tokens/s. The two sides' processes alternate.
 
     target/rm-venv/bin/python tests/conformance/compare_genai.py --bin target/release/onnx-prepared \\
         --folder target/real-models-bench/llama-genai-int4 --threads 1,2
@@ -162,8 +162,12 @@ def main() -> int:
     for threads in [int(t) for t in args.threads.split(",")]:
         read = bandwidth(weights, threads)
         for mode, og_folder, int8 in (("int8", args.folder, True), ("f32", level0, False)):
-            ogs = [og_once(og_folder, threads, prompt, args.tokens) for _ in range(args.rounds)]
-            ours = [ours_once(args.bin, args.folder, threads, prompt, args.tokens, int8) for _ in range(args.rounds)]
+            # Alternated, so that a drift of this shared machine's speed
+            # reaches both sides alike.
+            ogs, ours = [], []
+            for _ in range(args.rounds):
+                ogs.append(og_once(og_folder, threads, prompt, args.tokens))
+                ours.append(ours_once(args.bin, args.folder, threads, prompt, args.tokens, int8))
             # The prepared cache: filled by a first process, then read.
             cache = args.work / f"cache-{args.folder.name}-{mode}"
             shutil.rmtree(cache, ignore_errors=True)
