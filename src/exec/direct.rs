@@ -168,7 +168,7 @@ impl DirectReplay {
             self.ceiling = None;
             let ceiling = CeilingGate::process();
             let gate = |what: &str, bytes: usize| ceiling.check(what, bytes);
-            let lowered = lower_all(&self.resolved, &ordered, &mut self.value_inputs, &gate, &mut Vec::new())?;
+            let lowered = lower_all(&self.resolved, &ordered, &mut self.value_inputs, &gate, &mut Vec::new(), None)?;
             self.ceiling = Some(ceiling.into_charge(lowered.buffer_bytes())?);
             self.lowered = Some(lowered);
         }

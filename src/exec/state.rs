@@ -247,10 +247,10 @@ impl PreparedExecutionState {
         }
         // The old lowering's buffers are offered to the new one (a decoder
         // step's shapes change every step; most of its buffers do not).
-        let mut pool = invocation
+        let (mut pool, memo) = invocation
             .lowered
             .take()
-            .map(Lowered::into_pool)
+            .map(Lowered::into_reuse)
             .unwrap_or_default();
         invocation.execution = None;
         invocation.ceiling = None;
@@ -278,6 +278,7 @@ impl PreparedExecutionState {
             &mut invocation.value_inputs,
             &gate,
             &mut pool,
+            memo.as_ref(),
         )?;
         drop(pool);
         lowered.charge_late_to(self.budget());

@@ -269,7 +269,14 @@ fn a_stopped_hot_run_ends_cancelled_between_kernels_and_the_next_one_runs() {
         .collect();
     let asked = AtomicUsize::new(0);
     let stop_at_fifth = || asked.fetch_add(1, Ordering::Relaxed) + 1 == 5;
-    let stopped = s.run_hot_in_place(&mut inv, &mut owned, &order, &Sequential, &stop_at_fifth);
+    let stopped = s.run_hot_in_place(
+        &mut inv,
+        &mut owned,
+        &order,
+        &|_| false,
+        &Sequential,
+        &stop_at_fifth,
+    );
     assert!(matches!(stopped, Err(RunError::Cancelled)), "{stopped:?}");
     assert_eq!(
         asked.load(Ordering::Relaxed),
@@ -279,8 +286,15 @@ fn a_stopped_hot_run_ends_cancelled_between_kernels_and_the_next_one_runs() {
     // The inputs came back to the caller, and the next run is whole.
     assert_eq!(owned, support::tiny_llm_prefill(8));
     assert!(
-        s.run_hot_in_place(&mut inv, &mut owned, &order, &Sequential, &|| false)
-            .unwrap()
+        s.run_hot_in_place(
+            &mut inv,
+            &mut owned,
+            &order,
+            &|_| false,
+            &Sequential,
+            &|| false
+        )
+        .unwrap()
     );
     assert_eq!(s.outputs(&inv), want, "bit for bit");
 }

@@ -9,24 +9,11 @@ use onnx_prepared_kernels::{ElementType, InputInfo, KernelError, Tensor, element
 
 use super::alias::{AliasContext, in_place_of, view_of};
 use super::dense::ValueMap;
-use super::late::{LateCharge, ShapeOperand, shape_operand};
+use super::infer::{Known, Memo, infer_and_fold, weight_dims};
+use super::late::LateCharge;
 use super::{Action, AllocationGate, Lowered, NeedsValue, Operand};
 use crate::exec::RunError as Error;
-use crate::model::{
-    Operand as Source, ResolveError, ResolvedModel, fold_node, folded_bytes as folded_bytes_of,
-    tensor_bytes,
-};
-
-/// What lowering knows about each value.
-#[derive(Clone)]
-enum Known {
-    Unknown,
-    Const(Arc<Tensor>),
-    Dynamic(ElementType, Vec<usize>),
-    /// Computed by a late node: shape and type are known only during the
-    /// run ([`super::late`]).
-    Late,
-}
+use crate::model::{Operand as Source, ResolveError, ResolvedModel, tensor_bytes};
 
 /// Lowers `resolved` for `inputs`; graph inputs in `value_inputs` are known
 /// values (their contents decide shapes). Returns `Err(NeedsValue(i))` when
@@ -42,13 +29,14 @@ fn lower(
     value_inputs: &HashSet<usize>,
     gate: AllocationGate<'_>,
     pool: &mut Vec<Tensor>,
+    memo: Option<&Memo>,
 ) -> Result<Result<Lowered, Error>, NeedsValue> {
-    let shapes = match infer_and_fold(resolved, inputs, value_inputs, gate)? {
+    let dims = weight_dims(resolved);
+    let shapes = match infer_and_fold(resolved, inputs, value_inputs, gate, &dims, memo)? {
         Ok(shapes) => shapes,
         Err(e) => return Ok(Err(e)),
     };
     let uses = Uses::of(resolved, &shapes.dynamic_nodes, shapes.known.len());
-    let dims = weight_dims(resolved);
     let mut layout = Layout::new(resolved, inputs, value_inputs, &shapes.known, &dims);
     let mut next_dynamic = shapes.dynamic_nodes.iter().peekable();
     for (n, node) in resolved.nodes().iter().enumerate() {
@@ -63,261 +51,11 @@ fn lower(
     }
     let lowered = &mut layout.lowered;
     lowered.node_action.push(lowered.actions.len() as u32);
-    Ok(layout.finish(gate, shapes.folded_bytes, shapes.most_scratch, pool))
-}
-
-/// The dimensions of each weight, by weight index.
-fn weight_dims(resolved: &ResolvedModel) -> Vec<Vec<usize>> {
-    resolved
-        .model()
-        .weights()
-        .iter()
-        .map(|w| w.dims().iter().map(|&d| d as usize).collect())
-        .collect()
-}
-
-/// What pass 1 of lowering knows: every value's shape or constant value
-/// (or that it is late), the nodes left to run, and the bytes folded and
-/// one kernel's largest temporary.
-struct Shapes {
-    known: Vec<Known>,
-    dynamic_nodes: Vec<usize>,
-    folded_bytes: usize,
-    most_scratch: usize,
-}
-
-/// Pass 1: infer every shape, fold what depends only on shapes and
-/// constants.
-fn infer_and_fold(
-    resolved: &ResolvedModel,
-    inputs: &[&Tensor],
-    value_inputs: &HashSet<usize>,
-    gate: AllocationGate<'_>,
-) -> Result<Result<Shapes, Error>, NeedsValue> {
-    let fail = |node: &str, source: KernelError| -> Result<Result<Shapes, Error>, NeedsValue> {
-        Ok(Err(ResolveError::Kernel {
-            node: node.to_owned(),
-            source,
-        }
-        .into()))
-    };
-    let weight_dims = weight_dims(resolved);
-    let mut known = vec![Known::Unknown; resolved.value_count()];
-    for (i, t) in inputs.iter().enumerate() {
-        known[i] = if value_inputs.contains(&i) {
-            // Kept with the lowering after the run: never a view of
-            // bytes lent for one run.
-            Known::Const(Arc::new(t.to_owned_elements()))
-        } else {
-            Known::Dynamic(t.dtype(), t.shape().to_vec())
-        };
+    let mut lowered = layout.finish(gate, shapes.folded_bytes, shapes.most_scratch, pool);
+    if let Ok(l) = &mut lowered {
+        l.memo = Some(shapes.memo());
     }
-    let mut dynamic_nodes = Vec::new();
-    let mut folded_bytes = 0usize;
-    // The largest temporary one kernel allocates while it runs (nodes run
-    // one at a time; see `Operator::scratch_bytes`).
-    let mut most_scratch = 0usize;
-    for (n, node) in resolved.nodes().iter().enumerate() {
-        let reads_late = node.inputs.iter().flatten().any(
-            |op| matches!(op, Source::Value(id) if matches!(known[id.0 as usize], Known::Late)),
-        );
-        if reads_late {
-            late(node, &mut known);
-            dynamic_nodes.push(n);
-            continue;
-        }
-        let infos = input_infos(resolved, node, &known, &weight_dims);
-        if let Some(folded) = fold_shapes(node, &infos) {
-            let tensors = match folded {
-                Ok(t) => t,
-                Err(source) => return fail(&node.name, source),
-            };
-            for (id, t) in node.outputs.iter().zip(tensors) {
-                folded_bytes = folded_bytes.saturating_add(t.byte_len());
-                known[id.0 as usize] = Known::Const(Arc::new(t));
-            }
-            continue;
-        }
-        let outs = match node.op.infer_checked(&infos) {
-            Ok(o) => {
-                most_scratch = most_scratch.max(node.op.scratch_bytes(&infos));
-                o
-            }
-            Err(KernelError::ValueDependent { .. }) => {
-                late(node, &mut known);
-                dynamic_nodes.push(n);
-                continue;
-            }
-            Err(KernelError::NeedsConstant { input, .. }) => {
-                match needs_constant(resolved, node, input, inputs, value_inputs) {
-                    Ok(()) => {
-                        late(node, &mut known);
-                        dynamic_nodes.push(n);
-                        continue;
-                    }
-                    Err(stop) => return stop,
-                }
-            }
-            Err(source) => return fail(&node.name, source),
-        };
-        if outs.len() != node.outputs.len() {
-            return fail(
-                &node.name,
-                KernelError::Shape(format!(
-                    "{} outputs inferred for {}",
-                    outs.len(),
-                    node.outputs.len()
-                )),
-            );
-        }
-        if let Some(ins) = constant_inputs(resolved, node, &known) {
-            folded_bytes = folded_bytes.saturating_add(folded_bytes_of(&outs));
-            if let Err(e) = gate(&format!("folding node `{}`", node.name), folded_bytes) {
-                return Ok(Err(e));
-            }
-            let tensors = match fold_node(&*node.op, &node.name, &ins, &outs) {
-                Ok(t) => t,
-                Err(e) => return Ok(Err(e.into())),
-            };
-            for (id, t) in node.outputs.iter().zip(tensors) {
-                known[id.0 as usize] = Known::Const(Arc::new(t));
-            }
-            continue;
-        }
-        for (id, o) in node.outputs.iter().zip(outs) {
-            known[id.0 as usize] = Known::Dynamic(o.dtype, o.shape);
-        }
-        dynamic_nodes.push(n);
-    }
-
-    Ok(Ok(Shapes {
-        known,
-        dynamic_nodes,
-        folded_bytes,
-        most_scratch,
-    }))
-}
-
-/// Every input of `node` when all are constants in memory and no packed
-/// object consumes one (the node folds); `None` otherwise.
-fn constant_inputs<'a>(
-    resolved: &'a ResolvedModel,
-    node: &crate::model::ResolvedNode,
-    known: &'a [Known],
-) -> Option<Vec<Option<&'a Tensor>>> {
-    if node.packed.is_some() {
-        return None;
-    }
-    node.inputs
-        .iter()
-        .map(|op| match op {
-            None => Some(None),
-            Some(Source::Value(id)) => match &known[id.0 as usize] {
-                Known::Const(t) => Some(Some(&**t)),
-                _ => None,
-            },
-            Some(Source::Inline(i)) => Some(Some(&**resolved.inline(*i))),
-            Some(Source::Prepared(_) | Source::Consumed(_)) => None,
-        })
-        .collect()
-}
-
-/// Marks `node`'s outputs late.
-fn late(node: &crate::model::ResolvedNode, known: &mut [Known]) {
-    for id in &node.outputs {
-        known[id.0 as usize] = Known::Late;
-    }
-}
-
-/// Shape-only operators (Shape, Size) fold for this shape set even when
-/// their inputs are run-time values: `None` when `node` does not.
-fn fold_shapes(
-    node: &crate::model::ResolvedNode,
-    infos: &[Option<InputInfo<'_>>],
-) -> Option<Result<Vec<Tensor>, KernelError>> {
-    if infos.len() != node.inputs.len()
-        || !infos
-            .iter()
-            .zip(&node.inputs)
-            .all(|(i, op)| i.is_some() == op.is_some())
-    {
-        return None;
-    }
-    Some(node.op.fold_shapes(infos)?.and_then(|t| {
-        if t.len() == node.outputs.len() {
-            Ok(t)
-        } else {
-            Err(KernelError::Shape(format!(
-                "{} outputs folded for {}",
-                t.len(),
-                node.outputs.len()
-            )))
-        }
-    }))
-}
-
-/// What shape inference sees of each input of `node`: a known constant, a
-/// run-time value's type and shape, or an unloaded weight's.
-fn input_infos<'a>(
-    resolved: &'a ResolvedModel,
-    node: &crate::model::ResolvedNode,
-    known: &'a [Known],
-    weight_dims: &'a [Vec<usize>],
-) -> Vec<Option<InputInfo<'a>>> {
-    let weights = resolved.model().weights();
-    let unloaded = |w: crate::model::WeightId| {
-        InputInfo::unloaded(
-            weights[w.index()].element_type().compute(),
-            &weight_dims[w.index()],
-        )
-    };
-    node.inputs
-        .iter()
-        .map(|op| {
-            op.and_then(|op| match op {
-                Source::Value(id) => match &known[id.0 as usize] {
-                    Known::Const(t) => Some(InputInfo::known(t)),
-                    Known::Dynamic(d, s) => Some(InputInfo::dynamic(*d, s)),
-                    Known::Unknown | Known::Late => None,
-                },
-                Source::Inline(i) => Some(InputInfo::known(resolved.inline(i))),
-                Source::Prepared(r) => {
-                    Some(unloaded(resolved.requirements()[r.0 as usize].sources[0]))
-                }
-                Source::Consumed(w) => Some(unloaded(w)),
-            })
-        })
-        .collect()
-}
-
-/// A node's shape needs the value of its input `input`: when that value
-/// comes from small graph inputs through nodes lowering could evaluate,
-/// lower again with those inputs known, keyed by their values
-/// (`Err(Err(NeedsValue))`); when it comes from large inputs or weights,
-/// the node is late (`Ok`); otherwise a typed error.
-#[allow(clippy::type_complexity)]
-fn needs_constant<T>(
-    resolved: &ResolvedModel,
-    node: &crate::model::ResolvedNode,
-    input: usize,
-    inputs: &[&Tensor],
-    value_inputs: &HashSet<usize>,
-) -> Result<(), Result<Result<T, Error>, NeedsValue>> {
-    if let Some(Some(Source::Value(id))) = node.inputs.get(input) {
-        match shape_operand(resolved, *id, inputs, value_inputs) {
-            ShapeOperand::Rekey(sources) => return Err(Err(NeedsValue(sources))),
-            ShapeOperand::Late => return Ok(()),
-            ShapeOperand::Missing => {}
-        }
-    }
-    Err(Ok(Err(ResolveError::Kernel {
-        node: node.name.clone(),
-        source: KernelError::NeedsConstant {
-            op: node.op.name(),
-            input,
-        },
-    }
-    .into())))
+    Ok(lowered)
 }
 
 /// Pass 2: the graph outputs, and the last action that reads each value.
@@ -403,6 +141,7 @@ impl<'a> Layout<'a> {
                 output_operands: Vec::new(),
                 output_buffers: Vec::new(),
                 in_place_buffers: HashSet::new(),
+                memo: None,
                 scratch_bytes: 0,
                 scratch: Vec::new(),
                 ins: Vec::new(),
@@ -706,15 +445,18 @@ impl<'a> Layout<'a> {
 }
 
 /// Lowers, adding graph inputs to `value_inputs` until shapes resolve.
+/// `memo`: an earlier lowering's pass 1 of the same model, whose results
+/// are taken where a node's inputs are unchanged.
 pub(crate) fn lower_all(
     resolved: &ResolvedModel,
     inputs: &[&Tensor],
     value_inputs: &mut HashSet<usize>,
     gate: AllocationGate<'_>,
     pool: &mut Vec<Tensor>,
+    memo: Option<&Memo>,
 ) -> Result<Lowered, Error> {
     loop {
-        match lower(resolved, inputs, value_inputs, gate, pool) {
+        match lower(resolved, inputs, value_inputs, gate, pool, memo) {
             Ok(result) => return result,
             Err(NeedsValue(sources)) => value_inputs.extend(sources),
         }

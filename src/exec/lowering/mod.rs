@@ -146,6 +146,8 @@ pub(crate) struct Lowered {
     /// Buffers an output is computed in over its input (the input's value
     /// is gone after the run).
     in_place_buffers: HashSet<u32>,
+    /// Pass 1 of this lowering, for the next one ([`infer::Memo`]).
+    memo: Option<infer::Memo>,
     /// The largest temporary any kernel allocates while it runs
     /// ([`kernels::Operator::scratch_bytes`]), charged with the buffers.
     scratch_bytes: usize,
@@ -412,14 +414,17 @@ impl Lowered {
     /// outputs every run, as the Python binding does, copies nothing
     /// here); other outputs are copied into their slots, without allocating
     /// when types and element counts match.
-    /// Its buffers that a new lowering may reuse (those with memory of
-    /// their own): a lowering for new shapes takes those of the same type
-    /// and size instead of allocating.
-    pub(crate) fn into_pool(self) -> Vec<Tensor> {
-        self.buffers
+    /// What a new lowering of the same model may reuse: the buffers with
+    /// memory of their own (it takes those of the same type and size
+    /// instead of allocating), and pass 1's memo (it redoes only the nodes
+    /// whose inputs changed).
+    pub(crate) fn into_reuse(self) -> (Vec<Tensor>, Option<infer::Memo>) {
+        let pool = self
+            .buffers
             .into_iter()
             .filter(|t| !t.is_shared() && !t.is_empty())
-            .collect()
+            .collect();
+        (pool, self.memo)
     }
 
     /// Whether graph output `i` is written into a buffer of its own (which
@@ -601,6 +606,8 @@ impl Lowered {
 mod alias;
 mod build;
 mod dense;
+mod infer;
 mod late;
 
 pub(crate) use build::lower_all;
+pub(crate) use infer::Memo;
