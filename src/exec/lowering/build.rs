@@ -53,7 +53,7 @@ fn lower(
     lowered.node_action.push(lowered.actions.len() as u32);
     let mut lowered = layout.finish(gate, shapes.folded_bytes, shapes.most_scratch, pool);
     if let Ok(l) = &mut lowered {
-        l.memo = Some(shapes.memo());
+        l.memo = Some(shapes.into_memo());
     }
     Ok(lowered)
 }

@@ -73,10 +73,10 @@ pub(crate) struct Memo {
 
 impl Shapes {
     /// The memo of this pass (for the next lowering).
-    pub(super) fn memo(&self) -> Memo {
+    pub(super) fn into_memo(self) -> Memo {
         Memo {
-            known: self.known.clone(),
-            facts: self.facts.clone(),
+            known: self.known,
+            facts: self.facts,
         }
     }
 }
