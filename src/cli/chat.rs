@@ -95,7 +95,7 @@ pub fn main(args: &ChatArgs) -> Result<(), Box<dyn std::error::Error>> {
         {
             return Err(e.into());
         }
-        out.finish();
+        out.finish()?;
         println!();
         eprintln!(
             "[{tokens} tokens in {:.2?}; {held} of {} prompt tokens from the cache]",

@@ -136,7 +136,7 @@ pub fn main(
             })
         },
     )?;
-    out.finish();
+    out.finish()?;
     if interrupt.happened() {
         eprintln!("\ninterrupted after {} tokens", generated.tokens.len());
     }

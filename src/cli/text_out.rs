@@ -185,8 +185,23 @@ impl<'t> Output<'t> {
         Ok(stop_at.is_some())
     }
 
-    /// Prints what was held back for a stop string that never completed.
-    pub fn finish(&mut self) {
+    /// The end of the tokens: adds the text the decoder still held back (a
+    /// character whose bytes never completed, as U+FFFD), cuts it at a stop
+    /// string, and prints what was held back for a stop string that never
+    /// completed.
+    pub fn finish(&mut self) -> Result<(), onnx_prepared_text::TextError> {
+        if let Some(stream) = &mut self.stream {
+            self.text.push_str(&stream.finish()?);
+            if let Some(at) = self
+                .stops
+                .iter()
+                .filter(|s| !s.is_empty())
+                .filter_map(|s| self.text.find(s.as_str()))
+                .min()
+            {
+                self.text.truncate(at.max(self.printed));
+            }
+        }
         if self.print && self.text.len() > self.printed {
             let mut stdout = std::io::stdout().lock();
             let _ = stdout
@@ -194,6 +209,7 @@ impl<'t> Output<'t> {
                 .and_then(|()| stdout.flush());
             self.printed = self.text.len();
         }
+        Ok(())
     }
 }
 

@@ -95,6 +95,27 @@ impl Tokenizer {
         .unwrap_or_default())
     }
 
+    /// The text of the ids `state` holds back when the stream ends (an
+    /// incomplete multi-byte character, decoded with U+FFFD as a whole
+    /// decode would), so that every step's text and this one add up to
+    /// the decode of all ids; empty when nothing is held back. The state
+    /// then holds nothing.
+    ///
+    /// # Errors
+    /// A decode the tokenizer refuses.
+    pub fn finish(&self, state: &mut StreamState) -> Result<String, TextError> {
+        let text = self
+            .inner
+            .decode(&state.ids, state.skip_special_tokens)
+            .map_err(TextError::tokenizer)?;
+        let rest = text
+            .strip_prefix(state.prefix.as_str())
+            .map(str::to_owned)
+            .unwrap_or_default();
+        *state = StreamState::new(state.skip_special_tokens);
+        Ok(rest)
+    }
+
     /// A stream state for text that continues earlier text (generated
     /// tokens after a prompt): a word-initial token keeps its leading space
     /// (`▁Paris` → `" Paris"`) instead of being decoded as the start of a
@@ -165,5 +186,13 @@ impl TextStream<'_> {
     /// [`TextError::UnknownToken`] for an id outside the vocabulary.
     pub fn step(&mut self, id: i64) -> Result<String, TextError> {
         self.tokenizer.step(&mut self.state, id)
+    }
+
+    /// The text still held back when the ids end ([`Tokenizer::finish`]).
+    ///
+    /// # Errors
+    /// A decode the tokenizer refuses.
+    pub fn finish(&mut self) -> Result<String, TextError> {
+        self.tokenizer.finish(&mut self.state)
     }
 }

@@ -264,13 +264,18 @@ def main() -> int:
     ap.add_argument("--producers", default=None,
                     help="comma-separated; default: every producer, and for Mistral a subset "
                          "(the committed set stays under 12 MB)")
-    ap.add_argument("--size", choices=("tiny", "tiny-llm", "8x"), default="tiny",
-                    help="tiny: the committed test models; tiny-llm: hidden 512, 4 layers, 8 heads, "
+    ap.add_argument("--size", choices=("tiny", "tiny-bpe", "tiny-llm", "8x"), default="tiny",
+                    help="tiny: the committed test models; tiny-bpe: the same with vocab 600 (the "
+                         "byte-level BPE tokenizer's, written beside them by tokenizers_train.py), "
+                         "folders named <arch>-<producer>-bpe; tiny-llm: hidden 512, 4 layers, 8 heads, "
                          "vocab 8192, the benchmark size; 8x: hidden 1024, 8 layers, 16 heads, "
                          "intermediate 2816, vocab 32000, the 8x fixture's shape (neither committed)")
     args = ap.parse_args()
     global LAYERS, HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POS
-    if args.size == "tiny-llm":
+    suffix = ""
+    if args.size == "tiny-bpe":
+        VOCAB, suffix = 600, "-bpe"
+    elif args.size == "tiny-llm":
         LAYERS, HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POS = 4, 512, 8, 8, 2048, 8192, 512
     elif args.size == "8x":
         LAYERS, HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POS = 8, 1024, 16, 16, 2816, 32000, 512
@@ -278,7 +283,9 @@ def main() -> int:
                      "nbits-sym,nbits-asym,nbits-qdq,genai-int4,genai-fp32")
     subset = {"mistral": "torchscript,optimum,nbits-qdq,genai-int4", "gemma2": "genai-fp32,genai-int4"}
     args.out.mkdir(parents=True, exist_ok=True)
-    report = {"versions": versions(), "config": dict(layers=LAYERS, hidden=HIDDEN, heads=HEADS,
+    # The `-bpe` folders' shape is recorded apart from the others'.
+    config_key = f"config{suffix}"
+    report = {"versions": versions(), config_key: dict(layers=LAYERS, hidden=HIDDEN, heads=HEADS,
               kv_heads=KV_HEADS, intermediate=INTERMEDIATE, vocab=VOCAB), "made": [], "failed": {}}
     temporary: list[Path] = []  # quantizer bases not asked for
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -287,7 +294,7 @@ def main() -> int:
             hf = checkpoint(arch, work)
             producers = (args.producers or subset.get(arch, all_producers)).split(",")
             for p in producers:
-                out = args.out / f"{arch}-{p}"
+                out = args.out / f"{arch}-{p}{suffix}"
                 shutil.rmtree(out, ignore_errors=True)
                 try:
                     if p == "torch-dynamo":
@@ -329,6 +336,9 @@ def main() -> int:
     record = args.out / "versions.json"
     if record.exists():
         old = json.loads(record.read_text())
+        for key, value in old.items():
+            if key.startswith("config") and key not in report:
+                report[key] = value
         report["made"] = [m for m in old.get("made", []) if m not in report["made"]
                           and (args.out / m).exists()] + report["made"]
         report["failed"] = {**{k: v for k, v in old.get("failed", {}).items()

@@ -14,9 +14,10 @@ bytes every run):
 each into `tests/models/tokenizers/<type>/` with a `tokenizer_config.json`
 carrying a chat template. Beside every GenAI-builder and optimum model of
 `tests/models/real/` (vocabulary 256) it writes a 256-entry Unigram
-tokenizer (`<unk>` 0, `<s>` 1, `</s>` 2: the EOS id those folders name), a
-ChatML-style `tokenizer_config.json`, and for the optimum folders a
-`generation_config.json`.
+tokenizer (`<unk>` 0, `<s>` 1, `</s>` 2: the EOS id those folders name)
+with a Llama-2 chat template, beside the `-bpe` folders (vocabulary 600,
+`generate.py --size tiny-bpe`) the byte-level BPE above with its ChatML
+template, and for the optimum folders a `generation_config.json`.
 
 Run by hand (CI only checks the committed files):
 
@@ -163,10 +164,17 @@ def main() -> None:
     # to a Unigram model and its greedy scripts must see the same ids.
     small = unigram(256, bos=False)
     assert small.get_vocab_size() <= 256 and small.token_to_id("</s>") == 2
+    # The vocabulary-600 models (`-bpe` folders): the byte-level BPE, whose
+    # <|im_end|> is their EOS id 2.
+    byte_level = bpe(600)
+    assert byte_level.get_vocab_size() == 600 and byte_level.token_to_id("<|im_end|>") == 2
     for folder in sorted(REAL.iterdir()):
         if not folder.is_dir() or not any(k in folder.name for k in ("genai", "optimum")):
             continue
-        save(small, folder, {"bos_token": "<s>", "eos_token": "</s>", "chat_template": LLAMA2})
+        if folder.name.endswith("-bpe"):
+            save(byte_level, folder, {"eos_token": "<|im_end|>", "chat_template": CHATML})
+        else:
+            save(small, folder, {"bos_token": "<s>", "eos_token": "</s>", "chat_template": LLAMA2})
         if "optimum" in folder.name:
             (folder / "generation_config.json").write_text(json.dumps(
                 {"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}, indent=2) + "\n")
