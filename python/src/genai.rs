@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use onnx_prepared::decoder::{self, Generator, KvCache};
 use onnx_prepared::{RuntimeSession, SessionOptions};
-use onnx_prepared_text::{Message, ModelFolder, Sampler, SearchOptions, StreamState, Tokenizer};
+use onnx_prepared_text::{
+    ByteStream, Message, ModelFolder, Sampler, SearchOptions, StreamState, Tokenizer,
+};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -139,6 +141,9 @@ impl GenaiModel {
 pub struct GenaiTokenizerStream {
     tokenizer: Arc<Tokenizer>,
     state: StreamState,
+    /// A byte-level tokenizer's stream, as onnxruntime-genai's decodes it
+    /// (characters as their bytes complete, invalid ones left out).
+    bytes: Option<ByteStream>,
 }
 
 #[pymethods]
@@ -150,11 +155,28 @@ impl GenaiTokenizerStream {
         // Generated text continues the prompt, as onnxruntime-genai's
         // stream decodes it.
         let state = tokenizer.continuation(true);
-        Ok(Self { tokenizer, state })
+        let byte_level = tokenizer.vocab_size() > 0
+            && tokenizer
+                .token_bytes(0, true)
+                .map_err(text_error)?
+                .is_some();
+        Ok(Self {
+            tokenizer,
+            state,
+            bytes: byte_level.then(ByteStream::new),
+        })
     }
 
     /// The text `token` completes (possibly empty).
     fn decode(&mut self, token: i64) -> PyResult<String> {
+        if let Some(stream) = &mut self.bytes {
+            let bytes = self
+                .tokenizer
+                .token_bytes(token, true)
+                .map_err(text_error)?
+                .unwrap_or_default();
+            return Ok(stream.push(&bytes));
+        }
         self.tokenizer
             .step(&mut self.state, token)
             .map_err(text_error)

@@ -15,7 +15,7 @@ from _models import REAL
 
 import onnx_prepared.genai as opg
 
-FOLDERS = ["llama-genai-fp32", "qwen2-genai-fp32", "phi3-genai-fp32", "gemma2-genai-fp32"]
+FOLDERS = ["llama-genai-fp32", "qwen2-genai-fp32", "qwen2-genai-fp32-bpe", "phi3-genai-fp32", "gemma2-genai-fp32"]
 
 # An onnxruntime-genai greedy script as its users write it; `og` is bound
 # to either module.

@@ -21,6 +21,7 @@
 //! # Ok(()) }
 //! ```
 
+mod bytes;
 mod error;
 mod folder;
 mod sample;
@@ -28,6 +29,7 @@ mod search;
 mod template;
 mod tokenizer;
 
+pub use bytes::ByteStream;
 pub use error::TextError;
 pub use folder::ModelFolder;
 pub use sample::Sampler;

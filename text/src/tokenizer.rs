@@ -61,6 +61,38 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// The bytes token `id` stands for, when this is a byte-level
+    /// tokenizer (its decoder is `ByteLevel`: each character of a vocabulary
+    /// token is one byte); an added token gives its text's bytes, a special
+    /// one none when `skip_special_tokens`. `None` for other tokenizers.
+    ///
+    /// # Errors
+    /// [`TextError::UnknownToken`] for an id outside the vocabulary.
+    pub fn token_bytes(
+        &self,
+        id: i64,
+        skip_special_tokens: bool,
+    ) -> Result<Option<Vec<u8>>, TextError> {
+        if !matches!(
+            self.inner.get_decoder(),
+            Some(tokenizers::DecoderWrapper::ByteLevel(_))
+        ) {
+            return Ok(None);
+        }
+        let id = self.checked(&[id])?[0];
+        let added = self.inner.get_added_vocabulary();
+        if let Some(token) = added.simple_id_to_token(id) {
+            if skip_special_tokens && added.is_special_token(&token) {
+                return Ok(Some(Vec::new()));
+            }
+            return Ok(Some(token.into_bytes()));
+        }
+        let token = self.inner.id_to_token(id).unwrap_or_default();
+        Ok(Some(
+            token.chars().filter_map(crate::bytes::byte_of).collect(),
+        ))
+    }
+
     /// The id of a token (`"<|im_end|>"`), if the vocabulary has it.
     pub fn token_id(&self, token: &str) -> Option<i64> {
         self.inner.token_to_id(token).map(i64::from)

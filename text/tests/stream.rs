@@ -47,3 +47,32 @@ fn steps_and_finish_add_up_to_the_whole_decode() {
     assert_eq!(steps, "");
     assert!(stream.finish().unwrap().contains('\u{FFFD}'));
 }
+
+/// A byte-level tokenizer's tokens are bytes: those of an encoding are the
+/// text's bytes, streamed as onnxruntime-genai streams them.
+#[test]
+fn byte_level_tokens_are_the_texts_bytes() {
+    let tokenizer = bpe();
+    let text = "tabs\tand  spaces, Привет 😀 日本語";
+    let ids = tokenizer.encode(text, false).unwrap();
+    let mut bytes = Vec::new();
+    let mut stream = onnx_prepared_text::ByteStream::new();
+    let mut streamed = String::new();
+    for &id in &ids {
+        let b = tokenizer
+            .token_bytes(id, true)
+            .unwrap()
+            .expect("byte-level");
+        streamed.push_str(&stream.push(&b));
+        bytes.extend(b);
+    }
+    assert_eq!(bytes, text.as_bytes());
+    assert_eq!(streamed, text);
+    // A special token is skipped, or its text.
+    let end = tokenizer.token_id("<|im_end|>").unwrap();
+    assert_eq!(tokenizer.token_bytes(end, true).unwrap(), Some(Vec::new()));
+    assert_eq!(
+        tokenizer.token_bytes(end, false).unwrap(),
+        Some(b"<|im_end|>".to_vec())
+    );
+}
