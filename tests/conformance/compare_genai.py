@@ -17,10 +17,12 @@ default, int8 activations in its int4 products, against our
 `--int8-activations`) and `f32` (a copy of the folder with every
 MatMulNBits at accuracy_level 0, against our default exact path).
 
-Read bandwidth: NumPy and BLAS readers over a buffer of the model's weight bytes
-on 1 and 2 threads, best of several passes (a buffer that fits the last
-level cache is read from it). Effective GB/s of a decode step: weight bytes
-x tokens/s. The two sides' processes alternate.
+Bytes read per decode step: every weight but the tables read only through
+Gather (the token embedding: one row a step). Read bandwidth: NumPy and BLAS
+readers over a buffer of that size on 1 and 2 threads, best of several
+passes (a buffer that fits the last level cache is read from it). Effective
+GB/s of a decode step: those bytes x tokens/s. The two sides' processes
+alternate.
 
     target/rm-venv/bin/python tests/conformance/compare_genai.py --bin target/release/onnx-prepared \\
         --folder target/real-models-bench/llama-genai-int4 --threads 1,2
@@ -112,6 +114,29 @@ def level0_copy(folder: Path, work: Path) -> Path:
     return out
 
 
+def bytes_per_token(folder: Path) -> tuple[int, int]:
+    """(all weight bytes, the bytes a decode step reads): every initializer
+    but the tables read only through Gather (the token embedding), of which
+    a step reads one row."""
+    import onnx
+    m = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    sizes = {}
+    for t in m.graph.initializer:
+        n = int(np.prod(t.dims, dtype=np.int64))
+        sizes[t.name] = (n, n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize,
+                         t.dims[-1] if t.dims else 1)
+    uses: dict[str, list[tuple[str, int]]] = {}
+    for node in m.graph.node:
+        for i, name in enumerate(node.input):
+            uses.setdefault(name, []).append((node.op_type, i))
+    total = sum(b for _, b, _ in sizes.values())
+    step = total
+    for name, (n, nbytes, row) in sizes.items():
+        if uses.get(name) and all(op == "Gather" and i == 0 for op, i in uses[name]):
+            step -= nbytes - nbytes // max(n // max(row, 1), 1)
+    return total, step
+
+
 def bandwidth(nbytes: int, threads: int) -> float:
     """GB/s of reading `nbytes`: the best of several passes of two readers,
     a NumPy OR-reduction over the whole buffer and a BLAS dot product of its
@@ -152,15 +177,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path("target/compare-genai"))
     args = ap.parse_args()
-    weights = sum(f.stat().st_size for f in args.folder.iterdir() if f.name.startswith("model.onnx"))
+    weights, step_bytes = bytes_per_token(args.folder)
     prompt = [int(x) for x in np.random.default_rng(3).integers(3, 200, size=args.prompt)]
     level0 = level0_copy(args.folder, args.work)
-    print(f"{args.folder}: {weights / 1e6:.1f} MB of weights, prompt {args.prompt}, {args.tokens} new tokens, "
+    print(f"{args.folder}: {weights / 1e6:.1f} MB of weights, {step_bytes / 1e6:.1f} MB read per decode step "
+          f"(the embedding table but one row left out), prompt {args.prompt}, {args.tokens} new tokens, "
           f"medians of {args.rounds} fresh processes")
     print("mode  thr  og tok/s  ours tok/s  ratio  ours GB/s  read GB/s  of read  og TTFT ms  ours TTFT ms  ratio  "
           "cached TTFT ms  ratio  tokens")
     for threads in [int(t) for t in args.threads.split(",")]:
-        read = bandwidth(weights, threads)
+        read = bandwidth(step_bytes, threads)
         for mode, og_folder, int8 in (("int8", args.folder, True), ("f32", level0, False)):
             # Alternated, so that a drift of this shared machine's speed
             # reaches both sides alike.
@@ -178,7 +204,7 @@ def main() -> int:
             our_tps = statistics.median(r["tps"] for r in ours)
             og_ttft = statistics.median(r["ttft"] for r in ogs) * 1e3
             our_ttft = statistics.median(r["ttft"] for r in ours) * 1e3
-            gbs = weights * our_tps / 1e9
+            gbs = step_bytes * our_tps / 1e9
             agree = sum(a == b for a, b in zip(ogs[0]["tokens"], ours[0]["tokens"]))
             print(f"{mode:5} {threads:3}  {og_tps:8.1f}  {our_tps:10.1f}  {our_tps / og_tps:5.2f}  {gbs:9.1f}  "
                   f"{read:9.1f}  {gbs / read:7.2f}  {og_ttft:10.1f}  {our_ttft:12.1f}  {our_ttft / og_ttft:5.2f}  "
