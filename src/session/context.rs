@@ -50,7 +50,7 @@ pub struct RuntimeContext {
     pub(super) order: Vec<u32>,
     /// Caller-owned cache bindings: after a successful run, output `.0`
     /// moves into input `.1` (a KV cache's presents become the next pasts).
-    pub(super) cache: Vec<(String, String)>,
+    cache: Vec<(String, String)>,
     /// The outputs' bytes, charged to the session's I/O domain while the
     /// context holds them.
     io: Option<Reservation>,
@@ -268,6 +268,29 @@ impl RuntimeContext {
                 self.outputs[at].1 = std::mem::take(past);
             }
         }
+    }
+
+    /// The hot path over this context's inputs, read in place
+    /// ([`PreparedExecutionState::run_hot_in_place`]); a bound past is
+    /// given up to the run, as its present replaces it afterwards.
+    /// `Ok(false)`: an object was evicted since the check, take the cold
+    /// path.
+    pub(super) fn run_hot(
+        &mut self,
+        state: &PreparedExecutionState,
+        par: &dyn onnx_prepared_kernels::ParallelFor,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<bool, Error> {
+        let cache = &self.cache;
+        let gives_up = |name: &str| cache.iter().any(|(_, input)| input == name);
+        Ok(state.run_hot_in_place(
+            &mut self.invocation,
+            &mut self.inputs,
+            &self.order,
+            &gives_up,
+            par,
+            stop,
+        )?)
     }
 
     /// Moves bound outputs into their inputs (after a successful run).

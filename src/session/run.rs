@@ -151,17 +151,7 @@ impl RunContinuation {
             if session.is_hot() {
                 let start = session.trace.as_ref().map(|_| Instant::now());
                 // Inputs read in place: the hot run ends within this step.
-                // A bound past is replaced by its present after the run.
-                let cache = &ctx.cache;
-                let gives_up = |name: &str| cache.iter().any(|(_, input)| input == name);
-                if state.run_hot_in_place(
-                    &mut ctx.invocation,
-                    &mut ctx.inputs,
-                    &ctx.order,
-                    &gives_up,
-                    &par,
-                    &stop,
-                )? {
+                if ctx.run_hot(state, &par, &stop)? {
                     if let (Some(trace), Some(start)) = (&session.trace, start) {
                         trace.record(TraceLane::Inference, "run (hot)", start, Instant::now(), id);
                     }

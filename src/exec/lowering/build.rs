@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use onnx_prepared_kernels::{ElementType, InputInfo, KernelError, Tensor, element_count};
+use onnx_prepared_kernels::{ElementType, Tensor, element_count};
 
 use super::alias::{AliasContext, in_place_of, view_of};
 use super::dense::ValueMap;

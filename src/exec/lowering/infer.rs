@@ -103,6 +103,54 @@ fn unchanged(node: &crate::model::ResolvedNode, known: &[Known], memo: &Memo) ->
     })
 }
 
+impl Shapes {
+    /// Node `n` came to `fact`.
+    fn record(&mut self, n: usize, fact: NodeFact) {
+        match fact {
+            NodeFact::Folded(bytes) => self.folded_bytes = self.folded_bytes.saturating_add(bytes),
+            NodeFact::Dynamic(scratch) => {
+                self.most_scratch = self.most_scratch.max(scratch);
+                self.dynamic_nodes.push(n);
+            }
+            NodeFact::Late | NodeFact::Unknown => self.dynamic_nodes.push(n),
+        }
+        self.facts[n] = fact;
+    }
+
+    /// Marks `node` (node `n`) late.
+    fn late(&mut self, n: usize, node: &crate::model::ResolvedNode) {
+        late(node, &mut self.known);
+        self.record(n, NodeFact::Late);
+    }
+}
+
+/// What pass 1 knows of the graph inputs before any node: the values of
+/// `value_inputs`, the types and shapes of the others (the memo's own
+/// constant where one is equal, so that nodes reading it compare pointers).
+fn input_knowns(
+    resolved: &ResolvedModel,
+    inputs: &[&Tensor],
+    value_inputs: &HashSet<usize>,
+    memo: Option<&Memo>,
+) -> Vec<Known> {
+    let mut known = vec![Known::Unknown; resolved.value_count()];
+    for (i, t) in inputs.iter().enumerate() {
+        known[i] = if value_inputs.contains(&i) {
+            // Kept with the lowering after the run: never a view of
+            // bytes lent for one run.
+            Known::Const(Arc::new(t.to_owned_elements()))
+        } else {
+            Known::Dynamic(t.dtype(), t.shape().to_vec())
+        };
+        if let Some(m) = memo
+            && same(&known[i], &m.known[i])
+        {
+            known[i] = m.known[i].clone();
+        }
+    }
+    known
+}
+
 /// Pass 1: infer every shape, fold what depends only on shapes and
 /// constants.
 ///
@@ -126,58 +174,35 @@ pub(super) fn infer_and_fold(
     let memo = memo.filter(|m| {
         m.known.len() == resolved.value_count() && m.facts.len() == resolved.nodes().len()
     });
-    let mut known = vec![Known::Unknown; resolved.value_count()];
-    for (i, t) in inputs.iter().enumerate() {
-        known[i] = if value_inputs.contains(&i) {
-            // Kept with the lowering after the run: never a view of
-            // bytes lent for one run.
-            Known::Const(Arc::new(t.to_owned_elements()))
-        } else {
-            Known::Dynamic(t.dtype(), t.shape().to_vec())
-        };
-        // The memo's own constant, when equal: nodes reading it compare
-        // pointers.
-        if let Some(m) = memo
-            && same(&known[i], &m.known[i])
-        {
-            known[i] = m.known[i].clone();
-        }
-    }
-    let mut dynamic_nodes = Vec::new();
-    let mut folded_bytes = 0usize;
-    // The largest temporary one kernel allocates while it runs (nodes run
-    // one at a time; see `Operator::scratch_bytes`).
-    let mut most_scratch = 0usize;
-    let mut facts = vec![NodeFact::Unknown; resolved.nodes().len()];
+    let mut shapes = Shapes {
+        known: input_knowns(resolved, inputs, value_inputs, memo),
+        dynamic_nodes: Vec::new(),
+        folded_bytes: 0,
+        // The largest temporary one kernel allocates while it runs (nodes
+        // run one at a time; see `Operator::scratch_bytes`).
+        most_scratch: 0,
+        facts: vec![NodeFact::Unknown; resolved.nodes().len()],
+    };
     for (n, node) in resolved.nodes().iter().enumerate() {
         if let Some(m) = memo
             && !matches!(m.facts[n], NodeFact::Unknown)
-            && unchanged(node, &known, m)
+            && unchanged(node, &shapes.known, m)
         {
             for id in &node.outputs {
-                known[id.0 as usize] = m.known[id.0 as usize].clone();
+                shapes.known[id.0 as usize] = m.known[id.0 as usize].clone();
             }
-            match m.facts[n] {
-                NodeFact::Folded(bytes) => folded_bytes = folded_bytes.saturating_add(bytes),
-                NodeFact::Dynamic(scratch) => {
-                    most_scratch = most_scratch.max(scratch);
-                    dynamic_nodes.push(n);
-                }
-                NodeFact::Late | NodeFact::Unknown => dynamic_nodes.push(n),
-            }
-            facts[n] = m.facts[n];
+            shapes.record(n, m.facts[n]);
             continue;
         }
+        let known = &shapes.known;
         let reads_late = node.inputs.iter().flatten().any(
             |op| matches!(op, Source::Value(id) if matches!(known[id.0 as usize], Known::Late)),
         );
         if reads_late {
-            late(node, &mut known);
-            dynamic_nodes.push(n);
-            facts[n] = NodeFact::Late;
+            shapes.late(n, node);
             continue;
         }
-        let infos = input_infos(resolved, node, &known, &weight_dims);
+        let infos = input_infos(resolved, node, known, weight_dims);
         if let Some(folded) = fold_shapes(node, &infos) {
             let tensors = match folded {
                 Ok(t) => t,
@@ -186,31 +211,21 @@ pub(super) fn infer_and_fold(
             let mut bytes = 0usize;
             for (id, t) in node.outputs.iter().zip(tensors) {
                 bytes = bytes.saturating_add(t.byte_len());
-                known[id.0 as usize] = Known::Const(Arc::new(t));
+                shapes.known[id.0 as usize] = Known::Const(Arc::new(t));
             }
-            folded_bytes = folded_bytes.saturating_add(bytes);
-            facts[n] = NodeFact::Folded(bytes);
+            shapes.record(n, NodeFact::Folded(bytes));
             continue;
         }
-        let scratch;
         let outs = match node.op.infer_checked(&infos) {
-            Ok(o) => {
-                scratch = node.op.scratch_bytes(&infos);
-                most_scratch = most_scratch.max(scratch);
-                o
-            }
+            Ok(o) => o,
             Err(KernelError::ValueDependent { .. }) => {
-                late(node, &mut known);
-                dynamic_nodes.push(n);
-                facts[n] = NodeFact::Late;
+                shapes.late(n, node);
                 continue;
             }
             Err(KernelError::NeedsConstant { input, .. }) => {
                 match needs_constant(resolved, node, input, inputs, value_inputs) {
                     Ok(()) => {
-                        late(node, &mut known);
-                        dynamic_nodes.push(n);
-                        facts[n] = NodeFact::Late;
+                        shapes.late(n, node);
                         continue;
                     }
                     Err(stop) => return stop,
@@ -219,20 +234,13 @@ pub(super) fn infer_and_fold(
             Err(source) => return fail(&node.name, source),
         };
         if outs.len() != node.outputs.len() {
-            return fail(
-                &node.name,
-                KernelError::Shape(format!(
-                    "{} outputs inferred for {}",
-                    outs.len(),
-                    node.outputs.len()
-                )),
-            );
+            let detail = format!("{} outputs inferred for {}", outs.len(), node.outputs.len());
+            return fail(&node.name, KernelError::Shape(detail));
         }
-        if let Some(ins) = constant_inputs(resolved, node, &known) {
+        if let Some(ins) = constant_inputs(resolved, node, known) {
             let bytes = folded_bytes_of(&outs);
-            folded_bytes = folded_bytes.saturating_add(bytes);
-            facts[n] = NodeFact::Folded(bytes);
-            if let Err(e) = gate(&format!("folding node `{}`", node.name), folded_bytes) {
+            let total = shapes.folded_bytes.saturating_add(bytes);
+            if let Err(e) = gate(&format!("folding node `{}`", node.name), total) {
                 return Ok(Err(e));
             }
             let tensors = match fold_node(&*node.op, &node.name, &ins, &outs) {
@@ -240,24 +248,18 @@ pub(super) fn infer_and_fold(
                 Err(e) => return Ok(Err(e.into())),
             };
             for (id, t) in node.outputs.iter().zip(tensors) {
-                known[id.0 as usize] = Known::Const(Arc::new(t));
+                shapes.known[id.0 as usize] = Known::Const(Arc::new(t));
             }
+            shapes.record(n, NodeFact::Folded(bytes));
             continue;
         }
+        let scratch = node.op.scratch_bytes(&infos);
         for (id, o) in node.outputs.iter().zip(outs) {
-            known[id.0 as usize] = Known::Dynamic(o.dtype, o.shape);
+            shapes.known[id.0 as usize] = Known::Dynamic(o.dtype, o.shape);
         }
-        dynamic_nodes.push(n);
-        facts[n] = NodeFact::Dynamic(scratch);
+        shapes.record(n, NodeFact::Dynamic(scratch));
     }
-
-    Ok(Ok(Shapes {
-        known,
-        dynamic_nodes,
-        folded_bytes,
-        most_scratch,
-        facts,
-    }))
+    Ok(Ok(shapes))
 }
 
 /// Every input of `node` when all are constants in memory and no packed

@@ -610,4 +610,3 @@ mod infer;
 mod late;
 
 pub(crate) use build::lower_all;
-pub(crate) use infer::Memo;
