@@ -495,23 +495,17 @@ fn a_bound_shared_cache_is_updated_in_place() {
         };
         kept.set_input(&name, value).unwrap();
     }
-    let before: Vec<Vec<f32>> = kept
-        .inputs()
-        .iter()
-        .map(|(_, t)| match t.data() {
-            DataRef::F32(v) => v.to_vec(),
-            _ => Vec::new(),
-        })
-        .collect();
+    let floats = |ctx: &RuntimeContext| -> Vec<Vec<f32>> {
+        ctx.inputs()
+            .iter()
+            .map(|(_, t)| match t.data() {
+                DataRef::F32(v) => v.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect()
+    };
+    let before = floats(&kept);
     kept = session.run(kept).unwrap();
     assert_eq!(logits(&kept), bound_logits[2]);
-    let after: Vec<Vec<f32>> = kept
-        .inputs()
-        .iter()
-        .map(|(_, t)| match t.data() {
-            DataRef::F32(v) => v.to_vec(),
-            _ => Vec::new(),
-        })
-        .collect();
-    assert!(before == after, "a kept past changed");
+    assert!(before == floats(&kept), "a kept past changed");
 }

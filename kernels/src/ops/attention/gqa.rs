@@ -246,6 +246,22 @@ impl GroupQueryAttention {
         })
     }
 
+    /// [`Self::run`] for the query's element type.
+    fn run_typed(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        par: &dyn ParallelFor,
+        in_place: bool,
+    ) -> Result<(), KernelError> {
+        match input(OP, inputs, 0)?.dtype() {
+            ElementType::F32 => self.run::<f32>(inputs, outputs, par, in_place),
+            ElementType::F16 => self.run::<half::f16>(inputs, outputs, par, in_place),
+            ElementType::BF16 => self.run::<half::bf16>(inputs, outputs, par, in_place),
+            dtype => Err(KernelError::UnsupportedType { op: OP, dtype }),
+        }
+    }
+
     /// The step; `in_place`: the past is not given, the presents hold it
     /// (their buffers are the pasts', [`Operator::execute_in_place`]), and
     /// only the new rows are written.
@@ -651,13 +667,7 @@ impl Operator for GroupQueryAttention {
         outputs: &mut [Tensor],
         par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
-        let q = input(OP, inputs, 0)?;
-        match q.dtype() {
-            ElementType::F32 => self.run::<f32>(inputs, outputs, par, false),
-            ElementType::F16 => self.run::<half::f16>(inputs, outputs, par, false),
-            ElementType::BF16 => self.run::<half::bf16>(inputs, outputs, par, false),
-            dtype => Err(KernelError::UnsupportedType { op: OP, dtype }),
-        }
+        self.run_typed(inputs, outputs, par, false)
     }
 
     /// past_key into present_key, past_value into present_value: a shared
@@ -674,13 +684,7 @@ impl Operator for GroupQueryAttention {
         outputs: &mut [Tensor],
         par: &dyn ParallelFor,
     ) -> Result<(), KernelError> {
-        let q = input(OP, inputs, 0)?;
-        match q.dtype() {
-            ElementType::F32 => self.run::<f32>(inputs, outputs, par, true),
-            ElementType::F16 => self.run::<half::f16>(inputs, outputs, par, true),
-            ElementType::BF16 => self.run::<half::bf16>(inputs, outputs, par, true),
-            dtype => Err(KernelError::UnsupportedType { op: OP, dtype }),
-        }
+        self.run_typed(inputs, outputs, par, true)
     }
 
     /// A sliding-window cache updated in place copies its presents when
