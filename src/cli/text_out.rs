@@ -141,6 +141,15 @@ impl<'t> Output<'t> {
         }
     }
 
+    /// Where the first stop string begins in the text, if one does.
+    fn first_stop(&self) -> Option<usize> {
+        self.stops
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| self.text.find(s.as_str()))
+            .min()
+    }
+
     /// Takes token `id`; true when a stop string completed.
     pub fn push(&mut self, id: i64, eos: bool) -> Result<bool, onnx_prepared_text::TextError> {
         let Some(stream) = &mut self.stream else {
@@ -149,12 +158,7 @@ impl<'t> Output<'t> {
         if !eos {
             self.text.push_str(&stream.step(id)?);
         }
-        let stop_at = self
-            .stops
-            .iter()
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| self.text.find(s.as_str()))
-            .min();
+        let stop_at = self.first_stop();
         if let Some(at) = stop_at {
             self.text.truncate(at);
         }
@@ -192,13 +196,7 @@ impl<'t> Output<'t> {
     pub fn finish(&mut self) -> Result<(), onnx_prepared_text::TextError> {
         if let Some(stream) = &mut self.stream {
             self.text.push_str(&stream.finish()?);
-            if let Some(at) = self
-                .stops
-                .iter()
-                .filter(|s| !s.is_empty())
-                .filter_map(|s| self.text.find(s.as_str()))
-                .min()
-            {
+            if let Some(at) = self.first_stop() {
                 self.text.truncate(at.max(self.printed));
             }
         }

@@ -15,11 +15,14 @@ pub(crate) fn byte_of(c: char) -> Option<u8> {
     if c < 256 && printable(c) {
         return u8::try_from(c).ok();
     }
-    let n = c.checked_sub(256)? as usize;
-    (0u32..256)
-        .filter(|&b| !printable(b))
-        .nth(n)
-        .and_then(|b| u8::try_from(b).ok())
+    // The others, in order: 0..=32, 127..=160 and 173.
+    let b = match c.checked_sub(256)? {
+        n @ 0..=32 => n,
+        n @ 33..=66 => n - 33 + 127,
+        67 => 173,
+        _ => return None,
+    };
+    u8::try_from(b).ok()
 }
 
 /// Text as the bytes of tokens arrive ([`crate::Tokenizer::token_bytes`]),

@@ -65,20 +65,10 @@ pub(super) enum NodeFact {
 /// model (a decoder's next step, whose inputs differ in a few shapes)
 /// takes the outputs of every node whose inputs are what they were, and
 /// infers or folds only the others.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Memo {
     known: Vec<Known>,
     facts: Vec<NodeFact>,
-}
-
-impl Shapes {
-    /// The memo of this pass (for the next lowering).
-    pub(super) fn into_memo(self) -> Memo {
-        Memo {
-            known: self.known,
-            facts: self.facts,
-        }
-    }
 }
 
 /// Whether `a` (this lowering) is `b` (the memo's) for every node reading it.
@@ -104,6 +94,14 @@ fn unchanged(node: &crate::model::ResolvedNode, known: &[Known], memo: &Memo) ->
 }
 
 impl Shapes {
+    /// The memo of this pass (for the next lowering).
+    pub(super) fn into_memo(self) -> Memo {
+        Memo {
+            known: self.known,
+            facts: self.facts,
+        }
+    }
+
     /// Node `n` came to `fact`.
     fn record(&mut self, n: usize, fact: NodeFact) {
         match fact {
