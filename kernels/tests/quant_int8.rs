@@ -725,6 +725,21 @@ fn qlinear_depthwise_blocks_of_channels() {
             true,
             false,
         ),
+        // Input rows wider than a vector (read sixteen pixels at a time),
+        // an output row narrower.
+        (
+            ConvCase {
+                x: [1, 17, 30, 33],
+                maps: 17,
+                kernel: [3, 3],
+                group: 17,
+                stride: [2, 3],
+                dilation: [1, 1],
+                pads: [1, 0, 0, 2],
+            },
+            false,
+            true,
+        ),
     ];
     let mut rng = Rng(25);
     for (c, x_signed, w_zero) in &cases {

@@ -262,7 +262,8 @@ impl Plane<'_> {
                 // contract).
                 unsafe { rows.row_avx512(&mut acc[y * ow..(y + 1) * ow]) };
             }
-            sink.put(0, 0, &acc[..oh * ow]);
+            // SAFETY: as above.
+            unsafe { sink.put_avx512(0, 0, &acc[..oh * ow]) };
             return;
         }
         if sh == 1 && sw == 1 {

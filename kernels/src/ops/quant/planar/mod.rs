@@ -316,7 +316,8 @@ impl<S: Sink> Job<'_, S> {
                     for (v, &cs) in row.iter_mut().zip(&col) {
                         *v = v.wrapping_add(c).wrapping_sub(zw.wrapping_mul(cs));
                     }
-                    self.sink.put(r0 + r, p0, &row[..np]);
+                    // SAFETY: as above (AVX-512 F, BW and VL).
+                    unsafe { self.sink.put_avx512(r0 + r, p0, &row[..np]) };
                 }
             }
         }
