@@ -725,6 +725,35 @@ fn qlinear_depthwise_blocks_of_channels() {
             true,
             false,
         ),
+        // Column stride 2 on rows of 16 outputs or more (the row path):
+        // rows of several 32-byte chunks split into even and odd columns,
+        // an odd left pad (the first input column alone) and an even one.
+        (
+            ConvCase {
+                x: [1, 3, 5, 75],
+                maps: 3,
+                kernel: [3, 3],
+                group: 3,
+                stride: [1, 2],
+                dilation: [1, 1],
+                pads: [1, 1, 1, 1],
+            },
+            true,
+            false,
+        ),
+        (
+            ConvCase {
+                x: [1, 2, 4, 70],
+                maps: 2,
+                kernel: [3, 3],
+                group: 2,
+                stride: [2, 2],
+                dilation: [1, 1],
+                pads: [0, 2, 1, 0],
+            },
+            false,
+            true,
+        ),
         // Input rows wider than a vector (read sixteen pixels at a time),
         // an output row narrower.
         (

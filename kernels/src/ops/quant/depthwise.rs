@@ -233,6 +233,25 @@ impl Plane<'_> {
                 }
                 // Input column `ix` is padded column `ix + pl`: the even
                 // ones to the first half, the odd ones to the second.
+                #[cfg(target_arch = "x86_64")]
+                if WIDE {
+                    // Padded column `pl + ix` for ix = lead + 2 j is even.
+                    let lead = pl % 2;
+                    if lead == 1 && cols > 0 {
+                        dst[col(pl)] = self.value(src[0]);
+                    }
+                    if cols > lead {
+                        let (evens, odds) = dst.split_at_mut(half);
+                        let e0 = (pl + lead) / 2;
+                        let o0 = (pl + lead + 1) / 2;
+                        // SAFETY: WIDE only on a CPU with AVX-512 (this
+                        // function's contract).
+                        unsafe {
+                            self.split_avx512(&src[lead..cols], &mut evens[e0..], &mut odds[o0..])
+                        };
+                    }
+                    continue;
+                }
                 for (parity, base) in [(0, 0), (1, half)] {
                     let ix0 = (parity + pl) % 2;
                     let start = base + (ix0 + pl) / 2;
@@ -297,6 +316,61 @@ impl Plane<'_> {
                 }
             }
             sink.put(0, y * ow, acc);
+        }
+    }
+
+    /// `evens[j] = value(src[2 j])`, `odds[j] = value(src[2 j + 1])`
+    /// for the pairs of `src` (its last byte alone when its length is
+    /// odd), sixteen pairs at a time.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and VL.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+    unsafe fn split_avx512(&self, src: &[u8], evens: &mut [i32], odds: &mut [i32]) {
+        use std::arch::x86_64::*;
+        let n = src.len();
+        assert!(
+            evens.len() >= n.div_ceil(2) && odds.len() >= n / 2,
+            "halves shorter than the row"
+        );
+        let zx = _mm512_set1_epi32(self.zx);
+        let mut i = 0;
+        while i < n {
+            let bytes = (n - i).min(32);
+            let load: __mmask32 = if bytes == 32 { !0 } else { (1u32 << bytes) - 1 };
+            // SAFETY: the mask reads bytes i .. i + bytes of `src`.
+            let pairs = unsafe { _mm256_maskz_loadu_epi8(load, src.as_ptr().add(i).cast()) };
+            // Each lane one pair: the even byte low, the odd byte high.
+            let w = _mm512_cvtepu16_epi32(pairs);
+            let (even, odd) = if self.x_signed {
+                (
+                    _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(w)),
+                    _mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(w)),
+                )
+            } else {
+                (
+                    _mm512_and_si512(w, _mm512_set1_epi32(0xFF)),
+                    _mm512_srli_epi32::<8>(w),
+                )
+            };
+            let (ne, no) = (bytes.div_ceil(2), bytes / 2);
+            let mask = |k: usize| -> __mmask16 { if k == 16 { !0 } else { (1u16 << k) - 1 } };
+            // SAFETY: the masks write values i / 2 .. i / 2 + ne of `evens`
+            // and .. + no of `odds`, inside them (the assertion).
+            unsafe {
+                _mm512_mask_storeu_epi32(
+                    evens.as_mut_ptr().add(i / 2).cast(),
+                    mask(ne),
+                    _mm512_sub_epi32(even, zx),
+                );
+                _mm512_mask_storeu_epi32(
+                    odds.as_mut_ptr().add(i / 2).cast(),
+                    mask(no),
+                    _mm512_sub_epi32(odd, zx),
+                );
+            }
+            i += bytes;
         }
     }
 

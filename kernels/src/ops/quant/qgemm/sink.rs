@@ -263,8 +263,8 @@ impl<T: QInt> RequantSink<'_, T> {
     /// values (a convolution's channel row); `false`, writing nothing,
     /// otherwise. Each step is the scalar [`requantize`]'s: the sum plus
     /// the bias (wrapping), converted to f32, multiplied, clamped (`max`
-    /// first, which turns NaN into the lower bound), rounded half to even
-    /// by the same 1.5 * 2^23 addition, plus the zero point.
+    /// first, which turns NaN into the lower bound), rounded half to even,
+    /// plus the zero point.
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW and VL.
@@ -290,7 +290,6 @@ impl<T: QInt> RequantSink<'_, T> {
         let (mult, bias) = (_mm512_set1_ps(mult), _mm512_set1_epi32(bias));
         let lo = _mm512_set1_ps((T::MIN - self.zero) as f32);
         let hi = _mm512_set1_ps((T::MAX - self.zero) as f32);
-        let magic = _mm512_set1_ps(12_582_912.0);
         let zero = _mm512_set1_epi32(self.zero);
         let mut j = 0;
         while j < vals.len() {
@@ -300,17 +299,32 @@ impl<T: QInt> RequantSink<'_, T> {
             let c = unsafe { _mm512_maskz_loadu_epi32(mask, vals.as_ptr().add(j).cast()) };
             let v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, bias)), mult);
             let v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-            let r = _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(v, magic), magic));
+            // Rounded half to even by the instruction itself: for the
+            // clamped values (|v| < 2^17) the same as the scalar addition.
+            let r =
+                _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
             let q = _mm512_add_epi32(r, zero);
             // SAFETY: elements first + j .. first + j + n lie inside the
             // output (the assertion), which only this task writes (the
-            // `Sync` contract of `Shared`); the mask writes no more.
+            // `Sync` contract of `Shared`); the mask writes no more. The
+            // narrowing is done in registers: a narrowing store to memory
+            // is microcoded on some cores.
             unsafe {
                 let dst = self.out.ptr.add(first + j);
                 if bytes == 1 {
-                    _mm512_mask_cvtepi32_storeu_epi8(dst.cast(), mask, q);
+                    let b = _mm512_cvtepi32_epi8(q);
+                    if n == 16 {
+                        _mm_storeu_si128(dst.cast(), b);
+                    } else {
+                        _mm_mask_storeu_epi8(dst.cast(), mask, b);
+                    }
                 } else {
-                    _mm512_mask_cvtepi32_storeu_epi16(dst.cast(), mask, q);
+                    let h = _mm512_cvtepi32_epi16(q);
+                    if n == 16 {
+                        _mm256_storeu_si256(dst.cast(), h);
+                    } else {
+                        _mm256_mask_storeu_epi16(dst.cast(), mask, h);
+                    }
                 }
             }
             j += n;
