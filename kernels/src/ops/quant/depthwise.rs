@@ -446,36 +446,61 @@ struct Rows<'a> {
 
 impl Rows<'_> {
     /// `out[x] = sum over taps t of taps[t] * xs[offsets[t] + x]`, sixteen
-    /// outputs at a time.
+    /// outputs at a time; a 3x3 kernel's nine taps unrolled, their weights
+    /// kept in registers across the row.
     ///
     /// # Safety
     /// The CPU has AVX-512 F.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn row_avx512(&self, out: &mut [i32]) {
-        use std::arch::x86_64::*;
         let n = out.len();
         assert!(
             self.taps.len() == self.offsets.len()
                 && self.offsets.iter().all(|&o| o + n <= self.xs.len()),
             "a tap reads outside the padded plane"
         );
-        let base = self.xs.as_ptr();
-        let mut x = 0;
-        while x < n {
-            let count = (n - x).min(16);
-            let mask: __mmask16 = if count == 16 { !0 } else { (1u16 << count) - 1 };
-            let mut v = _mm512_setzero_si512();
-            for (&o, &w) in self.offsets.iter().zip(self.taps) {
-                // SAFETY: values o + x .. o + x + count lie inside `xs`
-                // (the assertion: o + n <= len); the mask reads no more.
-                let xv = unsafe { _mm512_maskz_loadu_epi32(mask, base.add(o + x).cast()) };
-                v = _mm512_add_epi32(v, _mm512_mullo_epi32(xv, _mm512_set1_epi32(w)));
+        // SAFETY: the CPU has AVX-512 F; every tap's reads lie inside `xs`
+        // (the assertion).
+        unsafe {
+            if let (Ok(o), Ok(t)) = (
+                <&[usize; 9]>::try_from(self.offsets),
+                <&[i32; 9]>::try_from(self.taps),
+            ) {
+                row_taps(self.xs, o, t, out);
+            } else {
+                row_taps(self.xs, self.offsets, self.taps, out);
             }
-            // SAFETY: the mask writes outputs x .. x + count <= n.
-            unsafe { _mm512_mask_storeu_epi32(out.as_mut_ptr().add(x).cast(), mask, v) };
-            x += count;
         }
+    }
+}
+
+/// [`Rows::row_avx512`] for taps `taps` at `offsets`.
+///
+/// # Safety
+/// The CPU has AVX-512 F; `offsets[t] + out.len() <= xs.len()` for every
+/// tap, and there are as many taps as offsets.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn row_taps(xs: &[i32], offsets: &[usize], taps: &[i32], out: &mut [i32]) {
+    use std::arch::x86_64::*;
+    let n = out.len();
+    let base = xs.as_ptr();
+    let mut x = 0;
+    while x < n {
+        let count = (n - x).min(16);
+        let mask: __mmask16 = if count == 16 { !0 } else { (1u16 << count) - 1 };
+        let mut v = _mm512_setzero_si512();
+        for (&o, &w) in offsets.iter().zip(taps) {
+            // SAFETY: values o + x .. o + x + count lie inside `xs` (this
+            // function's contract: o + n <= len); the mask reads no more.
+            let xv = unsafe { _mm512_maskz_loadu_epi32(mask, base.add(o + x).cast()) };
+            v = _mm512_add_epi32(v, _mm512_mullo_epi32(xv, _mm512_set1_epi32(w)));
+        }
+        // SAFETY: the mask writes outputs x .. x + count <= n.
+        unsafe { _mm512_mask_storeu_epi32(out.as_mut_ptr().add(x).cast(), mask, v) };
+        x += count;
     }
 }
 

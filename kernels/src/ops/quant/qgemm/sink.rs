@@ -269,6 +269,7 @@ impl<T: QInt> RequantSink<'_, T> {
     /// # Safety
     /// The CPU has AVX-512 F, BW and VL.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
     unsafe fn row_avx512(&self, m: usize, n0: usize, vals: &[i32]) -> bool {
         use std::arch::x86_64::*;
         let bytes = std::mem::size_of::<T>();
