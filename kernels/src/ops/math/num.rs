@@ -6,6 +6,7 @@ use half::{bf16, f16};
 
 use crate::ops::basic::common::{Elem, check_len, typed, typed_mut};
 use crate::par::{PARALLEL_MIN_ELEMENTS, rows_chunk};
+use crate::vector::{self, Width};
 use crate::{ElementType, KernelError, ParallelFor, Tensor, for_each_chunk_mut};
 
 /// A numeric element type: comparisons follow IEEE for floats, integer
@@ -198,6 +199,34 @@ pub(crate) fn map<A: Elem + Sync, B: Elem + Send>(
     par: &dyn ParallelFor,
     f: impl Fn(A) -> B + Sync,
 ) -> Result<(), KernelError> {
+    map_at(op, x, y, par, None, f)
+}
+
+/// [`map`] with the loop compiled for the CPU's widest vectors: `f`, an
+/// `#[inline(always)]` closure, is inlined there, so that a polynomial
+/// such as `erf_f32` runs 16 lanes wide on AVX-512 instead of 4 on the
+/// baseline target.
+#[inline]
+pub(crate) fn map_wide<A: Elem + Sync, B: Elem + Send>(
+    op: &'static str,
+    x: &Tensor,
+    y: &mut Tensor,
+    par: &dyn ParallelFor,
+    f: impl Fn(A) -> B + Sync,
+) -> Result<(), KernelError> {
+    map_at(op, x, y, par, Some(Width::detect()), f)
+}
+
+/// [`map`] at `width` (the baseline target when `None`).
+#[inline(always)]
+fn map_at<A: Elem + Sync, B: Elem + Send>(
+    op: &'static str,
+    x: &Tensor,
+    y: &mut Tensor,
+    par: &dyn ParallelFor,
+    width: Option<Width>,
+    f: impl Fn(A) -> B + Sync,
+) -> Result<(), KernelError> {
     let (x, y) = (typed::<A>(op, x)?, typed_mut::<B>(op, y)?);
     check_len(op, "output", y.len(), x.len())?;
     let chunk = if y.len() < PARALLEL_MIN_ELEMENTS || par.threads() <= 1 {
@@ -205,10 +234,21 @@ pub(crate) fn map<A: Elem + Sync, B: Elem + Send>(
     } else {
         rows_chunk(par, y.len(), 1).max(4096)
     };
-    for_each_chunk_mut(par, y, chunk, &|offset, out| {
-        for (o, &v) in out.iter_mut().zip(&x[offset..]) {
-            *o = f(v);
-        }
+    for_each_chunk_mut(par, y, chunk, &|offset, out| match width {
+        Some(w) => vector::run(
+            w,
+            #[inline(always)]
+            || fill(out, &x[offset..], &f),
+        ),
+        None => fill(out, &x[offset..], &f),
     });
     Ok(())
+}
+
+/// `out[i] = f(x[i])`.
+#[inline(always)]
+fn fill<A: Copy, B>(out: &mut [B], x: &[A], f: &impl Fn(A) -> B) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = f(v);
+    }
 }

@@ -5,7 +5,7 @@
 use half::{bf16, f16};
 
 use super::fast::{erf_f32, erf_f64, gelu_f32, gelu_f64, gelu_tanh_f32, gelu_tanh_f64, tanh_f32};
-use super::num::{Num, is_float, is_num, map};
+use super::num::{Num, is_float, is_num, map, map_wide};
 use crate::ops::basic::common::{Attrs, check_inputs, input, output, required};
 use crate::ops::basic::real::exp_f32;
 use crate::{
@@ -146,9 +146,17 @@ fn unary_f32(
     par: &dyn ParallelFor,
 ) -> Result<(), KernelError> {
     let op = kind.name();
+    // Each function inlined into a loop compiled for the widest vectors.
     macro_rules! go {
         ($f:expr) => {
-            map::<f32, f32>(op, x, y, par, $f)
+            map_wide::<f32, f32>(
+                op,
+                x,
+                y,
+                par,
+                #[inline(always)]
+                |v: f32| $f(v),
+            )
         };
     }
     match kind {
