@@ -19,6 +19,7 @@ use crate::ops::basic::common::{
     Attrs, check_len, input, optional, output, required, typed, typed_mut,
 };
 use crate::par::for_each_chunk_mut;
+use crate::vector::{self, Width};
 use crate::{
     ElementType, InputInfo, KernelError, NodeSpec, Operator, OutputInfo, PackedWeight, ParallelFor,
     Tensor,
@@ -283,11 +284,20 @@ pub(crate) fn dynamic_params(min: f32, max: f32) -> (f32, u8) {
 /// The smallest and largest non-NaN value of `x` (0 for none), split
 /// across `par` for a large `x`.
 pub(crate) fn min_max(x: &[f32], par: &dyn ParallelFor) -> (f32, f32) {
+    // Compiled for the widest vectors (the order of a NaN-ignoring min or
+    // max does not change its value).
+    let width = Width::detect();
     let fold = |x: &[f32]| {
-        x.iter()
-            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
-                (lo.min(v), hi.max(v))
-            })
+        vector::run(
+            width,
+            #[inline(always)]
+            || {
+                x.iter()
+                    .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+                        (lo.min(v), hi.max(v))
+                    })
+            },
+        )
     };
     let (lo, hi) = if worth_parallel(par, x.len()) {
         let parts = par.threads() * 2;
@@ -313,10 +323,17 @@ pub(crate) fn quantize_u8(x: &[f32], scale: f32, zp: u8, y: &mut [u8], par: &dyn
     } else {
         y.len().max(1)
     };
+    let width = Width::detect();
     for_each_chunk_mut(par, y, chunk, &|off, out| {
-        for (y, &x) in out.iter_mut().zip(&x[off..]) {
-            *y = quantize_value(x / scale, zp as i32);
-        }
+        vector::run(
+            width,
+            #[inline(always)]
+            || {
+                for (y, &x) in out.iter_mut().zip(&x[off..]) {
+                    *y = quantize_value(x / scale, zp as i32);
+                }
+            },
+        )
     });
 }
 
