@@ -9,6 +9,7 @@
 mod attrs;
 mod conv_chain;
 mod dtype;
+mod dynamic_int8;
 mod error;
 mod external;
 mod fault;

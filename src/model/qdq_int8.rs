@@ -40,14 +40,14 @@ pub(crate) struct Groups {
 }
 
 /// Who reads each value.
-struct Uses<'a> {
+pub(super) struct Uses<'a> {
     readers: HashMap<&'a str, Vec<usize>>,
     outputs: HashSet<&'a str>,
-    producer: HashMap<&'a str, usize>,
+    pub(super) producer: HashMap<&'a str, usize>,
 }
 
 impl<'a> Uses<'a> {
-    fn of(model: &'a Model) -> Self {
+    pub(super) fn of(model: &'a Model) -> Self {
         let graph = model.graph();
         let mut readers: HashMap<&str, Vec<usize>> = HashMap::new();
         let mut producer = HashMap::new();
@@ -73,7 +73,7 @@ impl<'a> Uses<'a> {
 
     /// The one node reading `value`, when exactly one does and it is not a
     /// graph output.
-    fn sole_reader(&self, value: &str) -> Option<usize> {
+    pub(super) fn sole_reader(&self, value: &str) -> Option<usize> {
         match self.readers.get(value).map(Vec::as_slice) {
             Some(&[j]) if !self.outputs.contains(value) => Some(j),
             _ => None,
@@ -81,11 +81,11 @@ impl<'a> Uses<'a> {
     }
 }
 
-fn is_default(node: &NodeProto) -> bool {
+pub(super) fn is_default(node: &NodeProto) -> bool {
     matches!(node.domain.as_deref(), None | Some("" | "ai.onnx"))
 }
 
-fn op(node: &NodeProto) -> &str {
+pub(super) fn op(node: &NodeProto) -> &str {
     node.op_type.as_deref().unwrap_or_default()
 }
 
@@ -100,7 +100,7 @@ struct QParams<'a> {
 
 impl Model {
     /// The element type and dims of initializer `name`.
-    fn initializer(&self, name: &str) -> Option<(ElementType, Vec<u64>)> {
+    pub(super) fn initializer(&self, name: &str) -> Option<(ElementType, Vec<u64>)> {
         let w = self.weight_by_name(name)?;
         Some((w.element_type(), w.dims().to_vec()))
     }

@@ -154,6 +154,18 @@ def check_model(binary: str, model: Path, work: Path, seed: int, modes, threads:
                 plan_failures.append(f"plan: still runs {left} in float")
         except RunFailed as e:
             plan_failures.append(f"plan: {e}")
+    if "-dynamic" in model.parent.name:
+        # quantize_dynamic's MatMulInteger -> Cast -> Mul(scales) [-> Add]
+        # runs as one MatMulIntegerToFloat, as ONNX Runtime fuses it.
+        try:
+            ops = plan_ops(binary, model)
+            left = ops.count("MatMulInteger")
+            fused = ops.count("MatMulIntegerToFloat") + ops.count("DynamicQuantizeMatMul")
+            print(f"  plan: {fused} float-output integer products, {left} MatMulInteger left")
+            if left:
+                plan_failures.append(f"plan: {left} MatMulInteger nodes not fused")
+        except RunFailed as e:
+            plan_failures.append(f"plan: {e}")
     sessions = {}
     for level in ("ORT_ENABLE_ALL", "ORT_DISABLE_ALL"):
         opts = ort.SessionOptions()

@@ -168,7 +168,8 @@ impl<'m> Resolver<'m> {
         let model = self.model;
         let (qdq_skip, qdq_fused) = crate::model::qdq::find(model);
         let chains = crate::model::conv_chain::find(model);
-        let int8 = crate::model::qdq_int8::find(model);
+        let mut int8 = crate::model::qdq_int8::find(model);
+        crate::model::dynamic_int8::add(model, &mut int8);
         let nodes = &model.graph().node;
         for (index, node) in nodes.iter().enumerate() {
             if qdq_skip.contains(&index)

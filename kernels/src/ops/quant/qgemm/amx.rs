@@ -224,7 +224,7 @@ pub(super) unsafe fn blocks<S: Sink>(
                 for r in 0..rows {
                     let raw = &out[r * COLS + i * NR..][..NR];
                     let terms = (&zb[at..at + NR], &kzcs[at..at + NR]);
-                    put_row(
+                    put_row::<true, S>(
                         sink,
                         raw,
                         (za[r], rs[r]),

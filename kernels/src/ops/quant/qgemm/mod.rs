@@ -236,7 +236,7 @@ fn block_range<S: Sink>(
         QIsa::Avx2 => return unsafe { block_range_avx2(a, b, rb, pc, sink) },
         QIsa::Portable => {}
     }
-    blocks(a, b, rb, pc, sink);
+    blocks::<false, S>(a, b, rb, pc, sink);
 }
 
 /// [`blocks`] compiled for AVX-512: the correction and the sink's output
@@ -253,7 +253,7 @@ unsafe fn block_range_avx512<S: Sink>(
     pc: std::ops::Range<usize>,
     sink: &S,
 ) {
-    blocks(a, b, rb, pc, sink);
+    blocks::<true, S>(a, b, rb, pc, sink);
 }
 
 /// The AMX blocks ([`amx::blocks`]) with the correction and the sink's
@@ -289,7 +289,7 @@ unsafe fn block_range_avx2<S: Sink>(
     pc: std::ops::Range<usize>,
     sink: &S,
 ) {
-    blocks(a, b, rb, pc, sink);
+    blocks::<false, S>(a, b, rb, pc, sink);
 }
 
 /// Where a block's rows of `A` come from.
@@ -301,8 +301,9 @@ enum Rows<'a> {
     Direct([&'a [u8]; MR]),
 }
 
+/// `WIDE`: compiled for AVX-512 (the sink's vector output stage).
 #[inline(always)]
-fn blocks<S: Sink>(
+fn blocks<const WIDE: bool, S: Sink>(
     a: &AOperand<'_>,
     b: &PackedB<'_>,
     rb: std::ops::Range<usize>,
@@ -354,7 +355,7 @@ fn blocks<S: Sink>(
             let cols = NR.min(b.n - n0);
             for r in 0..rows {
                 let t = &tile[r * NR..(r + 1) * NR];
-                put_row(
+                put_row::<WIDE, S>(
                     sink,
                     t,
                     (za[r], rs[r]),
@@ -369,9 +370,11 @@ fn blocks<S: Sink>(
 
 /// Row `m`'s raw sums `raw` of one panel (columns `n0..n0 + cols`),
 /// corrected by the zero points — `za` and the row sum `rs` of the row,
-/// the panel's `zb` and `K zb - colsum` per column — and handed to `sink`.
+/// the panel's `zb` and `K zb - colsum` per column — and handed to `sink`
+/// (through its AVX-512 output stage when `WIDE`: only code compiled for
+/// AVX-512 F, BW and VL on such a CPU passes it).
 #[inline(always)]
-fn put_row<S: Sink>(
+fn put_row<const WIDE: bool, S: Sink>(
     sink: &S,
     raw: &[i32],
     (za, rs): (i32, i32),
@@ -383,6 +386,13 @@ fn put_row<S: Sink>(
         row[j] = raw[j]
             .wrapping_add(za.wrapping_mul(kzcs[j]))
             .wrapping_sub(zb[j].wrapping_mul(rs));
+    }
+    #[cfg(target_arch = "x86_64")]
+    if WIDE {
+        // SAFETY: WIDE only in code compiled for AVX-512 and run on a CPU
+        // that has it (block_range_avx512, amx::blocks).
+        unsafe { sink.put_avx512(m, n0, &row[..cols]) };
+        return;
     }
     sink.put(m, n0, &row[..cols]);
 }

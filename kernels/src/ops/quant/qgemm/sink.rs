@@ -180,10 +180,89 @@ impl Sink for F32Sink<'_> {
             }
             let mut buf = [0f32; CHUNK];
             for j in 0..CHUNK {
-                buf[j] = acc[j] as f32 * scale[j] + bias[j];
+                buf[j] = acc[j] as f32 * scale[j];
+            }
+            // Without a bias nothing is added (adding 0 would turn -0 into
+            // +0).
+            if self.bias.is_some() {
+                for j in 0..CHUNK {
+                    buf[j] += bias[j];
+                }
             }
             self.out.write_row(m, n0, &buf[..len]);
         }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn put_avx512(&self, m: usize, n0: usize, vals: &[i32]) {
+        // SAFETY: the CPU has AVX-512 F, BW and VL (this function's
+        // contract).
+        if !unsafe { self.row_avx512(m, n0, vals) } {
+            self.put(m, n0, vals);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl F32Sink<'_> {
+    /// [`Sink::put`] sixteen values per vector, when the row is stored
+    /// contiguously without an int32 addend; `false`, writing nothing,
+    /// otherwise. The same f32 operations as the scalar loop: the sum
+    /// converted, times the column's scale, plus the column's bias.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and VL.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn row_avx512(&self, m: usize, n0: usize, vals: &[i32]) -> bool {
+        use std::arch::x86_64::*;
+        if self.c_bias.is_some() || self.out.col_stride != 1 {
+            return false;
+        }
+        let Some(last) = vals.len().checked_sub(1) else {
+            return true;
+        };
+        let first = m * self.out.row_stride + n0;
+        assert!(
+            first + last < self.out.len,
+            "product row outside its output"
+        );
+        let one_scale = self.scales.len() == 1;
+        assert!(
+            (one_scale || self.scales.len() > n0 + last)
+                && self
+                    .bias
+                    .is_none_or(|b| b.len() == 1 || b.len() > n0 + last),
+            "fewer scales or biases than columns"
+        );
+        // Per-column values from column n0 + j on (one value broadcast).
+        let column = |v: &[f32], j: usize, mask: __mmask16| {
+            if v.len() == 1 {
+                _mm512_set1_ps(v[0])
+            } else {
+                // SAFETY: the mask reads columns n0 + j .. n0 + j + 16
+                // (at most n0 + last) of `v` (the assertion).
+                unsafe { _mm512_maskz_loadu_ps(mask, v.as_ptr().add(n0 + j)) }
+            }
+        };
+        let mut j = 0;
+        while j < vals.len() {
+            let n = (vals.len() - j).min(16);
+            let mask: __mmask16 = if n == 16 { !0 } else { (1u16 << n) - 1 };
+            // SAFETY: the mask reads values j .. j + n of `vals`.
+            let c = unsafe { _mm512_maskz_loadu_epi32(mask, vals.as_ptr().add(j).cast()) };
+            let mut y = _mm512_mul_ps(_mm512_cvtepi32_ps(c), column(self.scales, j, mask));
+            if let Some(b) = self.bias {
+                y = _mm512_add_ps(y, column(b, j, mask));
+            }
+            // SAFETY: elements first + j .. first + j + n lie inside the
+            // output (the assertion), which only this task writes (the
+            // `Sync` contract of `Shared`); the mask writes no more.
+            unsafe { _mm512_mask_storeu_ps(self.out.ptr.add(first + j), mask, y) };
+            j += n;
+        }
+        true
     }
 }
 
@@ -336,7 +415,7 @@ impl<T: QInt> RequantSink<'_, T> {
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
-    use super::{BiasI32, QInt, RequantSink, Shared, Sink};
+    use super::{BiasI32, F32Sink, QInt, RequantSink, Shared, Sink};
 
     /// The vector row equals the scalar one on sums that saturate at both
     /// ends, round at ties and wrap with the bias, for every 8- and 16-bit
@@ -381,6 +460,51 @@ mod tests {
                         out
                     };
                     assert_eq!(run(true), run(false), "by_row {by_row}, len {len}, row {m}");
+                }
+            }
+        }
+    }
+
+    /// The float row: the vector code equals the scalar loop, with one
+    /// scale or one per column, with and without a bias (no bias keeps a
+    /// -0 product), whole vectors and tails.
+    #[test]
+    fn vector_float_rows_equal_the_scalar_ones() {
+        if !std::arch::is_x86_feature_detected!("avx512bw")
+            || !std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            return;
+        }
+        let vals: Vec<i32> = (0..40)
+            .map(|i: i32| (i - 20) * 1_000_003 % 977_777)
+            .collect();
+        let scales: Vec<f32> = (0..48).map(|i| (i as f32 - 3.0) * 0.013).collect();
+        let bias: Vec<f32> = (0..48).map(|i| i as f32 * -0.25 + 1.5).collect();
+        for one_scale in [false, true] {
+            for with_bias in [false, true] {
+                for len in [1, 16, 21, 40] {
+                    let run = |vector: bool| {
+                        let mut out = vec![7.0f32; 2 * 48];
+                        let sink = F32Sink {
+                            out: Shared::new(&mut out, 48, 1),
+                            scales: if one_scale { &scales[2..3] } else { &scales },
+                            bias: with_bias.then_some(&bias[..]),
+                            c_bias: None,
+                        };
+                        if vector {
+                            // SAFETY: the CPU has AVX-512 BW and VL (checked
+                            // above), which imply F.
+                            unsafe { sink.put_avx512(1, 5, &vals[..len]) };
+                        } else {
+                            sink.put(1, 5, &vals[..len]);
+                        }
+                        out.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+                    };
+                    assert_eq!(
+                        run(true),
+                        run(false),
+                        "one scale {one_scale}, bias {with_bias}, len {len}"
+                    );
                 }
             }
         }
