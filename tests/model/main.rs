@@ -5,6 +5,7 @@ mod support;
 
 mod attributes;
 mod checksums;
+mod dynamic_int8;
 mod external_data;
 mod handles;
 mod hostile_files;
