@@ -297,7 +297,8 @@ impl<S: Sink> Job<'_, S> {
         for s in sr {
             let p0 = s * STRIP;
             let np = STRIP.min(self.pixels - p0);
-            strip::pack(self.img, self.g3, p0, np, panel);
+            // SAFETY: as above (AVX-512 F, BW and VL).
+            unsafe { strip::pack(self.img, self.g3, p0, np, panel) };
             if self.colsums {
                 // SAFETY: as above; the panel holds `kp / 4` quads.
                 unsafe { avx512::column_sums(panel, kp / 4, &mut col) };

@@ -90,7 +90,11 @@ pub(super) unsafe fn quads(
 
 /// Packs output pixels `p0..p0 + np` from `img` into `panel` (`taps *
 /// quads` quads of `STRIP * 4` bytes).
-pub(super) fn pack(img: &Quads, g3: &Geometry3, p0: usize, np: usize, panel: &mut [u8]) {
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+pub(super) unsafe fn pack(img: &Quads, g3: &Geometry3, p0: usize, np: usize, panel: &mut [u8]) {
     let [_, oh, ow] = g3.output;
     let [kd, kh, kw] = g3.kernel;
     let [_, ph, pw] = img.dims;
@@ -122,19 +126,71 @@ pub(super) fn pack(img: &Quads, g3: &Geometry3, p0: usize, np: usize, panel: &mu
                     for q in 0..quads {
                         let from = &img.data[q * volume + src..];
                         let dst = &mut panel[(t * quads + q) * STRIP * 4 + at..][..len * 4];
-                        if step == 1 {
-                            dst.copy_from_slice(&from[..len * 4]);
-                        } else {
-                            for (j, d) in dst.chunks_exact_mut(4).enumerate() {
-                                d.copy_from_slice(&from[j * step * 4..j * step * 4 + 4]);
-                            }
-                        }
+                        // SAFETY: the CPU has the features (this function's
+                        // contract).
+                        unsafe { words(from, step, dst) };
                     }
                     t += 1;
                 }
             }
         }
         p += len;
+    }
+}
+
+/// `dst`'s four-byte words from every `step`-th word of `from`: up to
+/// [`STRIP`] words, in registers (a stride of 1 or 2) instead of a call
+/// to `memcpy` or a word at a time.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+#[inline]
+unsafe fn words(from: &[u8], step: usize, dst: &mut [u8]) {
+    let n = dst.len() / 4;
+    assert!(
+        n <= STRIP && n > 0 && from.len() >= ((n - 1) * step + 1) * 4,
+        "a strip row outside the image"
+    );
+    let mask = |count: usize| -> __mmask16 { if count >= 16 { !0 } else { (1u16 << count) - 1 } };
+    let (src, out) = (from.as_ptr(), dst.as_mut_ptr());
+    match step {
+        1 => {
+            for h in 0..n.div_ceil(16) {
+                let m = mask(n - 16 * h);
+                // SAFETY: the masks read words 16 h .. n of `from` and write
+                // those of `dst` (the assertion).
+                unsafe {
+                    let v = _mm512_maskz_loadu_epi32(m, src.add(64 * h).cast());
+                    _mm512_mask_storeu_epi32(out.add(64 * h).cast(), m, v);
+                }
+            }
+        }
+        2 => {
+            // Words 0, 2, 4, ... of 32 read words.
+            let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            let last = 2 * (n - 1); // the last word read
+            for h in 0..n.div_ceil(16) {
+                let base = 32 * h;
+                let (lo, hi) = (
+                    mask(last + 1 - base),
+                    mask((last + 1).saturating_sub(base + 16)),
+                );
+                // SAFETY: the masks read words base .. last + 1 of `from`
+                // (the assertion) and write words 16 h .. n of `dst`.
+                unsafe {
+                    let a = _mm512_maskz_loadu_epi32(lo, src.add(4 * base).cast());
+                    let b = _mm512_maskz_loadu_epi32(hi, src.add(4 * (base + 16)).cast());
+                    let v = _mm512_permutex2var_epi32(a, even, b);
+                    _mm512_mask_storeu_epi32(out.add(64 * h).cast(), mask(n - 16 * h), v);
+                }
+            }
+        }
+        _ => {
+            for (j, d) in dst.chunks_exact_mut(4).enumerate() {
+                d.copy_from_slice(&from[j * step * 4..j * step * 4 + 4]);
+            }
+        }
     }
 }
 
