@@ -753,3 +753,47 @@ fn fused_operands_of_the_wrong_shape_or_a_foreign_packing_are_refused() {
     };
     assert!(fused(&relu, fusion, CpuFeatures::detect()).is_err());
 }
+
+/// 8-bit MaxPool (the whole-plane vector path) equals the f32 MaxPool of
+/// the same values, over strides, padding, dilation and ceil mode, with
+/// inputs at the type's least value next to the padding.
+#[test]
+fn eight_bit_max_pool_equals_the_float_one() {
+    let shape = [2usize, 3, 11, 13];
+    let n: usize = shape.iter().product();
+    // (kernel, strides, pads, dilations, ceil_mode)
+    let cases: [([i64; 2], [i64; 2], [i64; 4], [i64; 2], i64); 5] = [
+        ([3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 0),
+        ([2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 0),
+        ([3, 3], [1, 1], [1, 0, 1, 2], [1, 1], 0),
+        ([3, 2], [2, 3], [0, 1, 1, 0], [2, 1], 1),
+        ([1, 3], [1, 2], [0, 1, 0, 1], [1, 1], 0),
+    ];
+    for (kernel, strides, pads, dilations, ceil) in cases {
+        let node = Node::new("MaxPool", 12)
+            .ints("kernel_shape", &kernel)
+            .ints("strides", &strides)
+            .ints("pads", &pads)
+            .ints("dilations", &dilations)
+            .int("ceil_mode", ceil);
+        let u: Vec<u8> = (0..n)
+            .map(|i| if i % 13 == 0 { 0 } else { (i * 97 % 251) as u8 })
+            .collect();
+        let s: Vec<i8> = u.iter().map(|&v| v.wrapping_sub(128) as i8).collect();
+        let float = |v: Vec<f32>| {
+            node.run1(&[var(f32t(&shape, &v))])
+                .unwrap()
+                .as_f32()
+                .unwrap()
+                .to_vec()
+        };
+        let want_u = float(u.iter().map(|&v| v as f32).collect());
+        let want_s = float(s.iter().map(|&v| v as f32).collect());
+        let got_u = node.run1(&[var(u8t(&shape, &u))]).unwrap();
+        let got_s = node.run1(&[var(i8t(&shape, &s))]).unwrap();
+        let got_u: Vec<f32> = got_u.as_u8().unwrap().iter().map(|&v| v as f32).collect();
+        let got_s: Vec<f32> = got_s.as_i8().unwrap().iter().map(|&v| v as f32).collect();
+        assert_eq!(got_u, want_u, "uint8 {kernel:?} {strides:?} {pads:?}");
+        assert_eq!(got_s, want_s, "int8 {kernel:?} {strides:?} {pads:?}");
+    }
+}

@@ -16,6 +16,7 @@
 //! | Sigmoid, LeakyRelu | `com.microsoft` QLinearSigmoid, QLinearLeakyRelu |
 //! | GlobalAveragePool, AveragePool | `com.microsoft` QLinearGlobalAveragePool, QLinearAveragePool |
 //! | Concat | `com.microsoft` QLinearConcat |
+//! | MaxPool (the same scale and zero point on both sides) | MaxPool on the 8-bit values |
 //!
 //! A group qualifies only when its 8-bit values are per-tensor (weights of
 //! Conv, MatMul and Gemm may be per output channel), every scale and zero
@@ -357,8 +358,56 @@ fn recognize<'a>(
             unary(&cx, node, kind)
         }
         "Concat" => concat(&cx, node),
+        "MaxPool" => max_pool(&cx, node),
         _ => None,
     }
+}
+
+/// The bytes of initializer `name` when they are in the model file.
+fn embedded<'m>(model: &'m Model, name: &str) -> Option<(ElementType, &'m [u8])> {
+    let w = model.weight_by_name(name)?;
+    match w.source() {
+        super::WeightSource::Embedded { bytes } => Some((w.element_type(), bytes)),
+        _ => None,
+    }
+}
+
+/// MaxPool between a DQ and a Q of the same positive scale and the same
+/// 8-bit zero point -> MaxPool on the 8-bit values (the maximum commutes
+/// with a monotonic dequantization, and the Q gives back the values it
+/// was dequantized from), as ONNX Runtime drops such a pair.
+fn max_pool<'a>(cx: &Cx<'a, '_>, node: &'a NodeProto) -> Option<(NodeProto, Found<'a>)> {
+    let f = cx.group(node, &[0], &[], true)?;
+    let (dq, q) = (&f.dqs[0], f.q.as_ref()?);
+    let (st, scale) = embedded(cx.model, dq.scale)?;
+    let positive = scale
+        .get(..4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .is_some_and(|s| s > 0.0 && s.is_finite());
+    let (zt, zero) = embedded(cx.model, dq.zero?)?;
+    let same = |a: &str, b: &str| embedded(cx.model, a) == embedded(cx.model, b);
+    if !(st == ElementType::F32
+        && scale.len() == 4
+        && positive
+        && matches!(zt, ElementType::U8 | ElementType::I8)
+        && zero.len() == 1
+        && same(dq.scale, q.scale)
+        && same(dq.zero?, q.zero?)
+        && f.relu.is_none())
+    {
+        return None;
+    }
+    let keep = [
+        "auto_pad",
+        "ceil_mode",
+        "dilations",
+        "kernel_shape",
+        "pads",
+        "storage_order",
+        "strides",
+    ];
+    let inputs = vec![dq.data.to_owned()];
+    Some((build(node, &f, "MaxPool", "", inputs, &keep), f))
 }
 
 /// Conv -> QLinearConv.

@@ -12,4 +12,5 @@ mod hostile_files;
 mod outputs;
 mod payload_faults;
 mod qdq;
+mod qdq_max_pool;
 mod tiny_llm;

@@ -4,8 +4,8 @@
 //! stride) of `qw` columns each, so that every tap of the window reads one
 //! phase at a fixed offset from the output position. A tap is then one
 //! vector loop over `oh * qw` contiguous elements; the `qw - ow` columns
-//! past each output row are computed and dropped. Depthwise convolution
-//! and the f32 pools run on it.
+//! past each output row are computed and dropped. Depthwise convolution,
+//! the f32 pools and the 8-bit MaxPool run on it.
 
 use super::geometry::{Geometry3, valid_range};
 
@@ -64,7 +64,7 @@ impl Flat {
     /// `(rp, cp)`, element `(i, j)` is the padded input at `(i * sh + rp,
     /// j * sw + cp)`, `fill` outside the image.
     #[inline(always)]
-    pub(crate) fn spread(self, g: &Geometry3, x: &[f32], fill: f32, phases: &mut [f32]) {
+    pub(crate) fn spread<T: Copy>(self, g: &Geometry3, x: &[T], fill: T, phases: &mut [T]) {
         let Self { qw, sh, sw, .. } = self;
         let [_, ih, iw] = g.input;
         let (pt, pl) = (g.pad[1], g.pad[2]);
@@ -86,6 +86,13 @@ impl Flat {
                     let start = lo * sw + cp - pl;
                     if sw == 1 {
                         row[lo..hi].copy_from_slice(&src[start..start + (hi - lo)]);
+                    } else if sw == 2 {
+                        // A constant stride: the loads vectorize as
+                        // interleaved pairs.
+                        let src = &src[start..start + 2 * (hi - lo) - 1];
+                        for (j, v) in row[lo..hi].iter_mut().enumerate() {
+                            *v = src[2 * j];
+                        }
                     } else {
                         for (v, s) in row[lo..hi].iter_mut().zip(src[start..].chunks(sw)) {
                             *v = s[0];
@@ -99,14 +106,14 @@ impl Flat {
     /// Tap `(b, e)` of every output position, `acc_len` elements in the
     /// order of the output rows at `qw` columns.
     #[inline(always)]
-    pub(crate) fn tap<'a>(self, g: &Geometry3, b: usize, e: usize, phases: &'a [f32]) -> &'a [f32] {
+    pub(crate) fn tap<'a, T>(self, g: &Geometry3, b: usize, e: usize, phases: &'a [T]) -> &'a [T] {
         let (r, c) = (b * g.dilation[1], e * g.dilation[2]);
         let phase = &phases[((r % self.sh) * self.sw + c % self.sw) * self.phase_len()..];
         &phase[(r / self.sh) * self.qw + c / self.sw..][..self.acc_len()]
     }
 
     /// The output rows of `acc` (the first `ow` of each `qw` columns).
-    pub(crate) fn rows(self, acc: &[f32]) -> impl Iterator<Item = &[f32]> {
+    pub(crate) fn rows<T>(self, acc: &[T]) -> impl Iterator<Item = &[T]> {
         acc.chunks_exact(self.qw).map(move |r| &r[..self.ow])
     }
 }

@@ -223,6 +223,12 @@ impl Operator for Pool {
                 bf16::to_f64,
                 bf16::from_f64,
             ),
+            E::I8
+                if indices.is_none()
+                    && run.flat_max(typed(op, x)?, typed_mut(op, y)?, i8::MIN, par) => {}
+            E::U8
+                if indices.is_none()
+                    && run.flat_max(typed(op, x)?, typed_mut(op, y)?, 0u8, par) => {}
             E::I8 => run.all(
                 typed::<i8>(op, x)?,
                 typed_mut(op, y)?,
@@ -284,6 +290,55 @@ impl Run {
                 self.plane_indices(xs, idx, base, &to);
             }
         }
+    }
+
+    /// 8-bit MaxPool of 1-D and 2-D windows on [`Flat`] phases, in vector
+    /// loops, the padding `least` (the type's least value, which no input
+    /// loses to); `false` (nothing written) for other pools and windows.
+    fn flat_max<T: Elem + Ord>(
+        &self,
+        x: &[T],
+        y: &mut [T],
+        least: T,
+        par: &dyn ParallelFor,
+    ) -> bool {
+        let (Some(f), PoolKind::Max { .. }) = (Flat::of(&self.g), self.kind) else {
+            return false;
+        };
+        let g = &self.g;
+        let pout = self.pout.max(1);
+        let planes = y.len() / pout;
+        let chunk = planes.div_ceil((par.threads() * 4).max(1)).max(1) * pout;
+        let par = crate::par::for_len(par, x.len());
+        let width = self.width;
+        let [_, kh, kw] = g.kernel;
+        for_each_chunk_mut(par, y, chunk, &|first, ys| {
+            let mut scratch = vec![least; f.scratch_len()];
+            for (i, out) in ys.chunks_exact_mut(pout).enumerate() {
+                let plane = first / pout + i;
+                let xs = &x[plane * self.pin..][..self.pin];
+                let (phases, acc) = scratch.split_at_mut(f.phases_len());
+                vector::run(
+                    width,
+                    #[inline(always)]
+                    || {
+                        f.spread(g, xs, least, phases);
+                        acc.fill(least);
+                        for b in 0..kh {
+                            for e in 0..kw {
+                                for (o, &v) in acc.iter_mut().zip(f.tap(g, b, e, phases)) {
+                                    *o = (*o).max(v);
+                                }
+                            }
+                        }
+                        for (row, src) in out.chunks_exact_mut(f.ow).zip(f.rows(acc)) {
+                            row.copy_from_slice(src);
+                        }
+                    },
+                )
+            }
+        });
+        true
     }
 
     /// f32 MaxPool and AveragePool of 1-D and 2-D windows on [`Flat`]
