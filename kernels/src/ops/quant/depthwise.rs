@@ -463,19 +463,17 @@ impl Rows<'_> {
         // SAFETY: the CPU has AVX-512 F; every tap's reads lie inside `xs`
         // (the assertion).
         unsafe {
-            if let (Ok(o), Ok(t)) = (
-                <&[usize; 9]>::try_from(self.offsets),
-                <&[i32; 9]>::try_from(self.taps),
-            ) {
-                row_taps(self.xs, o, t, out);
+            if self.offsets.len() == 9 {
+                row_taps::<9>(self.xs, self.offsets, self.taps, out);
             } else {
-                row_taps(self.xs, self.offsets, self.taps, out);
+                row_taps::<0>(self.xs, self.offsets, self.taps, out);
             }
         }
     }
 }
 
-/// [`Rows::row_avx512`] for taps `taps` at `offsets`.
+/// [`Rows::row_avx512`] for taps `taps` at `offsets`: `K` of them
+/// (unrolled), or as many as `offsets` holds when `K` is 0.
 ///
 /// # Safety
 /// The CPU has AVX-512 F; `offsets[t] + out.len() <= xs.len()` for every
@@ -483,8 +481,10 @@ impl Rows<'_> {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn row_taps(xs: &[i32], offsets: &[usize], taps: &[i32], out: &mut [i32]) {
+unsafe fn row_taps<const K: usize>(xs: &[i32], offsets: &[usize], taps: &[i32], out: &mut [i32]) {
     use std::arch::x86_64::*;
+    let k = if K == 0 { offsets.len() } else { K };
+    let (offsets, taps) = (&offsets[..k], &taps[..k]);
     let n = out.len();
     let base = xs.as_ptr();
     let mut x = 0;

@@ -135,13 +135,10 @@ unsafe fn run<S: Sink>(
     // SAFETY: the CPU has the features; every pixel's taps lie inside the
     // block (the assertion above), `rows` holds LANES planes of `pixels`.
     unsafe {
-        if let (Ok(o), Ok(t)) = (
-            <&[usize; 9]>::try_from(&offsets[..]),
-            <&[__m512i; 9]>::try_from(&taps[..]),
-        ) {
-            sums.rows(o, t, rows);
+        if klen == 9 {
+            sums.rows::<9>(offsets, taps, rows);
         } else {
-            sums.rows(offsets, taps, rows);
+            sums.rows::<0>(offsets, taps, rows);
         }
     }
     for (l, row) in rows.chunks_exact(pixels).take(lanes).enumerate() {
@@ -214,7 +211,8 @@ struct Sums<'a> {
 impl Sums<'_> {
     /// Sixteen pixels at a time, each a vector of the channels' sums, then
     /// turned into sixteen channel rows: lane `l`'s sums of pixels `p..`
-    /// at `rows[l * pixels + p..]`.
+    /// at `rows[l * pixels + p..]`. `K` taps (unrolled), or as many as
+    /// `offsets` holds when `K` is 0.
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW, DQ and VL; every pixel's taps lie inside
@@ -222,9 +220,11 @@ impl Sums<'_> {
     /// `LANES * pixels` values.
     #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
     #[inline]
-    unsafe fn rows(&self, offsets: &[usize], taps: &[__m512i], rows: &mut [i32]) {
+    unsafe fn rows<const K: usize>(&self, offsets: &[usize], taps: &[__m512i], rows: &mut [i32]) {
         let pixels = self.pixels;
         assert!(rows.len() >= LANES * pixels, "rows shorter than the planes");
+        let k = if K == 0 { offsets.len() } else { K };
+        let (offsets, taps) = (&offsets[..k], &taps[..k]);
         let base = self.xs.as_ptr();
         let mut p0 = 0;
         while p0 < pixels {
