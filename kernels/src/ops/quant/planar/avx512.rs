@@ -10,17 +10,32 @@ use super::{ROWS, STRIP};
 /// Bytes of one quad of a strip panel.
 const QUAD: usize = STRIP * 4;
 
+/// The bytes of one quad of a packed strip panel: the stride between the
+/// quads of a packed panel.
+pub(super) const PACKED: usize = QUAD;
+
+/// Bytes `panel` must hold for `quads` quads `stride` apart.
+fn reach(quads: usize, stride: usize) -> usize {
+    if quads == 0 { 0 } else { (quads - 1) * stride + QUAD }
+}
+
 /// Raw sums `tile[r * STRIP + j] = sum_k w[r][k] * panel[k][j]` over the
-/// `kp / 4` quads of `panel`, for the [`ROWS`] rows of `w` (`kp` bytes
-/// each).
+/// `kp / 4` quads of `panel` (quad `q` at `q * stride`: [`PACKED`] for a
+/// packed panel), for the [`ROWS`] rows of `w` (`kp` bytes each).
 ///
 /// # Safety
 /// The CPU has AVX-512 F and VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(super) unsafe fn block(panel: &[u8], w: &[u8], kp: usize, tile: &mut [i32; ROWS * STRIP]) {
+pub(super) unsafe fn block(
+    panel: &[u8],
+    stride: usize,
+    w: &[u8],
+    kp: usize,
+    tile: &mut [i32; ROWS * STRIP],
+) {
     let quads = kp / 4;
     assert!(
-        panel.len() >= quads * QUAD && w.len() >= ROWS * kp,
+        panel.len() >= reach(quads, stride) && w.len() >= ROWS * kp,
         "operands shorter than the reduction"
     );
     let (bp, wp) = (panel.as_ptr(), w.as_ptr());
@@ -30,8 +45,8 @@ pub(super) unsafe fn block(panel: &[u8], w: &[u8], kp: usize, tile: &mut [i32; R
         // assertion); unaligned loads.
         let (b0, b1) = unsafe {
             (
-                _mm512_loadu_si512(bp.add(q * QUAD).cast()),
-                _mm512_loadu_si512(bp.add(q * QUAD + 64).cast()),
+                _mm512_loadu_si512(bp.add(q * stride).cast()),
+                _mm512_loadu_si512(bp.add(q * stride + 64).cast()),
             )
         };
         for (r, acc) in acc.iter_mut().enumerate() {
@@ -51,14 +66,15 @@ pub(super) unsafe fn block(panel: &[u8], w: &[u8], kp: usize, tile: &mut [i32; R
     }
 }
 
-/// Per pixel of the strip, the sum of its `quads * 4` bytes.
+/// Per pixel of the strip, the sum of its `quads * 4` bytes (quad `q` at
+/// `q * stride`).
 ///
 /// # Safety
 /// The CPU has AVX-512 F and VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(super) unsafe fn column_sums(panel: &[u8], quads: usize, out: &mut [i32; STRIP]) {
+pub(super) unsafe fn column_sums(panel: &[u8], stride: usize, quads: usize, out: &mut [i32; STRIP]) {
     assert!(
-        panel.len() >= quads * QUAD,
+        panel.len() >= reach(quads, stride),
         "panel shorter than the reduction"
     );
     let ones = _mm512_set1_epi8(1);
@@ -68,8 +84,8 @@ pub(super) unsafe fn column_sums(panel: &[u8], quads: usize, out: &mut [i32; STR
         // SAFETY: quad q of the panel lies inside it (the assertion).
         let (b0, b1) = unsafe {
             (
-                _mm512_loadu_si512(bp.add(q * QUAD).cast()),
-                _mm512_loadu_si512(bp.add(q * QUAD + 64).cast()),
+                _mm512_loadu_si512(bp.add(q * stride).cast()),
+                _mm512_loadu_si512(bp.add(q * stride + 64).cast()),
             )
         };
         s0 = _mm512_dpbusd_epi32(s0, b0, ones);

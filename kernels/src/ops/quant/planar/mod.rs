@@ -297,11 +297,17 @@ impl<S: Sink> Job<'_, S> {
         for s in sr {
             let p0 = s * STRIP;
             let np = STRIP.min(self.pixels - p0);
-            // SAFETY: as above (AVX-512 F, BW and VL).
-            unsafe { strip::pack(self.img, self.g3, p0, np, panel) };
+            let (panel, stride): (&[u8], usize) = match self.img.in_place(self.g3, p0) {
+                Some(found) => found,
+                None => {
+                    // SAFETY: as above (AVX-512 F, BW and VL).
+                    unsafe { strip::pack(self.img, self.g3, p0, np, panel) };
+                    (panel, avx512::PACKED)
+                }
+            };
             if self.colsums {
                 // SAFETY: as above; the panel holds `kp / 4` quads.
-                unsafe { avx512::column_sums(panel, kp / 4, &mut col) };
+                unsafe { avx512::column_sums(panel, stride, kp / 4, &mut col) };
             }
             for blk in rb.clone() {
                 let r0 = blk * ROWS;
@@ -309,7 +315,7 @@ impl<S: Sink> Job<'_, S> {
                 let wrows = &self.w.data[r0 * kp..(r0 + ROWS) * kp];
                 // SAFETY: as above; `wrows` holds ROWS rows of `kp` bytes
                 // and the panel `kp / 4` quads of STRIP pixels.
-                unsafe { avx512::block(panel, wrows, kp, &mut tile) };
+                unsafe { avx512::block(panel, stride, wrows, kp, &mut tile) };
                 for r in 0..rows {
                     let c = self.row_const[r0 + r];
                     let zw = if self.colsums { self.w.zero(r0 + r) } else { 0 };

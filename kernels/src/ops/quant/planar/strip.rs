@@ -31,6 +31,19 @@ impl Quads {
     fn volume(&self) -> usize {
         self.dims.iter().product::<usize>() * 4
     }
+
+    /// The strip of [`STRIP`] output pixels from `p0` read in place, its
+    /// quad `q` at `q * stride` bytes: for a 1x1 convolution of stride 1
+    /// without padding the quads hold every strip's panel already. `None`
+    /// for other convolutions and for a strip past the last pixel.
+    pub(super) fn in_place(&self, g3: &Geometry3, p0: usize) -> Option<(&[u8], usize)> {
+        let unit = g3.kernel.iter().chain(&g3.stride).all(|&v| v == 1)
+            && g3.pad.iter().all(|&p| p == 0)
+            && self.dims == g3.input
+            && g3.output == g3.input;
+        let pixels = g3.output.iter().product::<usize>();
+        (unit && p0 + STRIP <= pixels).then(|| (&self.data[p0 * 4..], self.volume()))
+    }
 }
 
 /// The image `planes` (`cg` planes of `g3.input`) in quads, every byte
