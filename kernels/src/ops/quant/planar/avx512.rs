@@ -16,7 +16,11 @@ pub(super) const PACKED: usize = QUAD;
 
 /// Bytes `panel` must hold for `quads` quads `stride` apart.
 fn reach(quads: usize, stride: usize) -> usize {
-    if quads == 0 { 0 } else { (quads - 1) * stride + QUAD }
+    if quads == 0 {
+        0
+    } else {
+        (quads - 1) * stride + QUAD
+    }
 }
 
 /// Raw sums `tile[r * STRIP + j] = sum_k w[r][k] * panel[k][j]` over the
@@ -72,7 +76,12 @@ pub(super) unsafe fn block(
 /// # Safety
 /// The CPU has AVX-512 F and VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(super) unsafe fn column_sums(panel: &[u8], stride: usize, quads: usize, out: &mut [i32; STRIP]) {
+pub(super) unsafe fn column_sums(
+    panel: &[u8],
+    stride: usize,
+    quads: usize,
+    out: &mut [i32; STRIP],
+) {
     assert!(
         panel.len() >= reach(quads, stride),
         "panel shorter than the reduction"
