@@ -761,8 +761,9 @@ fn fused_operands_of_the_wrong_shape_or_a_foreign_packing_are_refused() {
 fn eight_bit_max_pool_equals_the_float_one() {
     let shape = [2usize, 3, 11, 13];
     let n: usize = shape.iter().product();
-    // (kernel, strides, pads, dilations, ceil_mode)
-    let cases: [([i64; 2], [i64; 2], [i64; 4], [i64; 2], i64); 5] = [
+    /// (kernel, strides, pads, dilations, ceil_mode)
+    type PoolCase = ([i64; 2], [i64; 2], [i64; 4], [i64; 2], i64);
+    let cases: [PoolCase; 5] = [
         ([3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 0),
         ([2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 0),
         ([3, 3], [1, 1], [1, 0, 1, 2], [1, 1], 0),

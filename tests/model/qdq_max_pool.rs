@@ -51,7 +51,7 @@ fn model(out_scale: f32) -> ModelProto {
     ];
     let value =
         |name: &str, dims: &[i64]| support::tensor_value(name, 2, Some(&support::fixed(dims)));
-    let (oh, ow) = ((H + 1) / 2, W / 2);
+    let (oh, ow) = (H.div_ceil(2), W / 2);
     ModelProto {
         ir_version: Some(10),
         opset_import: vec![OperatorSetIdProto {
@@ -110,7 +110,7 @@ fn a_max_pool_between_equal_qdq_pairs_runs_on_the_8_bit_values() {
         };
         // Reference: the float chain, the window's maximum of the
         // dequantized values requantized.
-        let (oh, ow) = ((H + 1) / 2, W / 2);
+        let (oh, ow) = (H.div_ceil(2), W / 2);
         for c in 0..2 {
             for oy in 0..oh {
                 for ox in 0..ow {

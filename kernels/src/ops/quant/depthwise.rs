@@ -242,8 +242,10 @@ impl Plane<'_> {
                     }
                     if cols > lead {
                         let (evens, odds) = dst.split_at_mut(half);
+                        // pl + lead is even: the pair's odd column is in
+                        // the same place of the second half.
                         let e0 = (pl + lead) / 2;
-                        let o0 = (pl + lead + 1) / 2;
+                        let o0 = e0;
                         // SAFETY: WIDE only on a CPU with AVX-512 (this
                         // function's contract).
                         unsafe {
