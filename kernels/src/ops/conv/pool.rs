@@ -295,7 +295,7 @@ impl Run {
     /// 8-bit MaxPool of 1-D and 2-D windows on [`Flat`] phases, in vector
     /// loops, the padding `least` (the type's least value, which no input
     /// loses to); `false` (nothing written) for other pools and windows.
-    fn flat_max<T: Elem + Ord>(
+    fn flat_max<T: Elem + Ord + Default>(
         &self,
         x: &[T],
         y: &mut [T],
@@ -306,39 +306,61 @@ impl Run {
             return false;
         };
         let g = &self.g;
+        let [_, kh, kw] = g.kernel;
+        self.flat_planes(
+            f,
+            x,
+            y,
+            par,
+            #[inline(always)]
+            |xs, out, phases, acc| {
+                f.spread(g, xs, least, phases);
+                acc.fill(least);
+                for b in 0..kh {
+                    for e in 0..kw {
+                        for (o, &v) in acc.iter_mut().zip(f.tap(g, b, e, phases)) {
+                            *o = (*o).max(v);
+                        }
+                    }
+                }
+                for (row, src) in out.chunks_exact_mut(f.ow).zip(f.rows(acc)) {
+                    row.copy_from_slice(src);
+                }
+            },
+        );
+        true
+    }
+
+    /// `plane(xs, out, phases, acc)` for every plane `xs` of `x` and its
+    /// output `out` in `y`, with scratch for `f`'s phases and rows, the
+    /// planes split across `par`; compiled for the widest vectors (`plane`
+    /// an `#[inline(always)]` closure).
+    fn flat_planes<T: Elem + Default>(
+        &self,
+        f: Flat,
+        x: &[T],
+        y: &mut [T],
+        par: &dyn ParallelFor,
+        plane: impl Fn(&[T], &mut [T], &mut [T], &mut [T]) + Sync,
+    ) {
         let pout = self.pout.max(1);
         let planes = y.len() / pout;
         let chunk = planes.div_ceil((par.threads() * 4).max(1)).max(1) * pout;
         let par = crate::par::for_len(par, x.len());
         let width = self.width;
-        let [_, kh, kw] = g.kernel;
         for_each_chunk_mut(par, y, chunk, &|first, ys| {
-            let mut scratch = vec![least; f.scratch_len()];
+            let mut scratch = vec![T::default(); f.scratch_len()];
             for (i, out) in ys.chunks_exact_mut(pout).enumerate() {
-                let plane = first / pout + i;
-                let xs = &x[plane * self.pin..][..self.pin];
+                let p = first / pout + i;
+                let xs = &x[p * self.pin..][..self.pin];
                 let (phases, acc) = scratch.split_at_mut(f.phases_len());
                 vector::run(
                     width,
                     #[inline(always)]
-                    || {
-                        f.spread(g, xs, least, phases);
-                        acc.fill(least);
-                        for b in 0..kh {
-                            for e in 0..kw {
-                                for (o, &v) in acc.iter_mut().zip(f.tap(g, b, e, phases)) {
-                                    *o = (*o).max(v);
-                                }
-                            }
-                        }
-                        for (row, src) in out.chunks_exact_mut(f.ow).zip(f.rows(acc)) {
-                            row.copy_from_slice(src);
-                        }
-                    },
+                    || plane(xs, out, phases, acc),
                 )
             }
         });
-        true
     }
 
     /// f32 MaxPool and AveragePool of 1-D and 2-D windows on [`Flat`]
@@ -375,61 +397,49 @@ impl Run {
             }
             _ => None,
         };
-        let pout = self.pout.max(1);
-        let planes = y.len() / pout;
-        let chunk = planes.div_ceil((par.threads() * 4).max(1)).max(1) * pout;
-        let par = crate::par::for_len(par, x.len());
-        let width = self.width;
         let [_, kh, kw] = g.kernel;
-        for_each_chunk_mut(par, y, chunk, &|first, ys| {
-            let mut scratch = vec![0.0f32; f.scratch_len()];
-            for (i, out) in ys.chunks_exact_mut(pout).enumerate() {
-                let plane = first / pout + i;
-                let xs = &x[plane * self.pin..][..self.pin];
-                let (phases, acc) = scratch.split_at_mut(f.phases_len());
-                vector::run(
-                    width,
-                    #[inline(always)]
-                    || match &divisors {
-                        None => {
-                            f.spread(g, xs, f32::NEG_INFINITY, phases);
-                            acc.fill(f32::NEG_INFINITY);
-                            for b in 0..kh {
-                                for e in 0..kw {
-                                    for (o, &v) in acc.iter_mut().zip(f.tap(g, b, e, phases)) {
-                                        // NaN wins and stays.
-                                        #[allow(clippy::eq_op)]
-                                        let take = v > *o || v != v;
-                                        *o = if take { v } else { *o };
-                                    }
-                                }
-                            }
-                            for (row, src) in out.chunks_exact_mut(f.ow).zip(f.rows(acc)) {
-                                row.copy_from_slice(src);
+        self.flat_planes(
+            f,
+            x,
+            y,
+            par,
+            #[inline(always)]
+            |xs, out, phases, acc| match &divisors {
+                None => {
+                    f.spread(g, xs, f32::NEG_INFINITY, phases);
+                    acc.fill(f32::NEG_INFINITY);
+                    for b in 0..kh {
+                        for e in 0..kw {
+                            for (o, &v) in acc.iter_mut().zip(f.tap(g, b, e, phases)) {
+                                // NaN wins and stays.
+                                #[allow(clippy::eq_op)]
+                                let take = v > *o || v != v;
+                                *o = if take { v } else { *o };
                             }
                         }
-                        Some((dh, dw)) => {
-                            f.spread(g, xs, 0.0, phases);
-                            acc.fill(0.0);
-                            for b in 0..kh {
-                                for e in 0..kw {
-                                    for (o, &v) in acc.iter_mut().zip(f.tap(g, b, e, phases)) {
-                                        *o += v;
-                                    }
-                                }
-                            }
-                            for ((row, src), &h) in
-                                out.chunks_exact_mut(f.ow).zip(f.rows(acc)).zip(dh)
-                            {
-                                for ((o, &v), &w) in row.iter_mut().zip(src).zip(dw) {
-                                    *o = v / (h * w);
-                                }
+                    }
+                    for (row, src) in out.chunks_exact_mut(f.ow).zip(f.rows(acc)) {
+                        row.copy_from_slice(src);
+                    }
+                }
+                Some((dh, dw)) => {
+                    f.spread(g, xs, 0.0, phases);
+                    acc.fill(0.0);
+                    for b in 0..kh {
+                        for e in 0..kw {
+                            for (o, &v) in acc.iter_mut().zip(f.tap(g, b, e, phases)) {
+                                *o += v;
                             }
                         }
-                    },
-                );
-            }
-        });
+                    }
+                    for ((row, src), &h) in out.chunks_exact_mut(f.ow).zip(f.rows(acc)).zip(dh) {
+                        for ((o, &v), &w) in row.iter_mut().zip(src).zip(dw) {
+                            *o = v / (h * w);
+                        }
+                    }
+                }
+            },
+        );
         true
     }
 
