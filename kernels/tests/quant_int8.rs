@@ -686,6 +686,49 @@ fn qlinear_conv_channel_major_strips_blocks_and_signs() {
             false,
             false,
         ),
+        // Fewer strips than tasks on 4 threads, each strip's row blocks
+        // split across them: packed strips (3x3, weight zero points), a
+        // 1x1 whose last strip is partial (packed), and a 1x1 whose
+        // strips are all whole (read in place).
+        (
+            ConvCase {
+                x: [1, 40, 9, 11],
+                maps: 24,
+                kernel: [3, 3],
+                group: 1,
+                stride: [1, 1],
+                dilation: [1, 1],
+                pads: [1, 1, 1, 1],
+            },
+            false,
+            true,
+        ),
+        (
+            ConvCase {
+                x: [1, 64, 7, 10],
+                maps: 72,
+                kernel: [1, 1],
+                group: 1,
+                stride: [1, 1],
+                dilation: [1, 1],
+                pads: [0, 0, 0, 0],
+            },
+            true,
+            false,
+        ),
+        (
+            ConvCase {
+                x: [1, 64, 8, 8],
+                maps: 128,
+                kernel: [1, 1],
+                group: 1,
+                stride: [1, 1],
+                dilation: [1, 1],
+                pads: [0, 0, 0, 0],
+            },
+            false,
+            true,
+        ),
     ];
     let mut rng = Rng(23);
     for (c, x_signed, w_zero) in &cases {

@@ -241,7 +241,6 @@ pub(crate) fn run<S: Sink>(
             (s, r)
         };
         let panel_len = w.kp * STRIP;
-        let mut panels = crate::scratch::filled(op, strip_tasks * row_tasks * panel_len, 0u8)?;
         let job = Job {
             img: &quads,
             g3,
@@ -251,14 +250,43 @@ pub(crate) fn run<S: Sink>(
             sink,
             pixels,
         };
+        if row_tasks > 1 {
+            // Fewer strips than tasks: each strip is packed once, then its
+            // row blocks are split across the tasks (each task packing its
+            // own copy of a strip had every strip packed `row_tasks` times).
+            let mut packed = crate::scratch::filled(op, strips * panel_len, 0u8)?;
+            let in_place = (0..strips).all(|s| quads.in_place(g3, s * STRIP).is_some());
+            if !in_place {
+                crate::for_each_chunk_mut(par, &mut packed, panel_len, &|start, panel| {
+                    let s = start / panel_len;
+                    let p0 = s * STRIP;
+                    // SAFETY: this module runs only where `applies` chose
+                    // the VNNI family (QIsa::select: AVX-512 F, BW, VL and
+                    // VNNI on this CPU).
+                    unsafe { strip::pack(&quads, g3, p0, STRIP.min(pixels - p0), panel) };
+                });
+            }
+            par.run(strips * row_tasks, &|t| {
+                let (s, rb) = (
+                    t / row_tasks,
+                    crate::par::chunk(blocks, row_tasks, 1, t % row_tasks),
+                );
+                let (panel, stride) = match quads.in_place(g3, s * STRIP) {
+                    Some(found) if in_place => found,
+                    _ => (&packed[s * panel_len..][..panel_len], avx512::PACKED),
+                };
+                // SAFETY: as for the packing above.
+                unsafe { job.strip_avx512(s, rb, panel, stride) };
+            });
+            return Ok(());
+        }
+        let mut panels = crate::scratch::filled(op, strip_tasks * panel_len, 0u8)?;
         crate::for_each_chunk_mut(par, &mut panels, panel_len, &|start, panel| {
-            let t = start / panel_len;
-            let sr = crate::par::chunk(strips, strip_tasks, 1, t / row_tasks);
-            let rb = crate::par::chunk(blocks, row_tasks, 1, t % row_tasks);
+            let sr = crate::par::chunk(strips, strip_tasks, 1, start / panel_len);
             // SAFETY: this module runs only where `applies` chose the VNNI
             // family, which QIsa::select picks only on a CPU with AVX-512 F,
             // BW, VL and VNNI.
-            unsafe { job.strips_avx512(sr, rb, panel) };
+            unsafe { job.strips_avx512(sr, 0..blocks, panel) };
         });
         Ok(())
     }
@@ -278,9 +306,8 @@ struct Job<'a, S> {
 
 #[cfg(target_arch = "x86_64")]
 impl<S: Sink> Job<'_, S> {
-    /// Strips `sr` against row blocks `rb`, each strip packed into
-    /// `panel`; the correction and the sink's output stage compiled for
-    /// AVX-512.
+    /// Strips `sr` against row blocks `rb`, each strip read in place or
+    /// packed into `panel`.
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW, VL and VNNI.
@@ -291,9 +318,6 @@ impl<S: Sink> Job<'_, S> {
         rb: std::ops::Range<usize>,
         panel: &mut [u8],
     ) {
-        let kp = self.w.kp;
-        let mut tile = [0i32; ROWS * STRIP];
-        let mut col = [0i32; STRIP];
         for s in sr {
             let p0 = s * STRIP;
             let np = STRIP.min(self.pixels - p0);
@@ -305,27 +329,50 @@ impl<S: Sink> Job<'_, S> {
                     (panel, avx512::PACKED)
                 }
             };
-            if self.colsums {
-                // SAFETY: as above; the panel holds `kp / 4` quads.
-                unsafe { avx512::column_sums(panel, stride, kp / 4, &mut col) };
-            }
-            for blk in rb.clone() {
-                let r0 = blk * ROWS;
-                let rows = ROWS.min(self.w.mg - r0);
-                let wrows = &self.w.data[r0 * kp..(r0 + ROWS) * kp];
-                // SAFETY: as above; `wrows` holds ROWS rows of `kp` bytes
-                // and the panel `kp / 4` quads of STRIP pixels.
-                unsafe { avx512::block(panel, stride, wrows, kp, &mut tile) };
-                for r in 0..rows {
-                    let c = self.row_const[r0 + r];
-                    let zw = if self.colsums { self.w.zero(r0 + r) } else { 0 };
-                    let row = &mut tile[r * STRIP..(r + 1) * STRIP];
-                    for (v, &cs) in row.iter_mut().zip(&col) {
-                        *v = v.wrapping_add(c).wrapping_sub(zw.wrapping_mul(cs));
-                    }
-                    // SAFETY: as above (AVX-512 F, BW and VL).
-                    unsafe { self.sink.put_avx512(r0 + r, p0, &row[..np]) };
+            // SAFETY: as above.
+            unsafe { self.strip_avx512(s, rb.clone(), panel, stride) };
+        }
+    }
+
+    /// Row blocks `rb` of strip `s` against its panel (quad `q` at `q *
+    /// stride`); the correction and the sink's output stage compiled for
+    /// AVX-512.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW, VL and VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma")]
+    unsafe fn strip_avx512(
+        &self,
+        s: usize,
+        rb: std::ops::Range<usize>,
+        panel: &[u8],
+        stride: usize,
+    ) {
+        let kp = self.w.kp;
+        let p0 = s * STRIP;
+        let np = STRIP.min(self.pixels - p0);
+        let mut tile = [0i32; ROWS * STRIP];
+        let mut col = [0i32; STRIP];
+        if self.colsums {
+            // SAFETY: as above; the panel holds `kp / 4` quads.
+            unsafe { avx512::column_sums(panel, stride, kp / 4, &mut col) };
+        }
+        for blk in rb {
+            let r0 = blk * ROWS;
+            let rows = ROWS.min(self.w.mg - r0);
+            let wrows = &self.w.data[r0 * kp..(r0 + ROWS) * kp];
+            // SAFETY: as above; `wrows` holds ROWS rows of `kp` bytes and
+            // the panel `kp / 4` quads of STRIP pixels.
+            unsafe { avx512::block(panel, stride, wrows, kp, &mut tile) };
+            for r in 0..rows {
+                let c = self.row_const[r0 + r];
+                let zw = if self.colsums { self.w.zero(r0 + r) } else { 0 };
+                let row = &mut tile[r * STRIP..(r + 1) * STRIP];
+                for (v, &cs) in row.iter_mut().zip(&col) {
+                    *v = v.wrapping_add(c).wrapping_sub(zw.wrapping_mul(cs));
                 }
+                // SAFETY: as above (AVX-512 F, BW and VL).
+                unsafe { self.sink.put_avx512(r0 + r, p0, &row[..np]) };
             }
         }
     }
