@@ -14,6 +14,7 @@ mod error;
 mod external;
 mod fault;
 mod fold;
+mod gelu_chain;
 mod inputs;
 pub mod inspect;
 mod payload;

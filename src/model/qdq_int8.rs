@@ -364,7 +364,7 @@ fn recognize<'a>(
 }
 
 /// The bytes of initializer `name` when they are in the model file.
-fn embedded<'m>(model: &'m Model, name: &str) -> Option<(ElementType, &'m [u8])> {
+pub(super) fn embedded<'m>(model: &'m Model, name: &str) -> Option<(ElementType, &'m [u8])> {
     let w = model.weight_by_name(name)?;
     match w.source() {
         super::WeightSource::Embedded { bytes } => Some((w.element_type(), bytes)),

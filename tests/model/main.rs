@@ -7,6 +7,7 @@ mod attributes;
 mod checksums;
 mod dynamic_int8;
 mod external_data;
+mod gelu_chain;
 mod handles;
 mod hostile_files;
 mod outputs;

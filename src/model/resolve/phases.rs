@@ -170,6 +170,7 @@ impl<'m> Resolver<'m> {
         let chains = crate::model::conv_chain::find(model);
         let mut int8 = crate::model::qdq_int8::find(model);
         crate::model::dynamic_int8::add(model, &mut int8);
+        crate::model::gelu_chain::add(model, &mut int8);
         let nodes = &model.graph().node;
         for (index, node) in nodes.iter().enumerate() {
             if qdq_skip.contains(&index)
