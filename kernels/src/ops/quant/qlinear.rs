@@ -291,14 +291,26 @@ impl QLinear {
                 let (sc, zc) = params(op, inputs, 6, 7)?;
                 let a = input(op, inputs, 0)?;
                 let b = input(op, inputs, 3)?;
-                let (av, bv) = (values(op, a)?, values(op, b)?);
+                let ((ab, a_signed), (bb, b_signed)) = (bytes_of(op, a)?, bytes_of(op, b)?);
                 let plan = Plan::new(op, a.shape(), b.shape())?;
                 let add = self.kind == Kind::Add;
-                plan.run_par(op, &av, &bv, out, par, move |a: i32, b: i32| {
-                    let (fa, fb) = ((a - za) as f32 * sa, (b - zb) as f32 * sb);
-                    let v = if add { fa + fb } else { fa * fb };
-                    quantize_value::<T>(v / sc, zc)
-                })
+                // On the bytes themselves, the closure inlined into the
+                // plan's vector loop.
+                plan.run_par(
+                    op,
+                    ab,
+                    bb,
+                    out,
+                    par,
+                    #[inline(always)]
+                    move |a: u8, b: u8| {
+                        let a = if a_signed { a as i8 as i32 } else { a as i32 };
+                        let b = if b_signed { b as i8 as i32 } else { b as i32 };
+                        let (fa, fb) = ((a - za) as f32 * sa, (b - zb) as f32 * sb);
+                        let v = if add { fa + fb } else { fa * fb };
+                        quantize_value::<T>(v / sc, zc)
+                    },
+                )
             }
             Kind::Sigmoid | Kind::LeakyRelu => {
                 let (sx, zx) = params(op, inputs, 1, 2)?;
