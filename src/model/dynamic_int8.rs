@@ -25,7 +25,7 @@
 
 use onnx_prepared_proto::NodeProto;
 
-use super::qdq_int8::{Groups, Uses, is_default, op};
+use super::qdq_int8::{Groups, Uses, is_default, op, other};
 use super::{ElementType, Model};
 
 /// What one chain is made of.
@@ -71,16 +71,6 @@ pub(crate) fn add(model: &Model, groups: &mut Groups) {
                 ..NodeProto::default()
             },
         );
-    }
-}
-
-/// The input of binary `node` other than `value` (the node reading `value`
-/// once).
-fn other<'a>(node: &'a NodeProto, value: &str) -> Option<&'a str> {
-    match node.input.as_slice() {
-        [a, b] if a == value && b != value => Some(b),
-        [a, b] if b == value && a != value => Some(a),
-        _ => None,
     }
 }
 

@@ -18,24 +18,7 @@
 use onnx_prepared_proto::NodeProto;
 
 use super::Model;
-use super::qdq_int8::{Groups, Uses, embedded, is_default, op};
-
-/// The one f32 value of initializer `name`.
-fn scalar(model: &Model, name: &str) -> Option<f32> {
-    match embedded(model, name)? {
-        (super::ElementType::F32, &[a, b, c, d]) => Some(f32::from_le_bytes([a, b, c, d])),
-        _ => None,
-    }
-}
-
-/// The input of binary `node` other than `value`.
-fn other<'a>(node: &'a NodeProto, value: &str) -> Option<&'a str> {
-    match node.input.as_slice() {
-        [a, b] if a == value && b != value => Some(b),
-        [a, b] if b == value && a != value => Some(a),
-        _ => None,
-    }
-}
+use super::qdq_int8::{Groups, Uses, is_default, op, other, scalar_f32};
 
 /// Whether `node` is a default-domain `kind` node.
 fn is(node: &NodeProto, kind: &str) -> bool {
@@ -48,7 +31,7 @@ pub(crate) fn add(model: &Model, groups: &mut Groups) {
     let nodes = &model.graph().node;
     let uses = Uses::of(model);
     let near = |name: &str, want: f64| {
-        scalar(model, name).is_some_and(|v| (v as f64 - want).abs() <= 1e-6 * want.abs())
+        scalar_f32(model, name).is_some_and(|v| (v as f64 - want).abs() <= 1e-6 * want.abs())
     };
     for (j, erf) in nodes.iter().enumerate() {
         if !is(erf, "Erf") || erf.input.len() != 1 || erf.output.len() != 1 {

@@ -372,6 +372,24 @@ pub(super) fn embedded<'m>(model: &'m Model, name: &str) -> Option<(ElementType,
     }
 }
 
+/// The one f32 value of initializer `name`, when it is in the model file.
+pub(super) fn scalar_f32(model: &Model, name: &str) -> Option<f32> {
+    match embedded(model, name)? {
+        (ElementType::F32, &[a, b, c, d]) => Some(f32::from_le_bytes([a, b, c, d])),
+        _ => None,
+    }
+}
+
+/// The input of two-input `node` other than `value` (which it reads
+/// once).
+pub(super) fn other<'a>(node: &'a NodeProto, value: &str) -> Option<&'a str> {
+    match node.input.as_slice() {
+        [a, b] if a == value && b != value => Some(b),
+        [a, b] if b == value && a != value => Some(a),
+        _ => None,
+    }
+}
+
 /// MaxPool between a DQ and a Q of the same positive scale and the same
 /// 8-bit zero point -> MaxPool on the 8-bit values (the maximum commutes
 /// with a monotonic dequantization, and the Q gives back the values it
@@ -379,16 +397,10 @@ pub(super) fn embedded<'m>(model: &'m Model, name: &str) -> Option<(ElementType,
 fn max_pool<'a>(cx: &Cx<'a, '_>, node: &'a NodeProto) -> Option<(NodeProto, Found<'a>)> {
     let f = cx.group(node, &[0], &[], true)?;
     let (dq, q) = (&f.dqs[0], f.q.as_ref()?);
-    let (st, scale) = embedded(cx.model, dq.scale)?;
-    let positive = scale
-        .get(..4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .is_some_and(|s| s > 0.0 && s.is_finite());
+    let positive = scalar_f32(cx.model, dq.scale).is_some_and(|s| s > 0.0 && s.is_finite());
     let (zt, zero) = embedded(cx.model, dq.zero?)?;
     let same = |a: &str, b: &str| embedded(cx.model, a) == embedded(cx.model, b);
-    if !(st == ElementType::F32
-        && scale.len() == 4
-        && positive
+    if !(positive
         && matches!(zt, ElementType::U8 | ElementType::I8)
         && zero.len() == 1
         && same(dq.scale, q.scale)
