@@ -20,6 +20,7 @@ pub mod packed;
 pub mod par;
 pub mod registry;
 mod scratch;
+mod sync;
 pub mod tensor;
 mod vector;
 

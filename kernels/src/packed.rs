@@ -187,12 +187,14 @@ impl PackedElement for f32 {
     }
 }
 
-/// A zeroed block of its own for a part of `len` elements when that is
-/// [`crate::tensor::LARGE_BLOCK`] bytes or more (huge pages where the
-/// system has them: the part's first write, which is the block's first
-/// touch, faults 2 MiB at a time); `None` for a smaller part (or on a
-/// big-endian target: a part viewed in place must be little-endian,
-/// [`PackedPart::mapped`]), which the caller keeps in a vector.
+/// A zeroed block for a part of `len` elements when that is 64 KiB or
+/// more ([`ZeroedBlock::streamed`]: huge pages where the system has them,
+/// a mapping of its own from [`crate::tensor::LARGE_BLOCK`] bytes, else a
+/// block of a shared slab; a decode step streams every part once, and
+/// huge pages spare it a page walk per 4 KiB); `None` for a smaller part
+/// (or on a big-endian target: a part viewed in place must be
+/// little-endian, [`PackedPart::mapped`]), which the caller keeps in a
+/// vector.
 ///
 /// # Errors
 /// [`KernelError::Allocation`] when the system refuses the block.
@@ -201,10 +203,10 @@ fn large_block<T: PackedElement>(
     len: usize,
 ) -> Option<Result<ZeroedBlock, KernelError>> {
     let bytes = len.saturating_mul(size_of::<T>());
-    if bytes < crate::tensor::LARGE_BLOCK || cfg!(target_endian = "big") {
+    if bytes < crate::tensor::SLAB_MIN || cfg!(target_endian = "big") {
         return None;
     }
-    Some(ZeroedBlock::zeroed(bytes, 64).ok_or(KernelError::Allocation { op, bytes }))
+    Some(ZeroedBlock::streamed(bytes).ok_or(KernelError::Allocation { op, bytes }))
 }
 
 /// The elements of a large part's block.

@@ -31,6 +31,7 @@ pub struct ZeroedBlock {
 enum Storage {
     Heap(Box<[u8]>),
     Mapped(memmap2::MmapMut),
+    Slab(super::slab::SlabBlock),
 }
 
 impl ZeroedBlock {
@@ -62,6 +63,24 @@ impl ZeroedBlock {
         })
     }
 
+    /// `len` zero bytes for a part that is read often and whole (a packed
+    /// weight), aligned to a cache line: from [`LARGE`] bytes a mapping of
+    /// its own, as [`zeroed`](Self::zeroed); from 64 KiB a block of a
+    /// shared huge-page slab ([`super::slab`]); smaller, from the heap.
+    pub fn streamed(len: usize) -> Option<Self> {
+        if len >= LARGE {
+            return Self::zeroed(len, 64);
+        }
+        match super::slab::SlabBlock::zeroed(len) {
+            Some(block) => Some(Self {
+                storage: Storage::Slab(block),
+                start: 0,
+                len,
+            }),
+            None => Self::zeroed(len, 64),
+        }
+    }
+
     /// An anonymous mapping with room for `len` bytes from an `align`
     /// boundary; `None` if the system refuses it.
     fn mapped(len: usize, align: usize) -> Option<Self> {
@@ -86,6 +105,7 @@ impl ZeroedBlock {
         let all: &[u8] = match &self.storage {
             Storage::Heap(b) => b,
             Storage::Mapped(m) => m,
+            Storage::Slab(b) => b.bytes(),
         };
         &all[self.start..self.start + self.len]
     }
@@ -95,6 +115,7 @@ impl ZeroedBlock {
         let all: &mut [u8] = match &mut self.storage {
             Storage::Heap(b) => b,
             Storage::Mapped(m) => m,
+            Storage::Slab(b) => b.bytes_mut(),
         };
         &mut all[self.start..self.start + self.len]
     }
@@ -142,6 +163,24 @@ mod tests {
                 }
                 assert!(b.bytes().iter().enumerate().all(|(i, &x)| x == i as u8));
             }
+        }
+    }
+
+    #[test]
+    fn streamed_blocks_are_zeroed_aligned_and_writable_at_every_size() {
+        let slab = super::super::slab::SLAB_MIN;
+        for len in [0, 1, slab - 1, slab, LARGE - 1, LARGE, LARGE + 4097] {
+            let mut b = ZeroedBlock::streamed(len).expect("fits");
+            assert_eq!(b.bytes().len(), len);
+            assert_eq!(b.bytes().as_ptr().addr() % 64, 0, "len {len}");
+            assert!(b.bytes().iter().all(|&x| x == 0), "len {len}");
+            assert_eq!(b.is_mapped(), len >= LARGE, "len {len}");
+            let in_slab = matches!(b.storage, super::Storage::Slab(_));
+            assert_eq!(in_slab, (slab..LARGE).contains(&len), "len {len}");
+            for (i, x) in b.bytes_mut().iter_mut().enumerate() {
+                *x = i as u8;
+            }
+            assert!(b.bytes().iter().enumerate().all(|(i, &x)| x == i as u8));
         }
     }
 

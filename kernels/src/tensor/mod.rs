@@ -11,6 +11,7 @@ use crate::KernelError;
 mod aligned;
 mod block;
 mod data;
+mod slab;
 #[cfg(test)]
 mod tests;
 
@@ -19,6 +20,7 @@ use aligned::LineAligned;
 pub use block::{LARGE as LARGE_BLOCK, ZeroedBlock};
 use data::shared_view;
 pub use data::{DataMut, DataRef, TensorData};
+pub(crate) use slab::SLAB_MIN;
 
 /// Read-only bytes a shared [`Tensor`] or a [`PackedPart`](crate::PackedPart)
 /// may borrow, kept alive by it (a mapping of a prepared-cache payload or of
