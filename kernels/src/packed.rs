@@ -203,7 +203,7 @@ fn large_block<T: PackedElement>(
     len: usize,
 ) -> Option<Result<ZeroedBlock, KernelError>> {
     let bytes = len.saturating_mul(size_of::<T>());
-    if bytes < crate::tensor::SLAB_MIN || cfg!(target_endian = "big") {
+    if bytes < crate::tensor::STREAMED_MIN || cfg!(target_endian = "big") {
         return None;
     }
     Some(ZeroedBlock::streamed(bytes).ok_or(KernelError::Allocation { op, bytes }))

@@ -333,7 +333,7 @@ fn f32_packing_is_deterministic() {
                 panic!("f32 panels")
             };
             assert_eq!(panels.len(), n.div_ceil(nr) * k * nr);
-            let large = panels.len() * 4 >= onnx_prepared_kernels::tensor::LARGE_BLOCK;
+            let large = panels.len() * 4 >= onnx_prepared_kernels::tensor::STREAMED_MIN;
             assert_eq!(p1.parts[1].is_mapped(), large, "{label} {k}x{n}");
             for (i, &v) in panels.iter().enumerate() {
                 let (panel, q, j) = (i / (k * nr), i / nr % k, i % nr);

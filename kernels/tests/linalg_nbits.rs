@@ -227,8 +227,9 @@ fn a_large_4_bit_weight_packs_to_the_same_bytes_split_across_threads() {
     for (label, cpu) in cpus() {
         // Over 1 MiB of B (packed by tiles in parallel), N not a multiple of
         // the tile, K with a partial last block and a partial last word.
-        // The last is over 2 MiB: its nibbles are packed into a block of
-        // their own (huge pages where the system has them).
+        // Parts from 64 KiB are packed into blocks (huge pages where the
+        // system has them): of their own from 2 MiB (the last), else of a
+        // shared slab.
         for (k, n, zp) in [
             (1003, 2101, Zp::U8),
             (1024, 2048, Zp::None),
@@ -242,7 +243,7 @@ fn a_large_4_bit_weight_packs_to_the_same_bytes_split_across_threads() {
             let (_, one) = prepack_on(&*op, &case.inputs, consts, cpu, seq).expect("packs");
             let (_, split) = prepack(&*op, &case.inputs, consts, cpu).expect("packs");
             assert_eq!(one, split, "{label} K={k} N={n}");
-            let in_block = split.parts[1].len() >= onnx_prepared_kernels::tensor::LARGE_BLOCK;
+            let in_block = split.parts[1].len() >= onnx_prepared_kernels::tensor::STREAMED_MIN;
             assert_eq!(split.parts[1].is_mapped(), in_block, "{label} K={k} N={n}");
             assert_eq!(split.parts[1].to_data(), one.parts[1].to_data());
             check_nbits(label, cpu, &case, &Reversed);

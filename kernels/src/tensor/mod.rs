@@ -20,7 +20,7 @@ use aligned::LineAligned;
 pub use block::{LARGE as LARGE_BLOCK, ZeroedBlock};
 use data::shared_view;
 pub use data::{DataMut, DataRef, TensorData};
-pub(crate) use slab::SLAB_MIN;
+pub use slab::SLAB_MIN as STREAMED_MIN;
 
 /// Read-only bytes a shared [`Tensor`] or a [`PackedPart`](crate::PackedPart)
 /// may borrow, kept alive by it (a mapping of a prepared-cache payload or of

@@ -21,8 +21,9 @@ use std::sync::Arc;
 
 use crate::sync::Lock;
 
-/// Smallest block taken from a slab (below it, the heap serves better).
-pub(crate) const SLAB_MIN: usize = 64 << 10;
+/// Smallest block taken from a slab (below it, the heap serves better):
+/// packed parts from this size are blocks of their own or of a slab.
+pub const SLAB_MIN: usize = 64 << 10;
 
 /// Bytes of one slab (a multiple of the huge-page size).
 const SLAB: usize = 32 << 20;
