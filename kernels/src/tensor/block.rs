@@ -66,7 +66,7 @@ impl ZeroedBlock {
     /// `len` zero bytes for a part that is read often and whole (a packed
     /// weight), aligned to a cache line: from [`LARGE`] bytes a mapping of
     /// its own, as [`zeroed`](Self::zeroed); from 64 KiB a block of a
-    /// shared huge-page slab ([`super::slab`]); smaller, from the heap.
+    /// shared huge-page slab (`tensor/slab.rs`); smaller, from the heap.
     pub fn streamed(len: usize) -> Option<Self> {
         if len >= LARGE {
             return Self::zeroed(len, 64);
