@@ -19,7 +19,7 @@
 
 /// Size from which a block is a mapping of its own (a huge page on x86-64
 /// and most arm64 kernels).
-pub const LARGE: usize = 2 << 20;
+pub const LARGE: usize = super::slab::HUGE_PAGE;
 
 /// `len` zeroed bytes starting at a multiple of the alignment asked for.
 pub struct ZeroedBlock {

@@ -1,6 +1,6 @@
 //! `SlabBlock`: zeroed bytes carved from a shared mapping whose 2 MiB
 //! extents are transparent huge pages, for packed weight parts too small
-//! for a mapping of their own ([`super::block`]) but large enough that
+//! for a mapping of their own (`ZeroedBlock`) but large enough that
 //! their reads stream (cold path: allocation; hot path: the reads).
 //!
 //! Why: a decode step reads every weight once, about as fast as memory
@@ -24,6 +24,10 @@ use crate::sync::Lock;
 /// Smallest block taken from a slab (below it, the heap serves better):
 /// packed parts from this size are blocks of their own or of a slab.
 pub const SLAB_MIN: usize = 64 << 10;
+
+/// The huge-page size of x86-64 and most arm64 kernels (slabs start on
+/// its boundaries).
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
 /// Bytes of one slab (a multiple of the huge-page size).
 const SLAB: usize = 32 << 20;
@@ -51,9 +55,8 @@ unsafe impl Sync for Slab {}
 impl Slab {
     /// A fresh slab; `None` if the system refuses the mapping.
     fn new() -> Option<Arc<Self>> {
-        const HUGE: usize = super::block::LARGE;
-        let mut map = memmap2::MmapMut::map_anon(SLAB + HUGE).ok()?;
-        let base = map.as_ptr().addr().wrapping_neg() % HUGE;
+        let mut map = memmap2::MmapMut::map_anon(SLAB + HUGE_PAGE).ok()?;
+        let base = map.as_ptr().addr().wrapping_neg() % HUGE_PAGE;
         // Advice only: where transparent huge pages are off, 4 KiB pages
         // serve the slab.
         #[cfg(target_os = "linux")]
