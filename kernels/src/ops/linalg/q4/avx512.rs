@@ -1,25 +1,11 @@
 //! AVX-512 4-bit matrix-vector product (hot path): four 16-column tiles at
-//! a time (one for a large weight, see [`STREAMED`]), one `vpermps` per 16
+//! a time (one for a large weight, see [`STREAMED_WEIGHT`]), one `vpermps` per 16
 //! nibbles, two accumulators per tile.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::Q4View;
-
-/// Packed weights from this many bytes are read one tile per pass, 8 KiB
-/// ahead of use ([`PREFETCH`]). A large weight comes from memory (a decode
-/// step streams the model through the caches), where four tiles a pass
-/// follow eight streams that the core cannot keep busy: on a Zen 5 core,
-/// 8x tiny-llm's decode went from 231 to 381-409 tokens/s (1 thread) and
-/// 300 to 423-466 (2 threads). From the cache, where the product is bound
-/// by arithmetic, four tiles a pass share each activation broadcast and
-/// win by 6-16 % (tiny-llm, whose matrices stay below this size but for
-/// its 2 MiB head).
-const STREAMED: usize = 1 << 20;
-
-/// Bytes ahead of a single-tile pass's weight stream that it prefetches.
-const PREFETCH: usize = 8192;
+use super::{Q4View, STREAM_PREFETCH, STREAMED_WEIGHT};
 
 /// See [`super::gemv`]; `pad` holds the zero-padded last partial block of `a`.
 ///
@@ -37,7 +23,11 @@ pub(super) unsafe fn gemv(
     accumulate: bool,
 ) {
     debug_assert!(v.tile == 16 && tiles.end <= v.tiles);
-    let most = if v.weights.len() >= STREAMED { 1 } else { 4 };
+    let most = if v.weights.len() >= STREAMED_WEIGHT {
+        1
+    } else {
+        4
+    };
     let mut t = tiles.start;
     while t < tiles.end {
         let g = (tiles.end - t).min(most);
@@ -104,7 +94,9 @@ unsafe fn group<const G: usize, const ZP: bool>(
                     if G == 1 {
                         // A hint only: never dereferenced, may point past
                         // the weights.
-                        _mm_prefetch::<_MM_HINT_T0>(wbase.wrapping_add(at + PREFETCH).cast());
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            wbase.wrapping_add(at + STREAM_PREFETCH).cast(),
+                        );
                     }
                     *wt = _mm512_loadu_si512(wbase.add(at).cast());
                 }
@@ -148,11 +140,14 @@ unsafe fn group<const G: usize, const ZP: bool>(
                     // The scales advance a quarter as fast as the weights
                     // (hints only).
                     _mm_prefetch::<_MM_HINT_T0>(
-                        v.scales.as_ptr().wrapping_add(sidx + PREFETCH / 16).cast(),
+                        v.scales
+                            .as_ptr()
+                            .wrapping_add(sidx + STREAM_PREFETCH / 16)
+                            .cast(),
                     );
                     if let Some(z) = v.nzs {
                         _mm_prefetch::<_MM_HINT_T0>(
-                            z.as_ptr().wrapping_add(sidx + PREFETCH / 16).cast(),
+                            z.as_ptr().wrapping_add(sidx + STREAM_PREFETCH / 16).cast(),
                         );
                     }
                 }

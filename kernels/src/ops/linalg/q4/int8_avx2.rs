@@ -1,12 +1,12 @@
 //! AVX2 int8-activation kernel on the 8-column 4-bit layout (hot path):
-//! `vpmaddubsw` + `vpmaddwd`, one pass covering 1 row x 4 tiles or 2 rows x
-//! 2 tiles; the scheme and the order of float operations are those of
-//! [`super::int8`].
+//! `vpmaddubsw` + `vpmaddwd`, one pass covering 1 row x 4 tiles (1 tile for
+//! a weight of [`STREAMED_WEIGHT`] bytes or more) or 2 rows x 2 tiles; the
+//! scheme and the order of float operations are those of [`super::int8`].
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{Q4View, QuantRows};
+use super::{Q4View, QuantRows, STREAM_PREFETCH, STREAMED_WEIGHT};
 
 /// See [`super::int8::gemm`].
 ///
@@ -30,6 +30,8 @@ pub(super) unsafe fn gemm(
         unsafe {
             r += if rows - r >= 2 {
                 pass::<2, 2>(v, qa, r, y, tiles.clone(), accumulate)
+            } else if v.weights.len() >= STREAMED_WEIGHT {
+                pass::<1, 1>(v, qa, r, y, tiles.clone(), accumulate)
             } else {
                 pass::<1, 4>(v, qa, r, y, tiles.clone(), accumulate)
             };
@@ -103,6 +105,13 @@ unsafe fn group<const R: usize, const G: usize, const ZP: bool>(
                 let mut hi = [_mm256_setzero_si256(); G];
                 for t in 0..G {
                     let at = (((t0 + t) * blocks + blk) * gpb + g) * 32;
+                    if G == 1 {
+                        // A hint only: never dereferenced, may point past
+                        // the weights.
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            wbase.wrapping_add(at + STREAM_PREFETCH).cast(),
+                        );
+                    }
                     let w = _mm256_loadu_si256(wbase.add(at).cast());
                     lo[t] = _mm256_and_si256(w, nib);
                     hi[t] = _mm256_and_si256(_mm256_srli_epi32::<4>(w), nib);
@@ -134,6 +143,21 @@ unsafe fn group<const R: usize, const G: usize, const ZP: bool>(
                 // SAFETY: (tile, block) < (tiles, blocks): 8 scales (and zero
                 // terms, with ZP) are inside their parts.
                 unsafe {
+                    if G == 1 && r == 0 {
+                        // The scales advance a quarter as fast as the
+                        // weights (hints only).
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            v.scales
+                                .as_ptr()
+                                .wrapping_add(sidx + STREAM_PREFETCH / 16)
+                                .cast(),
+                        );
+                        if ZP {
+                            _mm_prefetch::<_MM_HINT_T0>(
+                                nzs.wrapping_add(sidx + STREAM_PREFETCH / 16).cast(),
+                            );
+                        }
+                    }
                     let s = _mm256_loadu_ps(v.scales.as_ptr().add(sidx));
                     let x = if ZP {
                         let z = _mm256_loadu_ps(nzs.add(sidx));

@@ -21,7 +21,11 @@ use super::{Q4View, QuantRows};
 /// several tiles a pass (several rows, where each weight load serves every
 /// row) the streams are several and a far prefetch loses (8 KiB: 28 GB/s).
 const fn prefetch(tiles_per_pass: usize) -> usize {
-    if tiles_per_pass == 1 { 8192 } else { 1024 }
+    if tiles_per_pass == 1 {
+        super::STREAM_PREFETCH
+    } else {
+        1024
+    }
 }
 
 /// See [`super::int8::gemm`]; `VNNI` picks `vpdpbusd`.

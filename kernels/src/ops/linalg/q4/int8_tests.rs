@@ -377,3 +377,26 @@ fn the_vectorized_quantizer_writes_the_portable_bytes() {
         );
     }
 }
+
+#[test]
+fn streamed_weights_read_a_tile_a_pass_to_the_same_bits() {
+    // From STREAMED_WEIGHT bytes a single row reads one tile a pass on
+    // AVX2 too (AVX-512 always does), with prefetch; the bits are those of
+    // every family.
+    let mut rng = Rng(13);
+    let fams = families();
+    for (k, n, zp) in [(1024, 2056, Zp::None), (1040, 2050, Zp::U8)] {
+        let case = Case::new(&mut rng, k, n, 32, zp);
+        assert!(n * k / 2 >= q4::STREAMED_WEIGHT, "large enough to stream");
+        let a = rng.f32s(k);
+        let want = product(&case, fams[0], &a, 1, Some(0.25), &Sequential);
+        for &fam in &fams {
+            let got = product(&case, fam, &a, 1, Some(0.25), &Reversed);
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{fam:?} K {k} N {n} {zp:?}");
+        }
+    }
+}

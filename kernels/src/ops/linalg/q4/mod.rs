@@ -60,6 +60,22 @@ pub(crate) const PARALLEL_PACK_MIN_BYTES: usize = 1 << 20;
 pub(crate) const GEMV_MAX_M: usize = 2;
 /// Tiles one GEMV pass keeps in registers (and the task split alignment).
 const GEMV_GROUP: usize = 4;
+/// Packed weights from this many bytes are read by single-row products one
+/// tile per pass, [`STREAM_PREFETCH`] bytes ahead, by the kernels bound by
+/// arithmetic from the cache: AVX-512's exact kernel and AVX2's int8 one
+/// (AVX-512's int8 kernel always reads one tile a pass; AVX2's exact kernel
+/// keeps four tiles a pass, unmeasured from memory). A large weight
+/// comes from memory (a decode step streams the model through the caches),
+/// where several tiles a pass follow several streams each (weights and
+/// scales) that one core cannot keep busy; from the cache, several tiles
+/// share each activation load and win. On a Zen 5 core, 8x tiny-llm's
+/// decode: exact path 231 -> 381-409 tokens/s (1 thread), 300 -> 423-466
+/// (2 threads); AVX2 int8 kernel alone 17 -> 29-30 GB/s from memory, and
+/// 47 -> 30 GB/s from the cache had it read small weights so too.
+pub(crate) const STREAMED_WEIGHT: usize = 1 << 20;
+/// Bytes ahead of a single-tile pass's weight stream that it prefetches
+/// (its scales: a quarter as far, as they advance a quarter as fast).
+pub(crate) const STREAM_PREFETCH: usize = 8192;
 
 /// Quantized rows of `A` (made by `int8`, read by its ISA kernels): per row `blocks * block_size` permuted bytes,
 /// `blocks` scales and `blocks` sums of the quantized values.
