@@ -5,7 +5,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{Q4View, STREAM_PREFETCH, STREAMED_WEIGHT};
+use super::{Q4View, STREAM_PREFETCH, STREAMED_WEIGHT, prefetch_scales};
 
 /// See [`super::gemv`]; `pad` holds the zero-padded last partial block of `a`.
 ///
@@ -137,19 +137,7 @@ unsafe fn group<const G: usize, const ZP: bool>(
             // terms) are inside their parts.
             unsafe {
                 if G == 1 {
-                    // The scales advance a quarter as fast as the weights
-                    // (hints only).
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        v.scales
-                            .as_ptr()
-                            .wrapping_add(sidx + STREAM_PREFETCH / 16)
-                            .cast(),
-                    );
-                    if let Some(z) = v.nzs {
-                        _mm_prefetch::<_MM_HINT_T0>(
-                            z.as_ptr().wrapping_add(sidx + STREAM_PREFETCH / 16).cast(),
-                        );
-                    }
+                    prefetch_scales(v, sidx, STREAM_PREFETCH);
                 }
                 let s = _mm512_loadu_ps(v.scales.as_ptr().add(sidx));
                 total[t] = _mm512_fmadd_ps(_mm512_add_ps(acc[t][0], acc[t][1]), s, total[t]);

@@ -6,7 +6,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{Q4View, QuantRows, STREAM_PREFETCH, STREAMED_WEIGHT};
+use super::{Q4View, QuantRows, STREAM_PREFETCH, STREAMED_WEIGHT, prefetch_scales};
 
 /// See [`super::int8::gemm`].
 ///
@@ -144,19 +144,7 @@ unsafe fn group<const R: usize, const G: usize, const ZP: bool>(
                 // terms, with ZP) are inside their parts.
                 unsafe {
                     if G == 1 && r == 0 {
-                        // The scales advance a quarter as fast as the
-                        // weights (hints only).
-                        _mm_prefetch::<_MM_HINT_T0>(
-                            v.scales
-                                .as_ptr()
-                                .wrapping_add(sidx + STREAM_PREFETCH / 16)
-                                .cast(),
-                        );
-                        if ZP {
-                            _mm_prefetch::<_MM_HINT_T0>(
-                                nzs.wrapping_add(sidx + STREAM_PREFETCH / 16).cast(),
-                            );
-                        }
+                        prefetch_scales(v, sidx, STREAM_PREFETCH);
                     }
                     let s = _mm256_loadu_ps(v.scales.as_ptr().add(sidx));
                     let x = if ZP {

@@ -7,7 +7,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{Q4View, QuantRows};
+use super::{Q4View, QuantRows, prefetch_scales};
 
 /// Bytes ahead of the weight stream(s) that a group of `G` tiles
 /// prefetches (the hardware prefetchers run less far ahead than a decode
@@ -207,19 +207,7 @@ macro_rules! family {
                             // their parts.
                             unsafe {
                                 if r == 0 {
-                                    // A tile's scales advance a quarter as
-                                    // fast as its weights (hints only).
-                                    _mm_prefetch::<_MM_HINT_T0>(
-                                        v.scales
-                                            .as_ptr()
-                                            .wrapping_add(sidx + prefetch(G) / 16)
-                                            .cast(),
-                                    );
-                                    if ZP {
-                                        _mm_prefetch::<_MM_HINT_T0>(
-                                            nzs.wrapping_add(sidx + prefetch(G) / 16).cast(),
-                                        );
-                                    }
+                                    prefetch_scales(v, sidx, prefetch(G));
                                 }
                                 let s = _mm512_loadu_ps(v.scales.as_ptr().add(sidx));
                                 let x = if ZP {

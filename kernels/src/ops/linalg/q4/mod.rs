@@ -77,6 +77,29 @@ pub(crate) const STREAMED_WEIGHT: usize = 1 << 20;
 /// (its scales: a quarter as far, as they advance a quarter as fast).
 pub(crate) const STREAM_PREFETCH: usize = 8192;
 
+/// Asks the caches for the scales (and zero terms) of the block a pass
+/// reads once it is `ahead` bytes of weights further on: element `sidx`
+/// of a tile's scale stream, which advances a quarter as fast as its
+/// weights (a hint: nothing is read, and nothing happens off x86-64).
+#[inline(always)]
+pub(crate) fn prefetch_scales(v: &Q4View<'_>, sidx: usize, ahead: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let at = sidx + ahead / 16;
+        // SAFETY: a prefetch never faults, so the address (which may lie
+        // past the part) is never dereferenced.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(v.scales.as_ptr().wrapping_add(at).cast());
+            if let Some(z) = v.nzs {
+                _mm_prefetch::<_MM_HINT_T0>(z.as_ptr().wrapping_add(at).cast());
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (v, sidx, ahead);
+}
+
 /// Quantized rows of `A` (made by `int8`, read by its ISA kernels): per row `blocks * block_size` permuted bytes,
 /// `blocks` scales and `blocks` sums of the quantized values.
 #[derive(Debug, Clone, Copy)]
