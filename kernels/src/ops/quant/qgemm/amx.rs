@@ -226,7 +226,7 @@ pub(super) unsafe fn blocks<S: Sink>(
                     let terms = (&zb[at..at + NR], &kzcs[at..at + NR]);
                     put_row::<true, S>(
                         sink,
-                        raw,
+                        &[raw],
                         (za[r], rs[r]),
                         terms,
                         (m0 + r, n0, cols),

@@ -55,6 +55,7 @@ pub(crate) use sink::Sink;
 
 use crate::CpuFeatures;
 use crate::ParallelFor;
+use avx512::{GROUP, Tiles};
 
 /// Rows of a micro-tile.
 pub(crate) const MR: usize = 4;
@@ -323,8 +324,12 @@ fn blocks<const WIDE: bool, S: Sink>(
     };
     let (zb, kzcs) = column_terms(b, &pc);
     let rowsums = zb.iter().any(|&z| z != 0);
-    let mut tile = [0i32; MR * NR];
-    let mut row = [0i32; NR];
+    // The VNNI family runs GROUP panels at once.
+    let grouped = cfg!(target_arch = "x86_64")
+        && b.arith == Arith::Dot4
+        && matches!(b.isa, QIsa::Avx512Vnni | QIsa::Amx);
+    let mut tiles = [[0i32; MR * NR]; GROUP];
+    let mut row = [0i32; GROUP * NR];
     for blk in rb {
         let m0 = blk * MR;
         let rows = MR.min(a.m - m0);
@@ -347,45 +352,59 @@ fn blocks<const WIDE: bool, S: Sink>(
                 }
             }
         }
-        for p in pc.clone() {
-            kernel(b, &rows_of, p, &mut tile);
+        let mut p = pc.start;
+        while p < pc.end {
+            let group = if grouped && pc.end - p >= GROUP {
+                kernel_group(b, &rows_of, p, &mut tiles);
+                GROUP
+            } else {
+                kernel(b, &rows_of, p, &mut tiles[0]);
+                1
+            };
             let at = (p - pc.start) * NR;
-            let (zbp, kzp) = (&zb[at..at + NR], &kzcs[at..at + NR]);
-            let n0 = p * NR;
-            let cols = NR.min(b.n - n0);
+            let width = group * NR;
+            let terms = (&zb[at..at + width], &kzcs[at..at + width]);
+            let (n0, cols) = (p * NR, width.min(b.n - p * NR));
             for r in 0..rows {
-                let t = &tile[r * NR..(r + 1) * NR];
+                let raw: [&[i32]; GROUP] = std::array::from_fn(|g| &tiles[g][r * NR..][..NR]);
                 put_row::<WIDE, S>(
                     sink,
-                    t,
+                    &raw[..group],
                     (za[r], rs[r]),
-                    (zbp, kzp),
+                    terms,
                     (m0 + r, n0, cols),
                     &mut row,
                 );
             }
+            p += group;
         }
     }
 }
 
-/// Row `m`'s raw sums `raw` of one panel (columns `n0..n0 + cols`),
-/// corrected by the zero points — `za` and the row sum `rs` of the row,
-/// the panel's `zb` and `K zb - colsum` per column — and handed to `sink`
-/// (through its AVX-512 output stage when `WIDE`: only code compiled for
-/// AVX-512 F, BW and VL on such a CPU passes it).
+/// Row `m`'s raw sums of consecutive panels, one segment of [`NR`] per
+/// panel in `raw` (columns `n0..n0 + cols`), corrected by the zero points
+/// — `za` and the row sum `rs` of the row, the panels' `zb` and
+/// `K zb - colsum` per column — and handed to `sink` in one call (through
+/// its AVX-512 output stage when `WIDE`: only code compiled for AVX-512 F,
+/// BW and VL on such a CPU passes it).
 #[inline(always)]
 fn put_row<const WIDE: bool, S: Sink>(
     sink: &S,
-    raw: &[i32],
+    raw: &[&[i32]],
     (za, rs): (i32, i32),
     (zb, kzcs): (&[i32], &[i32]),
     (m, n0, cols): (usize, usize, usize),
-    row: &mut [i32; NR],
+    row: &mut [i32],
 ) {
-    for j in 0..NR {
-        row[j] = raw[j]
-            .wrapping_add(za.wrapping_mul(kzcs[j]))
-            .wrapping_sub(zb[j].wrapping_mul(rs));
+    let width = raw.len() * NR;
+    let (row, zb, kzcs) = (&mut row[..width], &zb[..width], &kzcs[..width]);
+    for (s, seg) in raw.iter().enumerate() {
+        for (j, &v) in seg[..NR].iter().enumerate() {
+            let c = s * NR + j;
+            row[c] = v
+                .wrapping_add(za.wrapping_mul(kzcs[c]))
+                .wrapping_sub(zb[c].wrapping_mul(rs));
+        }
     }
     #[cfg(target_arch = "x86_64")]
     if WIDE {
@@ -423,7 +442,7 @@ fn kernel(b: &PackedB<'_>, rows: &Rows<'_>, p: usize, tile: &mut [i32; MR * NR])
                 // B of the VNNI family (the CPU has it); each row holds
                 // `k = kp` bytes (`blocks`), the panel `kp / 4` quads
                 // (PackedB::view).
-                unsafe { avx512::dot4_rows(b.panel(p), d, b.kp / 4, tile) };
+                unsafe { avx512::dot4_rows(b.panel(p), d, b.kp / 4, std::array::from_mut(tile)) };
             } else {
                 // SAFETY: as above, for the AVX2 family and SatPairs.
                 unsafe { avx2::sat_pairs_rows(b.panel(p), d, b.kp / 4, tile) };
@@ -440,7 +459,7 @@ fn kernel(b: &PackedB<'_>, rows: &Rows<'_>, p: usize, tile: &mut [i32; MR * NR])
             // SAFETY: a packed B of the VNNI family exists only when the CPU
             // has AVX-512 VNNI (QIsa::select); the panel and the packed rows
             // hold `kp / 4` quads (APack::pack and PackedB's constructor).
-            unsafe { avx512::dot4(b.panel(p), &a.quads, b.kp / 4, tile) }
+            unsafe { avx512::dot4(b.panel(p), &a.quads, b.kp / 4, std::array::from_mut(tile)) }
         }
         #[cfg(target_arch = "x86_64")]
         (QIsa::Avx2 | QIsa::Avx512Vnni | QIsa::Amx, Arith::SatPairs) => {
@@ -457,6 +476,31 @@ fn kernel(b: &PackedB<'_>, rows: &Rows<'_>, p: usize, tile: &mut [i32; MR * NR])
         (_, Arith::Exact) => portable_exact(b.panel(p), &a.pairs, b.kp / 2, tile),
         (_, Arith::SatPairs) => portable_sat_pairs(b.panel(p), &a.quads, b.kp / 4, tile),
         (_, Arith::Dot4) => portable_dot4(b.panel(p), &a.quads, b.kp / 4, tile),
+    }
+}
+
+/// [`GROUP`] tiles of raw sums for panels `p..p + GROUP` of a packed `B`
+/// of the VNNI family with [`Arith::Dot4`] (`blocks` calls it only then).
+#[inline(always)]
+fn kernel_group(b: &PackedB<'_>, rows: &Rows<'_>, p: usize, tiles: &mut Tiles<GROUP>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let panels = b.panels(p, GROUP);
+        let kquads = b.kp / 4;
+        match rows {
+            // SAFETY: a packed B of the VNNI family exists only when the
+            // CPU has AVX-512 VNNI (QIsa::select); each direct row holds
+            // `k = kp` bytes (`blocks`), the packed rows `kp / 4` quads
+            // (APack::pack), and `panels` GROUP panels of `kp / 4` quads.
+            Rows::Direct(d) => unsafe { avx512::dot4_rows(panels, d, kquads, tiles) },
+            // SAFETY: as above.
+            Rows::Packed(a) => unsafe { avx512::dot4(panels, &a.quads, kquads, tiles) },
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (b, rows, p, tiles);
+        unreachable!("grouped panels need the VNNI family");
     }
 }
 

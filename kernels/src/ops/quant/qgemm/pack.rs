@@ -271,6 +271,13 @@ impl<'a> PackedB<'a> {
         let len = panel_bytes(self.arith, self.kp);
         &self.data[p * len..(p + 1) * len]
     }
+
+    /// Panels `p..p + count`'s bytes, one after another.
+    #[inline(always)]
+    pub(crate) fn panels(&self, p: usize, count: usize) -> &'a [u8] {
+        let len = panel_bytes(self.arith, self.kp);
+        &self.data[p * len..(p + count) * len]
+    }
 }
 
 /// A block of up to [`MR`] rows of `A`, packed for broadcasting.

@@ -147,6 +147,10 @@ fn every_family_equals_the_model_of_its_arithmetic() {
         (16, 192, 16),
         (33, 64, 50),
         (70, 320, 65),
+        // The VNNI family's panel groups: whole groups, groups and single
+        // panels after them, an odd number of quads.
+        (5, 12, 64),
+        (7, 36, 200),
     ] {
         for a_signed in [false, true] {
             for b_signed in [false, true] {
