@@ -23,19 +23,21 @@ fn reach(quads: usize, stride: usize) -> usize {
     }
 }
 
-/// Raw sums `tile[r * STRIP + j] = sum_k w[r][k] * panel[k][j]` over the
-/// `kp / 4` quads of `panel` (quad `q` at `q * stride`: [`PACKED`] for a
-/// packed panel), for the [`ROWS`] rows of `w` (`kp` bytes each).
+/// Raw sums `sum_k w[r][k] * panel[k][j]` over the `kp / 4` quads of
+/// `panel` (quad `q` at `q * stride`: [`PACKED`] for a packed panel), for
+/// the [`ROWS`] rows of `w` (`kp` bytes each), handed to `out(r, sums)`
+/// row by row, pixels `0..16` and `16..32` in the two vectors.
 ///
 /// # Safety
 /// The CPU has AVX-512 F and VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
 pub(super) unsafe fn block(
     panel: &[u8],
     stride: usize,
     w: &[u8],
     kp: usize,
-    tile: &mut [i32; ROWS * STRIP],
+    mut out: impl FnMut(usize, [__m512i; 2]),
 ) {
     let quads = kp / 4;
     assert!(
@@ -62,11 +64,8 @@ pub(super) unsafe fn block(
             acc[1] = _mm512_dpbusd_epi32(acc[1], b1, a);
         }
     }
-    for (r, acc) in acc.iter().enumerate() {
-        for (h, v) in acc.iter().enumerate() {
-            // SAFETY: 16 i32 of row r, half h, lie inside the tile.
-            unsafe { _mm512_storeu_si512(tile.as_mut_ptr().add(r * STRIP + 16 * h).cast(), *v) };
-        }
+    for (r, acc) in acc.into_iter().enumerate() {
+        out(r, acc);
     }
 }
 

@@ -348,32 +348,47 @@ impl<S: Sink> Job<'_, S> {
         panel: &[u8],
         stride: usize,
     ) {
+        use std::arch::x86_64::*;
         let kp = self.w.kp;
         let p0 = s * STRIP;
         let np = STRIP.min(self.pixels - p0);
-        let mut tile = [0i32; ROWS * STRIP];
         let mut col = [0i32; STRIP];
         if self.colsums {
             // SAFETY: as above; the panel holds `kp / 4` quads.
             unsafe { avx512::column_sums(panel, stride, kp / 4, &mut col) };
         }
+        // SAFETY: `col` holds two vectors of i32.
+        let col = unsafe {
+            [
+                _mm512_loadu_si512(col.as_ptr().cast()),
+                _mm512_loadu_si512(col.as_ptr().add(16).cast()),
+            ]
+        };
         for blk in rb {
             let r0 = blk * ROWS;
             let rows = ROWS.min(self.w.mg - r0);
             let wrows = &self.w.data[r0 * kp..(r0 + ROWS) * kp];
-            // SAFETY: as above; `wrows` holds ROWS rows of `kp` bytes and
-            // the panel `kp / 4` quads of STRIP pixels.
-            unsafe { avx512::block(panel, stride, wrows, kp, &mut tile) };
-            for r in 0..rows {
-                let c = self.row_const[r0 + r];
-                let zw = if self.colsums { self.w.zero(r0 + r) } else { 0 };
-                let row = &mut tile[r * STRIP..(r + 1) * STRIP];
-                for (v, &cs) in row.iter_mut().zip(&col) {
-                    *v = v.wrapping_add(c).wrapping_sub(zw.wrapping_mul(cs));
+            // Each row's sums, corrected in registers (plus the row's
+            // constant, minus its weights' zero point times the column
+            // sums), go to the sink's output stage as they are.
+            let out = |r: usize, acc: [__m512i; 2]| {
+                if r >= rows {
+                    return;
+                }
+                let c = _mm512_set1_epi32(self.row_const[r0 + r]);
+                let mut v = acc.map(|a| _mm512_add_epi32(a, c));
+                if self.colsums {
+                    let zw = _mm512_set1_epi32(self.w.zero(r0 + r));
+                    for (v, &cs) in v.iter_mut().zip(&col) {
+                        *v = _mm512_sub_epi32(*v, _mm512_mullo_epi32(zw, cs));
+                    }
                 }
                 // SAFETY: as above (AVX-512 F, BW and VL).
-                unsafe { self.sink.put_avx512(r0 + r, p0, &row[..np]) };
-            }
+                unsafe { self.sink.put_pair_avx512(r0 + r, p0, v, np) };
+            };
+            // SAFETY: as above; `wrows` holds ROWS rows of `kp` bytes and
+            // the panel `kp / 4` quads of STRIP pixels.
+            unsafe { avx512::block(panel, stride, wrows, kp, out) };
         }
     }
 }

@@ -22,6 +22,48 @@ pub(crate) trait Sink: Sync {
     unsafe fn put_avx512(&self, m: usize, n0: usize, vals: &[i32]) {
         self.put(m, n0, vals);
     }
+
+    /// [`Self::put_avx512`] of the first `n` (at most 32) values of two
+    /// vectors, from a kernel that holds them in registers: a sink with a
+    /// vector output stage takes them as they are, others through memory.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and VL.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn put_pair_avx512(&self, m: usize, n0: usize, vals: [Vec16; 2], n: usize) {
+        // SAFETY: the caller's guarantee.
+        unsafe { put_pair_through_memory(self, m, n0, vals, n) };
+    }
+}
+
+/// Sixteen i32 lanes.
+#[cfg(target_arch = "x86_64")]
+pub(crate) type Vec16 = std::arch::x86_64::__m512i;
+
+/// [`Sink::put_pair_avx512`] by [`Sink::put_avx512`] on the values
+/// stored to the stack.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VL.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn put_pair_through_memory<S: Sink + ?Sized>(
+    sink: &S,
+    m: usize,
+    n0: usize,
+    vals: [Vec16; 2],
+    n: usize,
+) {
+    use std::arch::x86_64::_mm512_storeu_si512;
+    let mut buf = [0i32; 32];
+    // SAFETY: two vectors of sixteen i32 fill `buf`; the CPU has
+    // AVX-512 F (the caller).
+    unsafe {
+        _mm512_storeu_si512(buf.as_mut_ptr().cast(), vals[0]);
+        _mm512_storeu_si512(buf.as_mut_ptr().add(16).cast(), vals[1]);
+        sink.put_avx512(m, n0, &buf[..n.min(32)]);
+    }
 }
 
 /// An output buffer shared by the tasks of one product, which write
@@ -333,33 +375,49 @@ impl<T: QInt> Sink for RequantSink<'_, T> {
             self.put(m, n0, vals);
         }
     }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn put_pair_avx512(&self, m: usize, n0: usize, vals: [Vec16; 2], n: usize) {
+        // SAFETY: the CPU has AVX-512 F, BW and VL (this function's
+        // contract).
+        if !unsafe { self.pair_avx512(m, n0, vals, n) } {
+            // SAFETY: as above.
+            unsafe { put_pair_through_memory(self, m, n0, vals, n) };
+        }
+    }
+}
+
+/// The constants of [`RequantSink`]'s vector output stage for one row.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct RowStage {
+    mult: std::arch::x86_64::__m512,
+    bias: Vec16,
+    lo: std::arch::x86_64::__m512,
+    hi: std::arch::x86_64::__m512,
+    zero: Vec16,
 }
 
 #[cfg(target_arch = "x86_64")]
 impl<T: QInt> RequantSink<'_, T> {
-    /// [`Sink::put`] sixteen values per vector, when the row has one
-    /// multiplier and one bias and is stored contiguously as 8- or 16-bit
-    /// values (a convolution's channel row); `false`, writing nothing,
-    /// otherwise. Each step is the scalar [`requantize`]'s: the sum plus
-    /// the bias (wrapping), converted to f32, multiplied, clamped (`max`
-    /// first, which turns NaN into the lower bound), rounded half to even,
-    /// plus the zero point.
+    /// Row `m`'s output stage, when the row has one multiplier and one
+    /// bias and is stored contiguously as 8- or 16-bit values (a
+    /// convolution's channel row), with the index of its first element
+    /// `first` and the last `last` columns on; `None` otherwise.
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW and VL.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
-    unsafe fn row_avx512(&self, m: usize, n0: usize, vals: &[i32]) -> bool {
+    unsafe fn row_stage(&self, m: usize, n0: usize, last: usize) -> Option<(RowStage, usize)> {
         use std::arch::x86_64::*;
         let bytes = std::mem::size_of::<T>();
         let one_mult = self.by_row || self.multipliers.len() == 1;
         let one_bias = self.bias.is_none_or(|b| b.col_stride == 0);
         if !(one_mult && one_bias && self.out.col_stride == 1 && matches!(bytes, 1 | 2)) {
-            return false;
+            return None;
         }
-        let Some(last) = vals.len().checked_sub(1) else {
-            return true;
-        };
         let first = m * self.out.row_stride + n0;
         assert!(
             first + last < self.out.len,
@@ -367,45 +425,115 @@ impl<T: QInt> RequantSink<'_, T> {
         );
         let mult = self.multipliers[if self.multipliers.len() == 1 { 0 } else { m }];
         let bias = self.bias.map_or(0, |b| b.data[m * b.row_stride]);
-        let (mult, bias) = (_mm512_set1_ps(mult), _mm512_set1_epi32(bias));
-        let lo = _mm512_set1_ps((T::MIN - self.zero) as f32);
-        let hi = _mm512_set1_ps((T::MAX - self.zero) as f32);
-        let zero = _mm512_set1_epi32(self.zero);
+        let stage = RowStage {
+            mult: _mm512_set1_ps(mult),
+            bias: _mm512_set1_epi32(bias),
+            lo: _mm512_set1_ps((T::MIN - self.zero) as f32),
+            hi: _mm512_set1_ps((T::MAX - self.zero) as f32),
+            zero: _mm512_set1_epi32(self.zero),
+        };
+        Some((stage, first))
+    }
+
+    /// Requantizes the first `n` (at most 16) lanes of `c` and stores them
+    /// at element `at` of the output. Each step is the scalar
+    /// [`requantize`]'s: the sum plus the bias (wrapping), converted to
+    /// f32, multiplied, clamped (`max` first, which turns NaN into the
+    /// lower bound), rounded half to even, plus the zero point.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and VL; elements `at .. at + n` lie inside
+    /// the output and only this task writes them (the `Sync` contract of
+    /// `Shared`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn store16(&self, st: &RowStage, c: Vec16, at: usize, n: usize) {
+        use std::arch::x86_64::*;
+        let mask: __mmask16 = if n >= 16 { !0 } else { (1u16 << n) - 1 };
+        let v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, st.bias)), st.mult);
+        let v = _mm512_min_ps(_mm512_max_ps(v, st.lo), st.hi);
+        // Rounded half to even by the instruction itself: for the clamped
+        // values (|v| < 2^17) the same as the scalar addition.
+        let r = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+        let q = _mm512_add_epi32(r, st.zero);
+        // SAFETY: the caller's guarantee; the mask writes no more than `n`
+        // elements. The narrowing is done in registers: a narrowing store
+        // to memory is microcoded on some cores.
+        unsafe {
+            let dst = self.out.ptr.add(at);
+            if std::mem::size_of::<T>() == 1 {
+                let b = _mm512_cvtepi32_epi8(q);
+                if n >= 16 {
+                    _mm_storeu_si128(dst.cast(), b);
+                } else {
+                    _mm_mask_storeu_epi8(dst.cast(), mask, b);
+                }
+            } else {
+                let h = _mm512_cvtepi32_epi16(q);
+                if n >= 16 {
+                    _mm256_storeu_si256(dst.cast(), h);
+                } else {
+                    _mm256_mask_storeu_epi16(dst.cast(), mask, h);
+                }
+            }
+        }
+    }
+
+    /// [`Sink::put_pair_avx512`] by the vector output stage, when
+    /// [`Self::row_stage`] has one for row `m`; `false`, writing nothing,
+    /// otherwise.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and VL.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn pair_avx512(&self, m: usize, n0: usize, vals: [Vec16; 2], n: usize) -> bool {
+        let n = n.min(32);
+        let Some(last) = n.checked_sub(1) else {
+            return true;
+        };
+        // SAFETY: the CPU has the features (this function's contract).
+        let Some((st, first)) = (unsafe { self.row_stage(m, n0, last) }) else {
+            return false;
+        };
+        // SAFETY: elements first .. first + n lie inside the output
+        // (row_stage's assertion); this task alone writes them.
+        unsafe {
+            self.store16(&st, vals[0], first, n);
+            if n > 16 {
+                self.store16(&st, vals[1], first + 16, n - 16);
+            }
+        }
+        true
+    }
+
+    /// [`Sink::put`] sixteen values per vector, when [`Self::row_stage`]
+    /// has a vector output stage for row `m`; `false`, writing nothing,
+    /// otherwise.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and VL.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn row_avx512(&self, m: usize, n0: usize, vals: &[i32]) -> bool {
+        use std::arch::x86_64::*;
+        let Some(last) = vals.len().checked_sub(1) else {
+            return true;
+        };
+        // SAFETY: the CPU has the features (this function's contract).
+        let Some((st, first)) = (unsafe { self.row_stage(m, n0, last) }) else {
+            return false;
+        };
         let mut j = 0;
         while j < vals.len() {
             let n = (vals.len() - j).min(16);
             let mask: __mmask16 = if n == 16 { !0 } else { (1u16 << n) - 1 };
-            // SAFETY: the mask reads values j .. j + n of `vals`.
-            let c = unsafe { _mm512_maskz_loadu_epi32(mask, vals.as_ptr().add(j).cast()) };
-            let v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, bias)), mult);
-            let v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-            // Rounded half to even by the instruction itself: for the
-            // clamped values (|v| < 2^17) the same as the scalar addition.
-            let r =
-                _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
-            let q = _mm512_add_epi32(r, zero);
-            // SAFETY: elements first + j .. first + j + n lie inside the
-            // output (the assertion), which only this task writes (the
-            // `Sync` contract of `Shared`); the mask writes no more. The
-            // narrowing is done in registers: a narrowing store to memory
-            // is microcoded on some cores.
+            // SAFETY: the mask reads values j .. j + n of `vals`; elements
+            // first + j .. first + j + n lie inside the output (row_stage's
+            // assertion), which only this task writes.
             unsafe {
-                let dst = self.out.ptr.add(first + j);
-                if bytes == 1 {
-                    let b = _mm512_cvtepi32_epi8(q);
-                    if n == 16 {
-                        _mm_storeu_si128(dst.cast(), b);
-                    } else {
-                        _mm_mask_storeu_epi8(dst.cast(), mask, b);
-                    }
-                } else {
-                    let h = _mm512_cvtepi32_epi16(q);
-                    if n == 16 {
-                        _mm256_storeu_si256(dst.cast(), h);
-                    } else {
-                        _mm256_mask_storeu_epi16(dst.cast(), mask, h);
-                    }
-                }
+                let c = _mm512_maskz_loadu_epi32(mask, vals.as_ptr().add(j).cast());
+                self.store16(&st, c, first + j, n);
             }
             j += n;
         }
@@ -417,9 +545,10 @@ impl<T: QInt> RequantSink<'_, T> {
 mod tests {
     use super::{BiasI32, F32Sink, QInt, RequantSink, Shared, Sink};
 
-    /// The vector row equals the scalar one on sums that saturate at both
-    /// ends, round at ties and wrap with the bias, for every 8- and 16-bit
-    /// type, whole vectors and tails, one multiplier or one per row.
+    /// The vector row, and the same values handed over in two vectors,
+    /// equal the scalar row on sums that saturate at both ends, round at
+    /// ties and wrap with the bias, for every 8- and 16-bit type, whole
+    /// vectors and tails, one multiplier or one per row.
     fn vector_row_is_the_scalar_row<T: QInt + PartialEq + std::fmt::Debug>(zero: i32) {
         if !std::arch::is_x86_feature_detected!("avx512bw")
             || !std::arch::is_x86_feature_detected!("avx512vl")
@@ -431,9 +560,10 @@ mod tests {
         let multipliers = [0.5f32, 0.003, f32::NAN];
         let bias = [i32::MAX - 2, -7, 40];
         for by_row in [false, true] {
-            for len in [1, 16, 17, vals.len()] {
+            for len in [1, 16, 17, 32, vals.len()] {
                 for m in 0..3 {
-                    let run = |vector: bool| {
+                    // 0: scalar, 1: a vector row, 2: two vectors.
+                    let run = |how: u8| {
                         let mut out = vec![T::from_i32(0); 3 * 64];
                         let sink = RequantSink {
                             out: Shared::new(&mut out, 64, 1),
@@ -450,16 +580,32 @@ mod tests {
                             }),
                             zero,
                         };
-                        if vector {
+                        match how {
+                            0 => sink.put(m, 3, &vals[..len]),
                             // SAFETY: the CPU has AVX-512 BW and VL (checked
                             // above), which imply F.
-                            unsafe { sink.put_avx512(m, 3, &vals[..len]) };
-                        } else {
-                            sink.put(m, 3, &vals[..len]);
+                            1 => unsafe { sink.put_avx512(m, 3, &vals[..len]) },
+                            _ => {
+                                use std::arch::x86_64::_mm512_loadu_si512;
+                                let mut pair = [-1i32; 32];
+                                pair[..len].copy_from_slice(&vals[..len]);
+                                // SAFETY: as above; `pair` holds two vectors.
+                                unsafe {
+                                    let v = [
+                                        _mm512_loadu_si512(pair.as_ptr().cast()),
+                                        _mm512_loadu_si512(pair.as_ptr().add(16).cast()),
+                                    ];
+                                    sink.put_pair_avx512(m, 3, v, len);
+                                }
+                            }
                         }
                         out
                     };
-                    assert_eq!(run(true), run(false), "by_row {by_row}, len {len}, row {m}");
+                    let want = run(0);
+                    assert_eq!(run(1), want, "by_row {by_row}, len {len}, row {m}");
+                    if len <= 32 {
+                        assert_eq!(run(2), want, "pair: by_row {by_row}, len {len}, row {m}");
+                    }
                 }
             }
         }
