@@ -548,6 +548,26 @@ fn qlinear_conv_groups_depthwise_strides_padding_per_channel() {
             dilation: [1, 3],
             pads: [0, 2, 1, 0],
         },
+        // Depthwise rows of 40 and 35 outputs (whole planes row by row,
+        // stride 1 and 2; narrower rows go sixteen channels at a time).
+        ConvCase {
+            x: [1, 3, 5, 40],
+            maps: 3,
+            kernel: [3, 3],
+            group: 3,
+            stride: [1, 1],
+            dilation: [1, 1],
+            pads: [1, 1, 1, 1],
+        },
+        ConvCase {
+            x: [1, 2, 7, 70],
+            maps: 2,
+            kernel: [3, 3],
+            group: 2,
+            stride: [2, 2],
+            dilation: [1, 1],
+            pads: [1, 1, 1, 1],
+        },
         // Depthwise rows of 19 outputs: two vectors of eight and a tail.
         ConvCase {
             x: [2, 3, 5, 19],

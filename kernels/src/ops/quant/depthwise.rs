@@ -14,10 +14,10 @@
 //!   odd ones, so that a tap's inputs for consecutive outputs are
 //!   consecutive; each output row accumulates its taps.
 //!
-//! On AVX-512 (planes narrower than a vector go to `depthwise_blocked`,
-//! sixteen channels per vector) both padded paths run row by row instead, sixteen outputs
-//! at a time with every tap accumulated in a register (no pass over an
-//! accumulator per tap).
+//! On AVX-512 (output rows narrower than two vectors go to
+//! `depthwise_blocked`, sixteen channels per vector) both padded paths run
+//! row by row instead, sixteen outputs at a time with every tap
+//! accumulated in a register (no pass over an accumulator per tap).
 //!
 //! Anything else (3-D, other strides) takes the general loop: per output
 //! row, per tap, the output columns whose input is inside.
