@@ -96,9 +96,16 @@ unsafe fn run<S: Sink>(
         .map(|l| &dw.x[(b * s.channels + c0 + l) * in_len..][..in_len])
         .collect();
     // The block, channels-last: padding is 0 (`x - zx` of the zero point).
+    // Only the border is zeroed: `fill_block` writes every pixel inside.
     let xs = &mut scratch.xs;
-    xs.clear();
     xs.resize(hp * wp * LANES, 0);
+    let pitch = wp * LANES;
+    xs[..pt * pitch].fill(0);
+    xs[(pt + ih) * pitch..].fill(0);
+    for row in xs[pt * pitch..(pt + ih) * pitch].chunks_exact_mut(pitch) {
+        row[..pl * LANES].fill(0);
+        row[(pl + iw) * LANES..].fill(0);
+    }
     // SAFETY: the CPU has the features (this function's contract); each
     // plane holds `ih * iw` bytes and the block `hp * wp` pixels, with
     // `pt + ih <= hp` and `pl + iw <= wp`.
@@ -130,8 +137,8 @@ unsafe fn run<S: Sink>(
         + (((oh - 1) * sh * wp + (ow - 1) * sw) * LANES)
         + LANES;
     assert!(last <= xs.len(), "a tap reads outside the block");
+    // Every value is written by `Sums::rows` (no zeroing pass).
     let rows = &mut scratch.rows;
-    rows.clear();
     rows.resize(LANES * pixels, 0);
     let sums = Sums {
         xs,
@@ -154,7 +161,7 @@ unsafe fn run<S: Sink>(
     }
 }
 
-/// `xs` (the zeroed block, `[py][px][LANES]`) filled from the planes as
+/// `xs` (the block, `[py][px][LANES]`) filled inside from the planes as
 /// `x - zx`, input pixel `(iy, ix)` at padded `(iy + pt, ix + pl)`.
 ///
 /// # Safety
