@@ -548,10 +548,10 @@ fn qlinear_conv_groups_depthwise_strides_padding_per_channel() {
             dilation: [1, 3],
             pads: [0, 2, 1, 0],
         },
-        // Depthwise rows of 40 and 35 outputs (whole planes row by row,
-        // stride 1 and 2; narrower rows go sixteen channels at a time).
+        // Depthwise planes whose block is over 64 KiB (row by row, stride
+        // 1 and 2; smaller ones go sixteen channels at a time).
         ConvCase {
-            x: [1, 3, 5, 40],
+            x: [1, 3, 9, 600],
             maps: 3,
             kernel: [3, 3],
             group: 3,
@@ -560,7 +560,7 @@ fn qlinear_conv_groups_depthwise_strides_padding_per_channel() {
             pads: [1, 1, 1, 1],
         },
         ConvCase {
-            x: [1, 2, 7, 70],
+            x: [1, 2, 9, 800],
             maps: 2,
             kernel: [3, 3],
             group: 2,
@@ -788,12 +788,13 @@ fn qlinear_depthwise_blocks_of_channels() {
             true,
             false,
         ),
-        // Column stride 2 on rows of 16 outputs or more (the row path):
-        // rows of several 32-byte chunks split into even and odd columns,
-        // an odd left pad (the first input column alone) and an even one.
+        // Column stride 2 on planes whose block is over 64 KiB (the row
+        // path): rows of several 32-byte chunks split into even and odd
+        // columns, an odd left pad (the first input column alone) and an
+        // even one.
         (
             ConvCase {
-                x: [1, 3, 5, 75],
+                x: [1, 3, 5, 1001],
                 maps: 3,
                 kernel: [3, 3],
                 group: 3,
@@ -806,13 +807,54 @@ fn qlinear_depthwise_blocks_of_channels() {
         ),
         (
             ConvCase {
-                x: [1, 2, 4, 70],
+                x: [1, 2, 4, 1100],
                 maps: 2,
                 kernel: [3, 3],
                 group: 2,
                 stride: [2, 2],
                 dilation: [1, 1],
                 pads: [0, 2, 1, 0],
+            },
+            false,
+            true,
+        ),
+        // Blocks of 28x28 and 56x56-like planes: rows copied 64 pixels at
+        // a time with a tail of 6, stride 1 and 2, an int8 image.
+        (
+            ConvCase {
+                x: [1, 17, 6, 70],
+                maps: 17,
+                kernel: [3, 3],
+                group: 17,
+                stride: [1, 1],
+                dilation: [1, 1],
+                pads: [1, 1, 1, 1],
+            },
+            true,
+            true,
+        ),
+        (
+            ConvCase {
+                x: [1, 18, 40, 52],
+                maps: 18,
+                kernel: [3, 3],
+                group: 18,
+                stride: [2, 2],
+                dilation: [1, 1],
+                pads: [1, 1, 1, 1],
+            },
+            true,
+            false,
+        ),
+        (
+            ConvCase {
+                x: [1, 20, 30, 30],
+                maps: 20,
+                kernel: [3, 3],
+                group: 20,
+                stride: [1, 1],
+                dilation: [1, 1],
+                pads: [1, 1, 1, 1],
             },
             false,
             true,

@@ -1,35 +1,50 @@
-//! The int8 depthwise convolution on small planes (hot path, AVX-512):
-//! sixteen channels at a time, one channel per vector lane.
+//! The int8 depthwise convolution on planes up to 56x56 (hot path,
+//! AVX-512): sixteen channels at a time, one channel per vector lane.
 //!
-//! A plane narrower than two vectors leaves many of each row's lanes
-//! unused ([`super::depthwise`] works along rows), and mobilenet-style
-//! networks end in hundreds of 28x28, 14x14 and 7x7 planes. Here sixteen
-//! planes are
-//! copied as `x - zx` into one zero-bordered channels-last block, so that
-//! each output pixel of the sixteen channels is one vector: every tap one
-//! load and one multiply-add against the sixteen channels' weights. The
-//! sums are then read back plane by plane into each plane's sink.
+//! Along rows ([`super::depthwise`]) a plane's width is cut into vectors
+//! of sixteen with a tail, every plane copied and requantized on its own,
+//! and mobilenet-style networks are mostly such planes: 56x56 to 7x7, by
+//! the hundred. Here sixteen planes are copied, as they are, into one
+//! channels-last block of bytes bordered with the zero point (the copy
+//! transposes bytes in registers), so that each output pixel of the
+//! sixteen channels is one vector: every tap one widening load and one
+//! multiply-add against the sixteen channels' `w - zw`, the zero point's
+//! share (`zx` times the sum of the taps) taken off at the start. The sums
+//! are then read back plane by plane into each plane's sink.
 
 use std::arch::x86_64::*;
 
 use super::depthwise::Depthwise;
 use super::qgemm::sink::Sink;
 use crate::ParallelFor;
+use crate::ops::conv::geometry::Geometry3;
 
 /// Channels of a block (one per lane).
 pub(super) const LANES: usize = 16;
 
-/// Output rows narrower than this go [`LANES`] channels at a time: a
-/// 28-wide row fills 28 of 32 lanes along the row, yet runs 25 % faster
-/// here (mobilenet_v2's 144 and 192 channel 28x28 layers); at 56 the
-/// block's copy costs more than the row path's tails.
-const NARROWER: usize = 2 * LANES;
+/// The largest block (padded plane, [`LANES`] bytes a pixel) taken here:
+/// a block that stays in the first-level cache while its taps are read.
+/// mobilenet_v2's 56x56 planes (53 KB blocks) run 1.5x faster here than
+/// along their rows, its stride-2 layer from 112x112 (204 KB) 1.9x
+/// slower.
+const BLOCK_BYTES: usize = 64 << 10;
 
-/// Whether [`run`] takes a plane of this geometry: 2-D (flat), output rows
-/// narrower than [`NARROWER`].
+/// The padded plane of `g`: rows and columns.
+fn padded(g: &Geometry3) -> [usize; 2] {
+    let ([_, ih, iw], [_, oh, ow], [_, kh, kw]) = (g.input, g.output, g.kernel);
+    let ([_, sh, sw], [_, dh, dw], [_, pt, pl]) = (g.stride, g.dilation, g.pad);
+    [
+        (pt + ih).max((oh - 1) * sh + (kh - 1) * dh + 1),
+        (pl + iw).max((ow - 1) * sw + (kw - 1) * dw + 1),
+    ]
+}
+
+/// Whether [`run`] takes a plane of this geometry: 2-D (flat), its block
+/// at most [`BLOCK_BYTES`].
 pub(super) fn applies(dw: &Depthwise<'_>) -> bool {
     let g = dw.s.geometry.as_3d();
-    g.input[0] == 1 && g.output[0] == 1 && g.kernel[0] == 1 && g.output[2] < NARROWER
+    let [hp, wp] = padded(&g);
+    g.input[0] == 1 && g.output[0] == 1 && g.kernel[0] == 1 && hp * wp * LANES <= BLOCK_BYTES
 }
 
 /// Every image's channels in blocks of [`LANES`], each plane `i` into
@@ -59,7 +74,7 @@ pub(super) unsafe fn run_all<S: Sink>(dw: &Depthwise<'_>, sinks: &[S], par: &dyn
 /// The buffers of one task, reused across its blocks.
 #[derive(Default)]
 pub(super) struct Scratch {
-    xs: Vec<i32>,
+    xs: Vec<u8>,
     /// The sums, lane-major: lane `l`'s plane at `l * pixels`.
     rows: Vec<i32>,
     taps: Vec<__m512i>,
@@ -88,28 +103,29 @@ unsafe fn run<S: Sink>(
     let g = s.geometry.as_3d();
     let ([_, ih, iw], [_, oh, ow], [_, kh, kw]) = (g.input, g.output, g.kernel);
     let ([_, sh, sw], [_, dh, dwl], [_, pt, pl]) = (g.stride, g.dilation, g.pad);
-    let hp = (pt + ih).max((oh - 1) * sh + (kh - 1) * dh + 1);
-    let wp = (pl + iw).max((ow - 1) * sw + (kw - 1) * dwl + 1);
+    let [hp, wp] = padded(&g);
     let (in_len, klen) = (ih * iw, kh * kw);
     let lanes = LANES.min(s.channels - c0);
     let planes: Vec<&[u8]> = (0..lanes)
         .map(|l| &dw.x[(b * s.channels + c0 + l) * in_len..][..in_len])
         .collect();
-    // The block, channels-last: padding is 0 (`x - zx` of the zero point).
-    // Only the border is zeroed: `fill_block` writes every pixel inside.
+    // The block, channels-last, as the input's bytes: padding is the zero
+    // point's byte. Only the border is written here: `fill_block` writes
+    // every pixel inside.
+    let pad = dw.zx as u8;
     let xs = &mut scratch.xs;
-    xs.resize(hp * wp * LANES, 0);
+    xs.resize(hp * wp * LANES, pad);
     let pitch = wp * LANES;
-    xs[..pt * pitch].fill(0);
-    xs[(pt + ih) * pitch..].fill(0);
+    xs[..pt * pitch].fill(pad);
+    xs[(pt + ih) * pitch..].fill(pad);
     for row in xs[pt * pitch..(pt + ih) * pitch].chunks_exact_mut(pitch) {
-        row[..pl * LANES].fill(0);
-        row[(pl + iw) * LANES..].fill(0);
+        row[..pl * LANES].fill(pad);
+        row[(pl + iw) * LANES..].fill(pad);
     }
     // SAFETY: the CPU has the features (this function's contract); each
     // plane holds `ih * iw` bytes and the block `hp * wp` pixels, with
     // `pt + ih <= hp` and `pl + iw <= wp`.
-    unsafe { fill_block(&planes, dw, [ih, iw], [pt, pl, wp], xs) };
+    unsafe { fill_block(&planes, [ih, iw], [pt, pl, wp], xs) };
     // The taps, per tap one vector of the channels' `w - zw`.
     let taps = &mut scratch.taps;
     taps.clear();
@@ -128,6 +144,12 @@ unsafe fn run<S: Sink>(
         }
         // SAFETY: `w` holds sixteen i32.
         *tap = unsafe { _mm512_loadu_si512(w.as_ptr().cast()) };
+    }
+    // sum (w - zw)(x - zx) = sum (w - zw) x - zx sum (w - zw): each
+    // channel's sums start at minus the second term.
+    let mut start = _mm512_setzero_si512();
+    for &tap in taps.iter() {
+        start = _mm512_sub_epi32(start, _mm512_mullo_epi32(tap, _mm512_set1_epi32(dw.zx)));
     }
     let offsets = &mut scratch.offsets;
     offsets.clear();
@@ -149,10 +171,11 @@ unsafe fn run<S: Sink>(
     // SAFETY: the CPU has the features; every pixel's taps lie inside the
     // block (the assertion above), `rows` holds LANES planes of `pixels`.
     unsafe {
-        if klen == 9 {
-            sums.rows::<9>(offsets, taps, rows);
-        } else {
-            sums.rows::<0>(offsets, taps, rows);
+        match (klen, dw.x_signed) {
+            (9, false) => sums.rows::<9, false>(offsets, taps, start, rows),
+            (9, true) => sums.rows::<9, true>(offsets, taps, start, rows),
+            (_, false) => sums.rows::<0, false>(offsets, taps, start, rows),
+            (_, true) => sums.rows::<0, true>(offsets, taps, start, rows),
         }
     }
     for (l, row) in rows.chunks_exact(pixels).take(lanes).enumerate() {
@@ -161,8 +184,14 @@ unsafe fn run<S: Sink>(
     }
 }
 
-/// `xs` (the block, `[py][px][LANES]`) filled inside from the planes as
-/// `x - zx`, input pixel `(iy, ix)` at padded `(iy + pt, ix + pl)`.
+/// `xs` (the block, `[py][px][LANES]` bytes) filled inside from the
+/// planes, input pixel `(iy, ix)` at padded `(iy + pt, ix + pl)`; the
+/// lanes of missing planes (fewer than [`LANES`]) read 0.
+///
+/// Sixty-four pixels of a row at a time: the sixteen planes' bytes are
+/// transposed within each 128-bit lane (sixteen pixels of sixteen
+/// channels, four rounds of unpacks), then four pixels' lanes are gathered
+/// into one 64-byte store.
 ///
 /// # Safety
 /// The CPU has AVX-512 F, BW, DQ and VL; each plane holds `ih * iw`
@@ -170,10 +199,9 @@ unsafe fn run<S: Sink>(
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
 unsafe fn fill_block(
     planes: &[&[u8]],
-    dw: &Depthwise<'_>,
     [ih, iw]: [usize; 2],
     [pt, pl, wp]: [usize; 3],
-    xs: &mut [i32],
+    xs: &mut [u8],
 ) {
     assert!(
         planes.len() <= LANES
@@ -182,51 +210,124 @@ unsafe fn fill_block(
             && (pt + ih) * wp * LANES <= xs.len(),
         "the block does not hold the planes"
     );
-    let zx = _mm512_set1_epi32(dw.zx);
     for iy in 0..ih {
         let mut ix0 = 0;
         while ix0 < iw {
-            let n = (iw - ix0).min(LANES);
-            let mask: __mmask16 = if n == LANES { !0 } else { (1u16 << n) - 1 };
-            let mut m = [_mm512_setzero_si512(); LANES];
-            for (v, plane) in m.iter_mut().zip(planes) {
+            let n = (iw - ix0).min(64);
+            let load: __mmask64 = if n == 64 { !0 } else { (1u64 << n) - 1 };
+            let mut a = [_mm512_setzero_si512(); LANES];
+            for (v, plane) in a.iter_mut().zip(planes) {
                 // SAFETY: bytes iy * iw + ix0 .. + n lie inside the plane
                 // (the assertion); the mask reads no more.
-                let bytes =
-                    unsafe { _mm_maskz_loadu_epi8(mask, plane.as_ptr().add(iy * iw + ix0).cast()) };
-                let wide = if dw.x_signed {
-                    _mm512_cvtepi8_epi32(bytes)
-                } else {
-                    _mm512_cvtepu8_epi32(bytes)
+                *v = unsafe {
+                    _mm512_maskz_loadu_epi8(load, plane.as_ptr().add(iy * iw + ix0).cast())
                 };
-                *v = _mm512_sub_epi32(wide, zx);
             }
-            transpose(&mut m);
+            let px = transpose_bytes(&a);
             let at = ((iy + pt) * wp + pl + ix0) * LANES;
-            for (j, v) in m.iter().take(n).enumerate() {
-                // SAFETY: pixel (iy + pt, pl + ix0 + j) lies inside the
-                // block (the assertion: pl + iw <= wp).
-                unsafe { _mm512_storeu_si512(xs.as_mut_ptr().add(at + j * LANES).cast(), *v) };
+            // Pixels 16 l + 4 j .. + 4 (lane l of px[4 j .. 4 j + 4]).
+            for j in 0..4 {
+                let (p0, p1, p2, p3) = (px[4 * j], px[4 * j + 1], px[4 * j + 2], px[4 * j + 3]);
+                let (lo01, hi01) = (
+                    _mm512_shuffle_i32x4::<0x44>(p0, p1),
+                    _mm512_shuffle_i32x4::<0xEE>(p0, p1),
+                );
+                let (lo23, hi23) = (
+                    _mm512_shuffle_i32x4::<0x44>(p2, p3),
+                    _mm512_shuffle_i32x4::<0xEE>(p2, p3),
+                );
+                let quads = [
+                    _mm512_shuffle_i32x4::<0x88>(lo01, lo23),
+                    _mm512_shuffle_i32x4::<0xDD>(lo01, lo23),
+                    _mm512_shuffle_i32x4::<0x88>(hi01, hi23),
+                    _mm512_shuffle_i32x4::<0xDD>(hi01, hi23),
+                ];
+                for (l, q) in quads.iter().enumerate() {
+                    let first = 16 * l + 4 * j;
+                    if first >= n {
+                        continue;
+                    }
+                    let valid = (n - first).min(4);
+                    let store: __mmask64 = if valid == 4 {
+                        !0
+                    } else {
+                        (1u64 << (16 * valid)) - 1
+                    };
+                    // SAFETY: pixels (iy + pt, pl + ix0 + first ..
+                    // + valid) lie inside the block (the assertion:
+                    // pl + iw <= wp); the mask writes no more.
+                    unsafe {
+                        _mm512_mask_storeu_epi8(
+                            xs.as_mut_ptr().add(at + first * LANES).cast(),
+                            store,
+                            *q,
+                        )
+                    };
+                }
             }
             ix0 += n;
         }
     }
 }
 
+/// Within each 128-bit lane `l`, rows `a` (sixteen bytes of each of sixteen
+/// planes: pixels `16 l ..`) transposed: lane `l` of `out[c]` holds pixel
+/// `16 l + c`'s sixteen bytes, plane by plane.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+fn transpose_bytes(a: &[__m512i; LANES]) -> [__m512i; LANES] {
+    // Byte pairs of rows (2 i, 2 i + 1): columns 0-7, then 8-15.
+    let mut t = [_mm512_setzero_si512(); LANES];
+    for i in 0..LANES / 2 {
+        t[2 * i] = _mm512_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
+    }
+    // Rows 4 g .. 4 g + 4 per 32-bit word: columns 0-3, 4-7, 8-11, 12-15.
+    let mut u = [_mm512_setzero_si512(); LANES];
+    for g in 0..LANES / 4 {
+        u[4 * g] = _mm512_unpacklo_epi16(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 1] = _mm512_unpackhi_epi16(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 2] = _mm512_unpacklo_epi16(t[4 * g + 1], t[4 * g + 3]);
+        u[4 * g + 3] = _mm512_unpackhi_epi16(t[4 * g + 1], t[4 * g + 3]);
+    }
+    // Rows 8 h .. 8 h + 8 per 64-bit word: v[h][2 q] columns 4 q and
+    // 4 q + 1, v[h][2 q + 1] columns 4 q + 2 and 4 q + 3.
+    let mut v = [[_mm512_setzero_si512(); 8]; 2];
+    for (h, v) in v.iter_mut().enumerate() {
+        for q in 0..4 {
+            let (x, y) = (u[8 * h + q], u[8 * h + 4 + q]);
+            v[2 * q] = _mm512_unpacklo_epi32(x, y);
+            v[2 * q + 1] = _mm512_unpackhi_epi32(x, y);
+        }
+    }
+    // All sixteen rows of each column.
+    let mut out = [_mm512_setzero_si512(); LANES];
+    for q in 0..4 {
+        let (lo, hi) = (v[0][2 * q], v[1][2 * q]);
+        out[4 * q] = _mm512_unpacklo_epi64(lo, hi);
+        out[4 * q + 1] = _mm512_unpackhi_epi64(lo, hi);
+        let (lo, hi) = (v[0][2 * q + 1], v[1][2 * q + 1]);
+        out[4 * q + 2] = _mm512_unpacklo_epi64(lo, hi);
+        out[4 * q + 3] = _mm512_unpackhi_epi64(lo, hi);
+    }
+    out
+}
+
 /// The sums of a block's output pixels: pixel `p = y * ow + x`'s taps
 /// read the block from `at(p) = y * steps[0] + x * steps[1]` on.
 struct Sums<'a> {
-    xs: &'a [i32],
+    xs: &'a [u8],
     ow: usize,
     steps: [usize; 2],
     pixels: usize,
 }
 
 impl Sums<'_> {
-    /// Sixteen pixels at a time, each a vector of the channels' sums, then
-    /// turned into sixteen channel rows: lane `l`'s sums of pixels `p..`
-    /// at `rows[l * pixels + p..]`. `K` taps (unrolled), or as many as
-    /// `offsets` holds when `K` is 0.
+    /// Sixteen pixels at a time, each a vector of the channels' sums
+    /// (from `start`, each tap's sixteen bytes widened as `SIGNED` says),
+    /// then turned into sixteen channel rows: lane `l`'s sums of pixels
+    /// `p..` at `rows[l * pixels + p..]`. `K` taps (unrolled), or as many
+    /// as `offsets` holds when `K` is 0.
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW, DQ and VL; every pixel's taps lie inside
@@ -234,7 +335,13 @@ impl Sums<'_> {
     /// `LANES * pixels` values.
     #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
     #[inline]
-    unsafe fn rows<const K: usize>(&self, offsets: &[usize], taps: &[__m512i], rows: &mut [i32]) {
+    unsafe fn rows<const K: usize, const SIGNED: bool>(
+        &self,
+        offsets: &[usize],
+        taps: &[__m512i],
+        start: __m512i,
+        rows: &mut [i32],
+    ) {
         let pixels = self.pixels;
         assert!(rows.len() >= LANES * pixels, "rows shorter than the planes");
         let k = if K == 0 { offsets.len() } else { K };
@@ -243,14 +350,19 @@ impl Sums<'_> {
         let mut p0 = 0;
         while p0 < pixels {
             let n = (pixels - p0).min(LANES);
-            let mut acc = [_mm512_setzero_si512(); LANES];
+            let mut acc = [start; LANES];
             for (j, acc) in acc.iter_mut().take(n).enumerate() {
                 let p = p0 + j;
                 let at = p / self.ow * self.steps[0] + p % self.ow * self.steps[1];
                 for (&o, &w) in offsets.iter().zip(taps) {
                     // SAFETY: at + o + LANES <= xs.len() (this function's
                     // contract).
-                    let v = unsafe { _mm512_loadu_si512(base.add(at + o).cast()) };
+                    let b = unsafe { _mm_loadu_si128(base.add(at + o).cast()) };
+                    let v = if SIGNED {
+                        _mm512_cvtepi8_epi32(b)
+                    } else {
+                        _mm512_cvtepu8_epi32(b)
+                    };
                     *acc = _mm512_add_epi32(*acc, _mm512_mullo_epi32(v, w));
                 }
             }
