@@ -14,10 +14,9 @@
 //!   odd ones, so that a tap's inputs for consecutive outputs are
 //!   consecutive; each output row accumulates its taps.
 //!
-//! On AVX-512 (output rows narrower than two vectors go to
-//! `depthwise_blocked`, sixteen channels per vector) both padded paths run
-//! row by row instead, sixteen outputs at a time with every tap
-//! accumulated in a register (no pass over an accumulator per tap).
+//! On AVX-512 every 2-D plane goes to `depthwise_blocked` instead
+//! (sixteen channels per vector, in bands of rows); this module serves the
+//! AVX2 and portable families, and 3-D planes on every family.
 //!
 //! Anything else (3-D, other strides) takes the general loop: per output
 //! row, per tap, the output columns whose input is inside.
@@ -56,7 +55,6 @@ impl Depthwise<'_> {
     /// threads; compiled for the vector extensions of `isa` (which the CPU
     /// has: QIsa::select).
     pub(super) fn run<S: Sink>(&self, sinks: &[S], isa: QIsa, par: &dyn ParallelFor) {
-        let wide = matches!(isa, QIsa::Avx512Vnni | QIsa::Amx);
         let avx2 = isa.avx2();
         let planes = sinks.len();
         let tasks = if par.threads() > 1 {
@@ -69,22 +67,15 @@ impl Depthwise<'_> {
             for i in crate::par::chunk(planes, tasks, 1, t) {
                 let p = self.plane(i, &mut taps);
                 #[cfg(target_arch = "x86_64")]
-                if wide {
-                    // SAFETY: the VNNI and AMX families are selected only
-                    // on a CPU with AVX-512 F, BW, DQ and VL.
-                    unsafe { p.run_avx512(&sinks[i], &mut xs, &mut acc) };
-                    continue;
-                }
-                #[cfg(target_arch = "x86_64")]
                 if avx2 {
                     // SAFETY: every family but the portable one is selected
                     // only on a CPU with AVX2.
                     unsafe { p.run_avx2(&sinks[i], &mut xs, &mut acc) };
                     continue;
                 }
-                let _ = (avx2, wide);
+                let _ = avx2;
                 // SAFETY: AVX2 = false asks nothing of the CPU.
-                unsafe { p.run::<false, false, S>(&sinks[i], &mut xs, &mut acc) };
+                unsafe { p.run::<false, S>(&sinks[i], &mut xs, &mut acc) };
             }
         };
         if tasks <= 1 {
@@ -150,29 +141,16 @@ impl Plane<'_> {
     #[target_feature(enable = "avx2")]
     unsafe fn run_avx2<S: Sink>(&self, sink: &S, xs: &mut Vec<i32>, acc: &mut Vec<i32>) {
         // SAFETY: the CPU has AVX2 (this function's contract).
-        unsafe { self.run::<true, false, S>(sink, xs, acc) }
-    }
-
-    /// [`Self::run`] compiled for AVX-512, the padded paths row by row
-    /// with the taps in registers.
-    ///
-    /// # Safety
-    /// The CPU has AVX-512 F, BW, DQ and VL.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-    unsafe fn run_avx512<S: Sink>(&self, sink: &S, xs: &mut Vec<i32>, acc: &mut Vec<i32>) {
-        // SAFETY: the CPU has AVX-512 and AVX2 (this function's contract).
-        unsafe { self.run::<true, true, S>(sink, xs, acc) }
+        unsafe { self.run::<true, S>(sink, xs, acc) }
     }
 
     /// The plane into `sink` (row 0, columns `pixel..`), `xs` and `acc`
     /// scratch.
     ///
     /// # Safety
-    /// `AVX2` only when the CPU has AVX2, `WIDE` only when it has AVX-512
-    /// F, BW, DQ and VL.
+    /// `AVX2` only when the CPU has AVX2.
     #[inline(always)]
-    unsafe fn run<const AVX2: bool, const WIDE: bool, S: Sink>(
+    unsafe fn run<const AVX2: bool, S: Sink>(
         &self,
         sink: &S,
         xs: &mut Vec<i32>,
@@ -183,7 +161,7 @@ impl Plane<'_> {
         // SAFETY: passed on (this function's contract).
         unsafe {
             if flat && g.stride[2] <= 2 {
-                self.padded::<AVX2, WIDE, S>(sink, xs, acc);
+                self.padded::<AVX2, S>(sink, xs, acc);
             } else {
                 self.general::<AVX2, S>(sink, xs, acc);
             }
@@ -193,10 +171,9 @@ impl Plane<'_> {
     /// The padded-plane paths (see the module documentation).
     ///
     /// # Safety
-    /// `AVX2` only when the CPU has AVX2, `WIDE` only when it has AVX-512
-    /// F, BW, DQ and VL.
+    /// `AVX2` only when the CPU has AVX2.
     #[inline(always)]
-    unsafe fn padded<const AVX2: bool, const WIDE: bool, S: Sink>(
+    unsafe fn padded<const AVX2: bool, S: Sink>(
         &self,
         sink: &S,
         xs: &mut Vec<i32>,
@@ -233,27 +210,6 @@ impl Plane<'_> {
                 }
                 // Input column `ix` is padded column `ix + pl`: the even
                 // ones to the first half, the odd ones to the second.
-                #[cfg(target_arch = "x86_64")]
-                if WIDE {
-                    // Padded column `pl + ix` for ix = lead + 2 j is even.
-                    let lead = pl % 2;
-                    if lead == 1 && cols > 0 {
-                        dst[col(pl)] = self.value(src[0]);
-                    }
-                    if cols > lead {
-                        let (evens, odds) = dst.split_at_mut(half);
-                        // pl + lead is even: the pair's odd column is in
-                        // the same place of the second half.
-                        let e0 = (pl + lead) / 2;
-                        let o0 = e0;
-                        // SAFETY: WIDE only on a CPU with AVX-512 (this
-                        // function's contract).
-                        unsafe {
-                            self.split_avx512(&src[lead..cols], &mut evens[e0..], &mut odds[o0..])
-                        };
-                    }
-                    continue;
-                }
                 for (parity, base) in [(0, 0), (1, half)] {
                     let ix0 = (parity + pl) % 2;
                     let start = base + (ix0 + pl) / 2;
@@ -263,29 +219,6 @@ impl Plane<'_> {
                     }
                 }
             }
-        }
-        #[cfg(target_arch = "x86_64")]
-        if WIDE {
-            // The whole plane's sums, then one call of the output stage
-            // (whole chunks of the sink run across row ends).
-            acc.resize(oh * ow, 0);
-            // Each tap's offset from the output row's first padded row.
-            let offsets: Vec<usize> = (0..kh * kw)
-                .map(|t| t / kw * dh * wp + col(t % kw * dw))
-                .collect();
-            for y in 0..oh {
-                let rows = Rows {
-                    xs: &xs[y * sh * wp..hp * wp],
-                    offsets: &offsets,
-                    taps: self.taps,
-                };
-                // SAFETY: WIDE only on a CPU with AVX-512 (this function's
-                // contract).
-                unsafe { rows.row_avx512(&mut acc[y * ow..(y + 1) * ow]) };
-            }
-            // SAFETY: as above.
-            unsafe { sink.put_avx512(0, 0, &acc[..oh * ow]) };
-            return;
         }
         if sh == 1 && sw == 1 {
             // The whole grid at once: output (y, x) at y * wp + x.
@@ -318,61 +251,6 @@ impl Plane<'_> {
                 }
             }
             sink.put(0, y * ow, acc);
-        }
-    }
-
-    /// `evens[j] = value(src[2 j])`, `odds[j] = value(src[2 j + 1])`
-    /// for the pairs of `src` (its last byte alone when its length is
-    /// odd), sixteen pairs at a time.
-    ///
-    /// # Safety
-    /// The CPU has AVX-512 F, BW and VL.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
-    unsafe fn split_avx512(&self, src: &[u8], evens: &mut [i32], odds: &mut [i32]) {
-        use std::arch::x86_64::*;
-        let n = src.len();
-        assert!(
-            evens.len() >= n.div_ceil(2) && odds.len() >= n / 2,
-            "halves shorter than the row"
-        );
-        let zx = _mm512_set1_epi32(self.zx);
-        let mut i = 0;
-        while i < n {
-            let bytes = (n - i).min(32);
-            let load: __mmask32 = if bytes == 32 { !0 } else { (1u32 << bytes) - 1 };
-            // SAFETY: the mask reads bytes i .. i + bytes of `src`.
-            let pairs = unsafe { _mm256_maskz_loadu_epi8(load, src.as_ptr().add(i).cast()) };
-            // Each lane one pair: the even byte low, the odd byte high.
-            let w = _mm512_cvtepu16_epi32(pairs);
-            let (even, odd) = if self.x_signed {
-                (
-                    _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(w)),
-                    _mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(w)),
-                )
-            } else {
-                (
-                    _mm512_and_si512(w, _mm512_set1_epi32(0xFF)),
-                    _mm512_srli_epi32::<8>(w),
-                )
-            };
-            let (ne, no) = (bytes.div_ceil(2), bytes / 2);
-            let mask = |k: usize| -> __mmask16 { if k == 16 { !0 } else { (1u16 << k) - 1 } };
-            // SAFETY: the masks write values i / 2 .. i / 2 + ne of `evens`
-            // and .. + no of `odds`, inside them (the assertion).
-            unsafe {
-                _mm512_mask_storeu_epi32(
-                    evens.as_mut_ptr().add(i / 2).cast(),
-                    mask(ne),
-                    _mm512_sub_epi32(even, zx),
-                );
-                _mm512_mask_storeu_epi32(
-                    odds.as_mut_ptr().add(i / 2).cast(),
-                    mask(no),
-                    _mm512_sub_epi32(odd, zx),
-                );
-            }
-            i += bytes;
         }
     }
 
@@ -435,74 +313,6 @@ impl Plane<'_> {
                 sink.put(0, (z * oh + yy) * ow, acc);
             }
         }
-    }
-}
-
-/// One output row's inputs on the padded plane: tap `t` reads `xs` from
-/// `offsets[t]` on.
-struct Rows<'a> {
-    xs: &'a [i32],
-    offsets: &'a [usize],
-    taps: &'a [i32],
-}
-
-impl Rows<'_> {
-    /// `out[x] = sum over taps t of taps[t] * xs[offsets[t] + x]`, sixteen
-    /// outputs at a time; a 3x3 kernel's nine taps unrolled, their weights
-    /// kept in registers across the row.
-    ///
-    /// # Safety
-    /// The CPU has AVX-512 F.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn row_avx512(&self, out: &mut [i32]) {
-        let n = out.len();
-        assert!(
-            self.taps.len() == self.offsets.len()
-                && self.offsets.iter().all(|&o| o + n <= self.xs.len()),
-            "a tap reads outside the padded plane"
-        );
-        // SAFETY: the CPU has AVX-512 F; every tap's reads lie inside `xs`
-        // (the assertion).
-        unsafe {
-            if self.offsets.len() == 9 {
-                row_taps::<9>(self.xs, self.offsets, self.taps, out);
-            } else {
-                row_taps::<0>(self.xs, self.offsets, self.taps, out);
-            }
-        }
-    }
-}
-
-/// [`Rows::row_avx512`] for taps `taps` at `offsets`: `K` of them
-/// (unrolled), or as many as `offsets` holds when `K` is 0.
-///
-/// # Safety
-/// The CPU has AVX-512 F; `offsets[t] + out.len() <= xs.len()` for every
-/// tap, and there are as many taps as offsets.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn row_taps<const K: usize>(xs: &[i32], offsets: &[usize], taps: &[i32], out: &mut [i32]) {
-    use std::arch::x86_64::*;
-    let k = if K == 0 { offsets.len() } else { K };
-    let (offsets, taps) = (&offsets[..k], &taps[..k]);
-    let n = out.len();
-    let base = xs.as_ptr();
-    let mut x = 0;
-    while x < n {
-        let count = (n - x).min(16);
-        let mask: __mmask16 = if count == 16 { !0 } else { (1u16 << count) - 1 };
-        let mut v = _mm512_setzero_si512();
-        for (&o, &w) in offsets.iter().zip(taps) {
-            // SAFETY: values o + x .. o + x + count lie inside `xs` (this
-            // function's contract: o + n <= len); the mask reads no more.
-            let xv = unsafe { _mm512_maskz_loadu_epi32(mask, base.add(o + x).cast()) };
-            v = _mm512_add_epi32(v, _mm512_mullo_epi32(xv, _mm512_set1_epi32(w)));
-        }
-        // SAFETY: the mask writes outputs x .. x + count <= n.
-        unsafe { _mm512_mask_storeu_epi32(out.as_mut_ptr().add(x).cast(), mask, v) };
-        x += count;
     }
 }
 

@@ -1,16 +1,18 @@
-//! The int8 depthwise convolution on planes up to 56x56 (hot path,
-//! AVX-512): sixteen channels at a time, one channel per vector lane.
+//! The int8 depthwise convolution of 2-D planes on AVX-512 (hot path):
+//! sixteen channels at a time, one channel per vector lane.
 //!
 //! Along rows ([`super::depthwise`]) a plane's width is cut into vectors
-//! of sixteen with a tail, every plane copied and requantized on its own,
-//! and mobilenet-style networks are mostly such planes: 56x56 to 7x7, by
-//! the hundred. Here sixteen planes are copied, as they are, into one
-//! channels-last block of bytes bordered with the zero point (the copy
+//! of sixteen with a tail, and every plane is copied and requantized on
+//! its own; mobilenet-style networks are mostly planes of 112x112 down to
+//! 7x7, by the hundred. Here sixteen planes are copied, as they are, into
+//! one channels-last block of bytes bordered with the zero point (the copy
 //! transposes bytes in registers), so that each output pixel of the
 //! sixteen channels is one vector: every tap one widening load and one
 //! multiply-add against the sixteen channels' `w - zw`, the zero point's
-//! share (`zx` times the sum of the taps) taken off at the start. The sums
-//! are then read back plane by plane into each plane's sink.
+//! share (`zx` times the sum of the taps) taken off at the start. A large
+//! plane goes in bands of output rows whose block stays within
+//! [`BLOCK_BYTES`]. The sums are then read back plane by plane into each
+//! plane's sink.
 
 use std::arch::x86_64::*;
 
@@ -22,11 +24,11 @@ use crate::ops::conv::geometry::Geometry3;
 /// Channels of a block (one per lane).
 pub(super) const LANES: usize = 16;
 
-/// The largest block (padded plane, [`LANES`] bytes a pixel) taken here:
-/// a block that stays in the first-level cache while its taps are read.
-/// mobilenet_v2's 56x56 planes (53 KB blocks) run 1.5x faster here than
-/// along their rows, its stride-2 layer from 112x112 (204 KB) 1.9x
-/// slower.
+/// The largest block (padded rows of a band, [`LANES`] bytes a pixel):
+/// one that stays in the first-level cache while its taps are read.
+/// Single 3x3 nodes: 96 channels at 56x56 (a 53 KB block) 0.145 -> 0.098
+/// ms against the row path; 96 channels stride 2 from 112x112 in bands
+/// 0.26 -> 0.14 ms, as one 204 KB block 0.52 ms.
 const BLOCK_BYTES: usize = 64 << 10;
 
 /// The padded plane of `g`: rows and columns.
@@ -39,12 +41,10 @@ fn padded(g: &Geometry3) -> [usize; 2] {
     ]
 }
 
-/// Whether [`run`] takes a plane of this geometry: 2-D (flat), its block
-/// at most [`BLOCK_BYTES`].
+/// Whether [`run`] takes a plane of this geometry: 2-D (flat).
 pub(super) fn applies(dw: &Depthwise<'_>) -> bool {
     let g = dw.s.geometry.as_3d();
-    let [hp, wp] = padded(&g);
-    g.input[0] == 1 && g.output[0] == 1 && g.kernel[0] == 1 && hp * wp * LANES <= BLOCK_BYTES
+    g.input[0] == 1 && g.output[0] == 1 && g.kernel[0] == 1
 }
 
 /// Every image's channels in blocks of [`LANES`], each plane `i` into
@@ -109,23 +109,6 @@ unsafe fn run<S: Sink>(
     let planes: Vec<&[u8]> = (0..lanes)
         .map(|l| &dw.x[(b * s.channels + c0 + l) * in_len..][..in_len])
         .collect();
-    // The block, channels-last, as the input's bytes: padding is the zero
-    // point's byte. Only the border is written here: `fill_block` writes
-    // every pixel inside.
-    let pad = dw.zx as u8;
-    let xs = &mut scratch.xs;
-    xs.resize(hp * wp * LANES, pad);
-    let pitch = wp * LANES;
-    xs[..pt * pitch].fill(pad);
-    xs[(pt + ih) * pitch..].fill(pad);
-    for row in xs[pt * pitch..(pt + ih) * pitch].chunks_exact_mut(pitch) {
-        row[..pl * LANES].fill(pad);
-        row[(pl + iw) * LANES..].fill(pad);
-    }
-    // SAFETY: the CPU has the features (this function's contract); each
-    // plane holds `ih * iw` bytes and the block `hp * wp` pixels, with
-    // `pt + ih <= hp` and `pl + iw <= wp`.
-    unsafe { fill_block(&planes, [ih, iw], [pt, pl, wp], xs) };
     // The taps, per tap one vector of the channels' `w - zw`.
     let taps = &mut scratch.taps;
     taps.clear();
@@ -155,27 +138,48 @@ unsafe fn run<S: Sink>(
     offsets.clear();
     offsets.extend((0..klen).map(|t| ((t / kw) * dh * wp + (t % kw) * dwl) * LANES));
     let pixels = oh * ow;
-    let last = offsets.iter().max().copied().unwrap_or(0)
-        + (((oh - 1) * sh * wp + (ow - 1) * sw) * LANES)
-        + LANES;
-    assert!(last <= xs.len(), "a tap reads outside the block");
     // Every value is written by `Sums::rows` (no zeroing pass).
     let rows = &mut scratch.rows;
     rows.resize(LANES * pixels, 0);
-    let sums = Sums {
-        xs,
-        ow,
-        steps: [sh * wp * LANES, sw * LANES],
-        pixels,
-    };
-    // SAFETY: the CPU has the features; every pixel's taps lie inside the
-    // block (the assertion above), `rows` holds LANES planes of `pixels`.
-    unsafe {
-        match (klen, dw.x_signed) {
-            (9, false) => sums.rows::<9, false>(offsets, taps, start, rows),
-            (9, true) => sums.rows::<9, true>(offsets, taps, start, rows),
-            (_, false) => sums.rows::<0, false>(offsets, taps, start, rows),
-            (_, true) => sums.rows::<0, true>(offsets, taps, start, rows),
+    // Bands of output rows whose block (the padded rows they read) is at
+    // most BLOCK_BYTES, at least one row.
+    let reach = (kh - 1) * dh + 1;
+    let pitch = wp * LANES;
+    let band = ((BLOCK_BYTES / pitch).saturating_sub(reach) / sh + 1).clamp(1, oh);
+    let pad = dw.zx as u8;
+    for y0 in (0..oh).step_by(band) {
+        let y1 = (y0 + band).min(oh);
+        // Padded rows py0 .. py1 (within hp), block row py - py0.
+        let py0 = y0 * sh;
+        let py1 = ((y1 - 1) * sh + reach).min(hp);
+        let xs = &mut scratch.xs;
+        xs.resize((py1 - py0) * pitch, pad);
+        // SAFETY: the CPU has the features (this function's contract);
+        // each plane holds `ih * iw` bytes, the block `py1 - py0` padded
+        // rows of `wp >= pl + iw` pixels.
+        unsafe { fill_block(&planes, [ih, iw], [pt, pl, wp], py0..py1, pad, xs) };
+        let last = offsets.iter().max().copied().unwrap_or(0)
+            + (((y1 - 1 - y0) * sh * wp + (ow - 1) * sw) * LANES)
+            + LANES;
+        assert!(last <= xs.len(), "a tap reads outside the block");
+        let sums = Sums {
+            xs,
+            ow,
+            steps: [sh * wp * LANES, sw * LANES],
+            first: y0 * ow,
+            count: (y1 - y0) * ow,
+            pixels,
+        };
+        // SAFETY: the CPU has the features; every pixel's taps lie inside
+        // the block (the assertion above), `rows` holds LANES planes of
+        // `pixels`.
+        unsafe {
+            match (klen, dw.x_signed) {
+                (9, false) => sums.rows::<9, false>(offsets, taps, start, rows),
+                (9, true) => sums.rows::<9, true>(offsets, taps, start, rows),
+                (_, false) => sums.rows::<0, false>(offsets, taps, start, rows),
+                (_, true) => sums.rows::<0, true>(offsets, taps, start, rows),
+            }
         }
     }
     for (l, row) in rows.chunks_exact(pixels).take(lanes).enumerate() {
@@ -184,9 +188,10 @@ unsafe fn run<S: Sink>(
     }
 }
 
-/// `xs` (the block, `[py][px][LANES]` bytes) filled inside from the
-/// planes, input pixel `(iy, ix)` at padded `(iy + pt, ix + pl)`; the
-/// lanes of missing planes (fewer than [`LANES`]) read 0.
+/// `xs` (the block: padded rows `band`, `[py - band.start][px][LANES]`
+/// bytes) written whole: input pixel `(iy, ix)` at padded `(iy + pt, ix +
+/// pl)`, `pad` around the image; the lanes of missing planes (fewer than
+/// [`LANES`]) read 0 inside it.
 ///
 /// Sixty-four pixels of a row at a time: the sixteen planes' bytes are
 /// transposed within each 128-bit lane (sixteen pixels of sixteen
@@ -195,22 +200,35 @@ unsafe fn run<S: Sink>(
 ///
 /// # Safety
 /// The CPU has AVX-512 F, BW, DQ and VL; each plane holds `ih * iw`
-/// bytes; `xs` holds `(pt + ih) * wp` pixels and `pl + iw <= wp`.
+/// bytes; `xs` holds `band.len() * wp` pixels and `pl + iw <= wp`.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
 unsafe fn fill_block(
     planes: &[&[u8]],
     [ih, iw]: [usize; 2],
     [pt, pl, wp]: [usize; 3],
+    band: std::ops::Range<usize>,
+    pad: u8,
     xs: &mut [u8],
 ) {
+    let pitch = wp * LANES;
     assert!(
         planes.len() <= LANES
             && planes.iter().all(|p| p.len() >= ih * iw)
             && pl + iw <= wp
-            && (pt + ih) * wp * LANES <= xs.len(),
+            && band.len() * pitch <= xs.len(),
         "the block does not hold the planes"
     );
-    for iy in 0..ih {
+    // The image's rows in the band.
+    let inside = band.start.max(pt).min(pt + ih)..band.end.max(pt).min(pt + ih);
+    for (r, row) in xs[..band.len() * pitch].chunks_exact_mut(pitch).enumerate() {
+        if inside.contains(&(band.start + r)) {
+            row[..pl * LANES].fill(pad);
+            row[(pl + iw) * LANES..].fill(pad);
+        } else {
+            row.fill(pad);
+        }
+    }
+    for iy in inside.start - pt..inside.end - pt {
         let mut ix0 = 0;
         while ix0 < iw {
             let n = (iw - ix0).min(64);
@@ -224,7 +242,7 @@ unsafe fn fill_block(
                 };
             }
             let px = transpose_bytes(&a);
-            let at = ((iy + pt) * wp + pl + ix0) * LANES;
+            let at = ((iy + pt - band.start) * wp + pl + ix0) * LANES;
             // Pixels 16 l + 4 j .. + 4 (lane l of px[4 j .. 4 j + 4]).
             for j in 0..4 {
                 let (p0, p1, p2, p3) = (px[4 * j], px[4 * j + 1], px[4 * j + 2], px[4 * j + 3]);
@@ -254,8 +272,9 @@ unsafe fn fill_block(
                         (1u64 << (16 * valid)) - 1
                     };
                     // SAFETY: pixels (iy + pt, pl + ix0 + first ..
-                    // + valid) lie inside the block (the assertion:
-                    // pl + iw <= wp); the mask writes no more.
+                    // + valid) lie inside the block (the band holds row
+                    // iy + pt; the assertion: pl + iw <= wp); the mask
+                    // writes no more.
                     unsafe {
                         _mm512_mask_storeu_epi8(
                             xs.as_mut_ptr().add(at + first * LANES).cast(),
@@ -319,6 +338,11 @@ struct Sums<'a> {
     xs: &'a [u8],
     ow: usize,
     steps: [usize; 2],
+    /// The band's pixels: `first .. first + count` (whole output rows),
+    /// `at` counted from the band's first row.
+    first: usize,
+    count: usize,
+    /// Pixels of a plane (the distance between lanes in `rows`).
     pixels: usize,
 }
 
@@ -342,14 +366,18 @@ impl Sums<'_> {
         start: __m512i,
         rows: &mut [i32],
     ) {
-        let pixels = self.pixels;
-        assert!(rows.len() >= LANES * pixels, "rows shorter than the planes");
+        let (pixels, end) = (self.pixels, self.first + self.count);
+        assert!(
+            rows.len() >= LANES * pixels && end <= pixels,
+            "rows shorter than the planes"
+        );
         let k = if K == 0 { offsets.len() } else { K };
         let (offsets, taps) = (&offsets[..k], &taps[..k]);
         let base = self.xs.as_ptr();
+        let (count, rows) = (self.count, &mut rows[self.first..]);
         let mut p0 = 0;
-        while p0 < pixels {
-            let n = (pixels - p0).min(LANES);
+        while p0 < count {
+            let n = (count - p0).min(LANES);
             let mut acc = [start; LANES];
             for (j, acc) in acc.iter_mut().take(n).enumerate() {
                 let p = p0 + j;
@@ -369,8 +397,9 @@ impl Sums<'_> {
             transpose(&mut acc);
             let mask: __mmask16 = if n == LANES { !0 } else { (1u16 << n) - 1 };
             for (l, v) in acc.iter().enumerate() {
-                // SAFETY: the mask writes values l * pixels + p0 .. + n,
-                // inside `rows` (the assertion).
+                // SAFETY: the mask writes values first + l * pixels + p0
+                // .. + n, inside `rows` (the assertion: first + count <=
+                // pixels).
                 unsafe {
                     _mm512_mask_storeu_epi32(
                         rows.as_mut_ptr().add(l * pixels + p0).cast(),
