@@ -137,15 +137,14 @@ unsafe fn run<S: Sink>(
     let offsets = &mut scratch.offsets;
     offsets.clear();
     offsets.extend((0..klen).map(|t| ((t / kw) * dh * wp + (t % kw) * dwl) * LANES));
-    let pixels = oh * ow;
-    // Every value is written by `Sums::rows` (no zeroing pass).
-    let rows = &mut scratch.rows;
-    rows.resize(LANES * pixels, 0);
-    // Bands of output rows whose block (the padded rows they read) is at
-    // most BLOCK_BYTES, at least one row.
+    // Bands of output rows: the block of the padded rows they read at
+    // most BLOCK_BYTES, and their sums (LANES i32 a pixel) too; at least
+    // one row.
     let reach = (kh - 1) * dh + 1;
     let pitch = wp * LANES;
-    let band = ((BLOCK_BYTES / pitch).saturating_sub(reach) / sh + 1).clamp(1, oh);
+    let band = ((BLOCK_BYTES / pitch).saturating_sub(reach) / sh + 1)
+        .min(BLOCK_BYTES / (LANES * 4 * ow))
+        .clamp(1, oh);
     let pad = dw.zx as u8;
     for y0 in (0..oh).step_by(band) {
         let y1 = (y0 + band).min(oh);
@@ -162,17 +161,19 @@ unsafe fn run<S: Sink>(
             + (((y1 - 1 - y0) * sh * wp + (ow - 1) * sw) * LANES)
             + LANES;
         assert!(last <= xs.len(), "a tap reads outside the block");
+        let pixels = (y1 - y0) * ow;
+        // Every value is written by `Sums::rows` (no zeroing pass).
+        let rows = &mut scratch.rows;
+        rows.resize(LANES * pixels, 0);
         let sums = Sums {
             xs,
             ow,
             steps: [sh * wp * LANES, sw * LANES],
-            first: y0 * ow,
-            count: (y1 - y0) * ow,
             pixels,
         };
         // SAFETY: the CPU has the features; every pixel's taps lie inside
-        // the block (the assertion above), `rows` holds LANES planes of
-        // `pixels`.
+        // the block (the assertion above), `rows` holds LANES rows of the
+        // band's `pixels`.
         unsafe {
             match (klen, dw.x_signed) {
                 (9, false) => sums.rows::<9, false>(offsets, taps, start, rows),
@@ -181,10 +182,10 @@ unsafe fn run<S: Sink>(
                 (_, true) => sums.rows::<0, true>(offsets, taps, start, rows),
             }
         }
-    }
-    for (l, row) in rows.chunks_exact(pixels).take(lanes).enumerate() {
-        // SAFETY: the CPU has the features (this function's contract).
-        unsafe { sinks[b * s.channels + c0 + l].put_avx512(0, 0, row) };
+        for (l, row) in rows.chunks_exact(pixels).take(lanes).enumerate() {
+            // SAFETY: the CPU has the features (this function's contract).
+            unsafe { sinks[b * s.channels + c0 + l].put_avx512(0, y0 * ow, row) };
+        }
     }
 }
 
@@ -338,11 +339,8 @@ struct Sums<'a> {
     xs: &'a [u8],
     ow: usize,
     steps: [usize; 2],
-    /// The band's pixels: `first .. first + count` (whole output rows),
-    /// `at` counted from the band's first row.
-    first: usize,
-    count: usize,
-    /// Pixels of a plane (the distance between lanes in `rows`).
+    /// The band's pixels (whole output rows, the distance between lanes
+    /// in `rows`).
     pixels: usize,
 }
 
@@ -366,18 +364,14 @@ impl Sums<'_> {
         start: __m512i,
         rows: &mut [i32],
     ) {
-        let (pixels, end) = (self.pixels, self.first + self.count);
-        assert!(
-            rows.len() >= LANES * pixels && end <= pixels,
-            "rows shorter than the planes"
-        );
+        let pixels = self.pixels;
+        assert!(rows.len() >= LANES * pixels, "rows shorter than the band");
         let k = if K == 0 { offsets.len() } else { K };
         let (offsets, taps) = (&offsets[..k], &taps[..k]);
         let base = self.xs.as_ptr();
-        let (count, rows) = (self.count, &mut rows[self.first..]);
         let mut p0 = 0;
-        while p0 < count {
-            let n = (count - p0).min(LANES);
+        while p0 < pixels {
+            let n = (pixels - p0).min(LANES);
             let mut acc = [start; LANES];
             for (j, acc) in acc.iter_mut().take(n).enumerate() {
                 let p = p0 + j;
@@ -397,9 +391,8 @@ impl Sums<'_> {
             transpose(&mut acc);
             let mask: __mmask16 = if n == LANES { !0 } else { (1u16 << n) - 1 };
             for (l, v) in acc.iter().enumerate() {
-                // SAFETY: the mask writes values first + l * pixels + p0
-                // .. + n, inside `rows` (the assertion: first + count <=
-                // pixels).
+                // SAFETY: the mask writes values l * pixels + p0 .. + n,
+                // inside `rows` (the assertion).
                 unsafe {
                     _mm512_mask_storeu_epi32(
                         rows.as_mut_ptr().add(l * pixels + p0).cast(),
