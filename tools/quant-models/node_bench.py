@@ -23,16 +23,24 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-# name: (in channels, out channels, spatial size, kernel, group)
+# name: (in channels, out channels, input size, kernel, group, stride)
 CASES = {
-    "conv3x3-64-56": (64, 64, 56, 3, 1),  # resnet18 layer1
-    "conv3x3-256-14": (256, 256, 14, 3, 1),  # resnet18 layer3
-    "conv1x1-128-28": (128, 128, 28, 1, 1),  # a pointwise projection
-    "depthwise3x3-96-56": (96, 96, 56, 3, 96),  # mobilenet_v2 block 2
+    "conv3x3-64-56": (64, 64, 56, 3, 1, 1),  # resnet18 layer1
+    "conv3x3-256-14": (256, 256, 14, 3, 1, 1),  # resnet18 layer3
+    "conv1x1-128-28": (128, 128, 28, 1, 1, 1),  # a pointwise projection
+    "depthwise3x3-96-56": (96, 96, 56, 3, 96, 1),  # mobilenet_v2 block 2
+    # mobilenet_v2's layer shapes
+    "pw16-96-112": (16, 96, 112, 1, 1, 1),
+    "pw24-144-56": (24, 144, 56, 1, 1, 1),
+    "pw96-24-56": (96, 24, 56, 1, 1, 1),
+    "dw32-112": (32, 32, 112, 3, 32, 1),
+    "dw96-112s2": (96, 96, 112, 3, 96, 2),
+    "dw144-56s2": (144, 144, 56, 3, 144, 2),
+    "dw192-28": (192, 192, 28, 3, 192, 1),
 }
 
 
-def conv(out: Path, name: str, c: int, m: int, size: int, k: int, group: int) -> None:
+def conv(out: Path, name: str, c: int, m: int, size: int, k: int, group: int, stride: int = 1) -> None:
     rng = np.random.default_rng(sum(map(ord, name)))
     w = rng.integers(-60, 60, (m, c // group, k, k), dtype=np.int8)
     inits = [
@@ -46,13 +54,19 @@ def conv(out: Path, name: str, c: int, m: int, size: int, k: int, group: int) ->
         nh.from_array(rng.integers(-1000, 1000, m).astype(np.int32), "b"),
     ]
     node = h.make_node(
-        "QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"], pads=[k // 2] * 4, group=group
+        "QLinearConv",
+        ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"],
+        ["y"],
+        pads=[k // 2] * 4,
+        group=group,
+        strides=[stride, stride],
     )
+    osize = (size + 2 * (k // 2) - k) // stride + 1
     graph = h.make_graph(
         [node],
         name,
         [h.make_tensor_value_info("x", TP.UINT8, [1, c, size, size])],
-        [h.make_tensor_value_info("y", TP.UINT8, [1, m, size, size])],
+        [h.make_tensor_value_info("y", TP.UINT8, [1, m, osize, osize])],
         inits,
     )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
