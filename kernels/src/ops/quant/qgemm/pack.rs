@@ -268,8 +268,7 @@ impl<'a> PackedB<'a> {
     /// Panel `p`'s bytes.
     #[inline(always)]
     pub(crate) fn panel(&self, p: usize) -> &'a [u8] {
-        let len = panel_bytes(self.arith, self.kp);
-        &self.data[p * len..(p + 1) * len]
+        self.panels(p, 1)
     }
 
     /// Panels `p..p + count`'s bytes, one after another.
