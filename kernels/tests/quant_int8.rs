@@ -884,6 +884,17 @@ fn qlinear_depthwise_blocks_of_channels() {
 /// One QLinearConv (uint8 output, per-channel int8 weights) against the
 /// exact reference on every family, packed where it packs.
 fn check_qlinear_conv(c: &ConvCase, x_signed: bool, w_zero: bool, rng: &mut Rng) {
+    check_qlinear_conv_to(c, x_signed, w_zero, false, rng);
+}
+
+/// [`check_qlinear_conv`] with an int8 output when `y_signed`.
+fn check_qlinear_conv_to(
+    c: &ConvCase,
+    x_signed: bool,
+    w_zero: bool,
+    y_signed: bool,
+    rng: &mut Rng,
+) {
     let [_, ch, _, _] = c.x;
     let xn: usize = c.x.iter().product();
     let wn = c.maps * ch / c.group * c.kernel[0] * c.kernel[1];
@@ -899,14 +910,19 @@ fn check_qlinear_conv(c: &ConvCase, x_signed: bool, w_zero: bool, rng: &mut Rng)
         vec![0; c.maps]
     };
     let bias = bytes(rng, c.maps, -3000, 3000);
-    let (sx, sy, zy) = (0.03f32, 0.9f32, 121);
+    let (sx, sy) = (0.03f32, 0.9f32);
+    let (zy, lo, hi) = if y_signed {
+        (-9, -128, 127)
+    } else {
+        (121, 0, 255)
+    };
     let sw: Vec<f32> = (0..c.maps).map(|m| 0.002 + m as f32 * 0.0007).collect();
     let (acc, [oh, ow]) = conv_ref(c, &x, zx, &w, &zw, &bias);
     let per = oh * ow;
     let want: Vec<i32> = acc
         .iter()
         .enumerate()
-        .map(|(i, &v)| requant(v, sx * sw[(i / per) % c.maps] / sy, zy, 0, 255))
+        .map(|(i, &v)| requant(v, sx * sw[(i / per) % c.maps] / sy, zy, lo, hi))
         .collect();
     let wshape = [c.maps, ch / c.group, c.kernel[0], c.kernel[1]];
     let node = Node::new("QLinearConv", 10)
@@ -927,16 +943,60 @@ fn check_qlinear_conv(c: &ConvCase, x_signed: bool, w_zero: bool, rng: &mut Rng)
         In::Const(f32t(&[c.maps], &sw)),
         In::Const(i8s(&[c.maps], &zw)),
         In::Const(f32t(&[], &[sy])),
-        In::Const(u8s(&[], &[zy])),
+        In::Const(if y_signed {
+            i8s(&[], &[zy])
+        } else {
+            u8s(&[], &[zy])
+        }),
         In::Const(i32t(&[c.maps], &bias)),
     ];
     let depthwise = c.group == ch && c.maps == ch;
-    check_all(
-        &node,
-        &inputs,
-        !depthwise,
-        &u8s(&[c.x[0], c.maps, oh, ow], &want),
-    );
+    let yshape = [c.x[0], c.maps, oh, ow];
+    let want = if y_signed {
+        i8s(&yshape, &want)
+    } else {
+        u8s(&yshape, &want)
+    };
+    check_all(&node, &inputs, !depthwise, &want);
+}
+
+/// Depthwise convolutions into int8 outputs (the signed narrowing of the
+/// output stage in lanes), narrow planes taken several rows per step and
+/// wide ones row by row, and ConvInteger's int32 depthwise output (the
+/// sums turned back into rows).
+#[test]
+fn depthwise_int8_and_int32_outputs() {
+    let case = |x: [usize; 4], stride: [usize; 2]| ConvCase {
+        x,
+        maps: x[1],
+        kernel: [3, 3],
+        group: x[1],
+        stride,
+        dilation: [1, 1],
+        pads: [1, 1, 1, 1],
+    };
+    let mut rng = Rng(26);
+    for (c, x_signed) in [
+        (case([1, 33, 7, 7], [1, 1]), false),
+        (case([2, 18, 14, 3], [2, 1]), true),
+        (case([1, 17, 11, 45], [1, 2]), true),
+    ] {
+        check_qlinear_conv_to(&c, x_signed, true, true, &mut rng);
+    }
+    let c = case([1, 21, 9, 7], [1, 1]);
+    let x = bytes(&mut rng, 21 * 9 * 7, 0, 255);
+    let w = bytes(&mut rng, 21 * 9, -100, 100);
+    let (acc, [oh, ow]) = conv_ref(&c, &x, 77, &w, &[-3], &[]);
+    let node = Node::new("ConvInteger", 10)
+        .int("group", 21)
+        .ints("pads", &[1, 1, 1, 1]);
+    let inputs = [
+        var(u8s(&c.x, &x)),
+        In::Const(i8s(&[21, 1, 3, 3], &w)),
+        In::Const(u8s(&[], &[77])),
+        In::Const(i8s(&[], &[-3])),
+    ];
+    check_all(&node, &inputs, false, &i32t(&[1, 21, oh, ow], &acc));
 }
 
 /// ConvInteger with int8 weights (the channel-major convolution's int32

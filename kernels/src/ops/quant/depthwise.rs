@@ -48,15 +48,18 @@ struct Plane<'a> {
     zx: i32,
     /// The taps as `w - zw`.
     taps: &'a [i32],
+    /// The row of the image's sink (the channel).
+    row: usize,
 }
 
 impl Depthwise<'_> {
-    /// Every plane `i` into `sinks[i]`, the planes split across `par`'s
-    /// threads; compiled for the vector extensions of `isa` (which the CPU
-    /// has: QIsa::select).
+    /// Every plane into its image's sink (image `b`, channel `c`: row `c`
+    /// of `sinks[b]`), the planes split across `par`'s threads; compiled
+    /// for the vector extensions of `isa` (which the CPU has:
+    /// QIsa::select).
     pub(super) fn run<S: Sink>(&self, sinks: &[S], isa: QIsa, par: &dyn ParallelFor) {
         let avx2 = isa.avx2();
-        let planes = sinks.len();
+        let planes = self.s.batch * self.s.channels;
         let tasks = if par.threads() > 1 {
             planes.min(par.threads() * 4)
         } else {
@@ -70,12 +73,12 @@ impl Depthwise<'_> {
                 if avx2 {
                     // SAFETY: every family but the portable one is selected
                     // only on a CPU with AVX2.
-                    unsafe { p.run_avx2(&sinks[i], &mut xs, &mut acc) };
+                    unsafe { p.run_avx2(&sinks[i / self.s.channels], &mut xs, &mut acc) };
                     continue;
                 }
                 let _ = avx2;
                 // SAFETY: AVX2 = false asks nothing of the CPU.
-                unsafe { p.run::<false, S>(&sinks[i], &mut xs, &mut acc) };
+                unsafe { p.run::<false, S>(&sinks[i / self.s.channels], &mut xs, &mut acc) };
             }
         };
         if tasks <= 1 {
@@ -104,6 +107,7 @@ impl Depthwise<'_> {
             x_signed: self.x_signed,
             zx: self.zx,
             taps,
+            row: c,
         }
     }
 }
@@ -234,7 +238,7 @@ impl Plane<'_> {
                 }
             }
             for y in 0..oh {
-                sink.put(0, y * ow, &acc[y * wp..y * wp + ow]);
+                sink.put(self.row, y * ow, &acc[y * wp..y * wp + ow]);
             }
             return;
         }
@@ -250,7 +254,7 @@ impl Plane<'_> {
                     unsafe { tap::<AVX2>(a + b == 0, acc, src, w) };
                 }
             }
-            sink.put(0, y * ow, acc);
+            sink.put(self.row, y * ow, acc);
         }
     }
 
@@ -310,7 +314,7 @@ impl Plane<'_> {
                         }
                     }
                 }
-                sink.put(0, (z * oh + yy) * ow, acc);
+                sink.put(self.row, (z * oh + yy) * ow, acc);
             }
         }
     }

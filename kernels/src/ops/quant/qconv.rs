@@ -344,6 +344,50 @@ impl Operator for QConv {
     }
 }
 
+/// The output channels a sink stores: `count` from `first` on, as the
+/// rows of the product (`rows`: the channel-major and depthwise
+/// convolutions) or as its columns (the pixel-major product).
+#[derive(Debug, Clone, Copy)]
+struct Channels {
+    first: usize,
+    count: usize,
+    rows: bool,
+}
+
+impl Channels {
+    /// The channels' values of a per-channel `v` (one value stays one).
+    fn of<'v, V>(&self, v: &'v [V]) -> &'v [V] {
+        if v.len() == 1 {
+            v
+        } else {
+            &v[self.first..self.first + self.count]
+        }
+    }
+}
+
+/// The requantizing sink of channels `ch` over `out`: one multiplier per
+/// channel (or one for all), the int32 `bias` (one per channel) added
+/// first.
+fn requant_sink<'a, T>(
+    out: Shared<T>,
+    ch: Channels,
+    multipliers: &'a [f32],
+    bias: Option<&'a [i32]>,
+    zero: i32,
+) -> RequantSink<'a, T> {
+    RequantSink {
+        out,
+        multipliers: ch.of(multipliers),
+        by_row: ch.rows,
+        bias: bias.map(|b| BiasI32 {
+            data: ch.of(b),
+            row_stride: usize::from(ch.rows),
+            col_stride: usize::from(!ch.rows),
+        }),
+        zero,
+    }
+}
+
 /// The weight: packed per group, or the tensor with its zero points.
 enum Weight<'a> {
     Packed(&'a PackedWeight),
@@ -370,26 +414,8 @@ impl Run<'_> {
         multipliers: &[f32],
         zero: i32,
     ) -> Result<(), KernelError> {
-        self.all(y, &|out, g| {
-            let mg = self.shape.mg();
-            let mult = if multipliers.len() == 1 {
-                multipliers
-            } else {
-                &multipliers[g * mg..(g + 1) * mg]
-            };
-            RequantSink {
-                out,
-                multipliers: mult,
-                by_row: false,
-                bias: self.bias.map(|b| BiasI32 {
-                    data: &b[g * mg..(g + 1) * mg],
-                    row_stride: 0,
-                    // One channel per group (depthwise: its pixels are the
-                    // columns) reads its one bias.
-                    col_stride: usize::from(mg > 1),
-                }),
-                zero,
-            }
+        self.all(y, &|out, ch| {
+            requant_sink(out, ch, multipliers, self.bias, zero)
         })
     }
 
@@ -401,27 +427,16 @@ impl Run<'_> {
         multipliers: &[f32],
         zero: i32,
     ) -> Result<(), KernelError> {
-        let mg = self.shape.mg();
-        self.planar(y, &|out, g| RequantSink {
-            out,
-            multipliers: if multipliers.len() == 1 {
-                multipliers
-            } else {
-                &multipliers[g * mg..(g + 1) * mg]
-            },
-            by_row: true,
-            bias: None,
-            zero,
-        })
+        self.planar(y, &|out, ch| requant_sink(out, ch, multipliers, None, zero))
     }
 
     /// Every image and group on the channel-major convolution, each
-    /// group's output channels stored by the sink `make(out, group)`
+    /// group's output channels stored by the sink `make(out, channels)`
     /// builds (rows: the group's output channels; columns: pixels).
     fn planar<T: Copy + Send, S: Sink>(
         &self,
         y: &mut [T],
-        make: &dyn Fn(Shared<T>, usize) -> S,
+        make: &dyn Fn(Shared<T>, Channels) -> S,
     ) -> Result<(), KernelError> {
         let op = self.op;
         let s = self.shape;
@@ -464,7 +479,12 @@ impl Run<'_> {
                     zero: self.zx,
                 };
                 let out = &mut y[(b * s.maps + g * mg) * pixels..][..mg * pixels];
-                let sink = make(Shared::new(out, pixels, 1), g);
+                let ch = Channels {
+                    first: g * mg,
+                    count: mg,
+                    rows: true,
+                };
+                let sink = make(Shared::new(out, pixels, 1), ch);
                 let bias = self.bias.map(|b| &b[g * mg..(g + 1) * mg]);
                 planar::run(op, &g3, img, &w, bias, &sink, self.par)?;
             }
@@ -473,11 +493,12 @@ impl Run<'_> {
     }
 
     /// Every image and group, each group's product stored by the sink
-    /// `make(out, group)` builds over its output channels.
+    /// `make(out, channels)` builds over its output channels (a depthwise
+    /// convolution: one sink per image, its channels the rows).
     fn all<T: Copy + Send, S: Sink>(
         &self,
         y: &mut [T],
-        make: &dyn Fn(Shared<T>, usize) -> S,
+        make: &dyn Fn(Shared<T>, Channels) -> S,
     ) -> Result<(), KernelError> {
         let op = self.op;
         let s = self.shape;
@@ -493,12 +514,16 @@ impl Run<'_> {
                 });
             };
             let (wb, w_signed) = bytes_of(op, w)?;
-            // One sink per plane (image, channel), over its output pixels.
+            // One sink per image, its channels the rows.
+            let every = Channels {
+                first: 0,
+                count: s.maps,
+                rows: true,
+            };
             let sinks: Vec<S> = y
-                .chunks_mut(pixels)
-                .take(s.batch * s.maps)
-                .enumerate()
-                .map(|(i, out)| make(Shared::new(out, 0, 1), i % s.channels))
+                .chunks_mut(s.maps * pixels)
+                .take(s.batch)
+                .map(|out| make(Shared::new(out, pixels, 1), every))
                 .collect();
             let dw = Depthwise {
                 s: &s,
@@ -547,7 +572,12 @@ impl Run<'_> {
                     zero: ZeroA::Scalar(self.zx),
                 };
                 let out = &mut y[(b * s.maps + g * mg) * pixels..][..mg * pixels];
-                let sink = make(Shared::new(out, 1, pixels), g);
+                let ch = Channels {
+                    first: g * mg,
+                    count: mg,
+                    rows: false,
+                };
+                let sink = make(Shared::new(out, 1, pixels), ch);
                 match &self.weight {
                     Weight::Packed(p) => {
                         let pb = group_view(op, p, g)?;

@@ -4,6 +4,9 @@
 //! col_stride` of its output, so a convolution can store its pixel-major
 //! product channel-major.
 
+#[cfg(target_arch = "x86_64")]
+mod lanes;
+
 use crate::ops::quant::common::{QInt, quantize_value};
 
 /// Receives row `m`, columns `n0..n0 + vals.len()` of `C`. Tasks of one
@@ -34,6 +37,29 @@ pub(crate) trait Sink: Sync {
     unsafe fn put_pair_avx512(&self, m: usize, n0: usize, vals: [Vec16; 2], n: usize) {
         // SAFETY: the caller's guarantee.
         unsafe { put_pair_through_memory(self, m, n0, vals, n) };
+    }
+
+    /// Rows `m0..m0 + rows` (at most 16), columns `n0..n0 + n` (at most
+    /// 16) from a kernel that holds them as columns: lane `l` of
+    /// `cols[j]` is row `m0 + l`, column `n0 + j` (a depthwise
+    /// convolution's pixel vectors of sixteen channels). A sink with an
+    /// output stage in lanes takes them as they are; others get the rows
+    /// transposed, through [`Self::put_avx512`].
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and VL.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn put_lanes_avx512(
+        &self,
+        m0: usize,
+        rows: usize,
+        n0: usize,
+        cols: &[Vec16; 16],
+        n: usize,
+    ) {
+        // SAFETY: the caller's guarantee.
+        unsafe { lanes::put_rows(self, m0, rows, n0, cols, n) };
     }
 }
 
@@ -386,9 +412,28 @@ impl<T: QInt> Sink for RequantSink<'_, T> {
             unsafe { put_pair_through_memory(self, m, n0, vals, n) };
         }
     }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn put_lanes_avx512(
+        &self,
+        m0: usize,
+        rows: usize,
+        n0: usize,
+        cols: &[Vec16; 16],
+        n: usize,
+    ) {
+        // SAFETY: the CPU has AVX-512 F, BW and VL (this function's
+        // contract).
+        if !unsafe { self.lanes_avx512(m0, rows, n0, cols, n) } {
+            // SAFETY: as above.
+            unsafe { lanes::put_rows(self, m0, rows, n0, cols, n) };
+        }
+    }
 }
 
-/// The constants of [`RequantSink`]'s vector output stage for one row.
+/// The constants of [`RequantSink`]'s vector output stage: for one row
+/// (every lane alike), or for sixteen rows, one per lane.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 struct RowStage {
@@ -397,6 +442,32 @@ struct RowStage {
     lo: std::arch::x86_64::__m512,
     hi: std::arch::x86_64::__m512,
     zero: Vec16,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl RowStage {
+    /// The requantized values of `c`, lane by lane, within the output
+    /// type's range. Each step is the scalar [`requantize`]'s: the sum plus
+    /// the bias (wrapping), converted to f32, multiplied, clamped (`max`
+    /// first, which turns NaN into the lower bound), rounded half to even,
+    /// plus the zero point.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn apply(&self, c: Vec16) -> Vec16 {
+        use std::arch::x86_64::*;
+        let v = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_add_epi32(c, self.bias)),
+            self.mult,
+        );
+        let v = _mm512_min_ps(_mm512_max_ps(v, self.lo), self.hi);
+        // Rounded half to even by the instruction itself: for the clamped
+        // values (|v| < 2^17) the same as the scalar addition.
+        let r = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+        _mm512_add_epi32(r, self.zero)
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -436,10 +507,7 @@ impl<T: QInt> RequantSink<'_, T> {
     }
 
     /// Requantizes the first `n` (at most 16) lanes of `c` and stores them
-    /// at element `at` of the output. Each step is the scalar
-    /// [`requantize`]'s: the sum plus the bias (wrapping), converted to
-    /// f32, multiplied, clamped (`max` first, which turns NaN into the
-    /// lower bound), rounded half to even, plus the zero point.
+    /// at element `at` of the output ([`RowStage::apply`]).
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW and VL; elements `at .. at + n` lie inside
@@ -450,12 +518,7 @@ impl<T: QInt> RequantSink<'_, T> {
     unsafe fn store16(&self, st: &RowStage, c: Vec16, at: usize, n: usize) {
         use std::arch::x86_64::*;
         let mask: __mmask16 = if n >= 16 { !0 } else { (1u16 << n) - 1 };
-        let v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, st.bias)), st.mult);
-        let v = _mm512_min_ps(_mm512_max_ps(v, st.lo), st.hi);
-        // Rounded half to even by the instruction itself: for the clamped
-        // values (|v| < 2^17) the same as the scalar addition.
-        let r = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
-        let q = _mm512_add_epi32(r, st.zero);
+        let q = st.apply(c);
         // SAFETY: the caller's guarantee; the mask writes no more than `n`
         // elements. The narrowing is done in registers: a narrowing store
         // to memory is microcoded on some cores.
@@ -542,125 +605,4 @@ impl<T: QInt> RequantSink<'_, T> {
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]
-mod tests {
-    use super::{BiasI32, F32Sink, QInt, RequantSink, Shared, Sink};
-
-    /// The vector row, and the same values handed over in two vectors,
-    /// equal the scalar row on sums that saturate at both ends, round at
-    /// ties and wrap with the bias, for every 8- and 16-bit type, whole
-    /// vectors and tails, one multiplier or one per row.
-    fn vector_row_is_the_scalar_row<T: QInt + PartialEq + std::fmt::Debug>(zero: i32) {
-        if !std::arch::is_x86_feature_detected!("avx512bw")
-            || !std::arch::is_x86_feature_detected!("avx512vl")
-        {
-            return;
-        }
-        let mut vals: Vec<i32> = vec![i32::MIN, i32::MAX, -1, 0, 1, 2, 3, 5, 7, 1 << 24];
-        vals.extend((0..45).map(|i: i32| (i * 7919 - 150_000).wrapping_mul(13)));
-        let multipliers = [0.5f32, 0.003, f32::NAN];
-        let bias = [i32::MAX - 2, -7, 40];
-        for by_row in [false, true] {
-            for len in [1, 16, 17, 32, vals.len()] {
-                for m in 0..3 {
-                    // 0: scalar, 1: a vector row, 2: two vectors.
-                    let run = |how: u8| {
-                        let mut out = vec![T::from_i32(0); 3 * 64];
-                        let sink = RequantSink {
-                            out: Shared::new(&mut out, 64, 1),
-                            multipliers: if by_row {
-                                &multipliers
-                            } else {
-                                &multipliers[1..2]
-                            },
-                            by_row,
-                            bias: Some(BiasI32 {
-                                data: &bias,
-                                row_stride: 1,
-                                col_stride: 0,
-                            }),
-                            zero,
-                        };
-                        match how {
-                            0 => sink.put(m, 3, &vals[..len]),
-                            // SAFETY: the CPU has AVX-512 BW and VL (checked
-                            // above), which imply F.
-                            1 => unsafe { sink.put_avx512(m, 3, &vals[..len]) },
-                            _ => {
-                                use std::arch::x86_64::_mm512_loadu_si512;
-                                let mut pair = [-1i32; 32];
-                                pair[..len].copy_from_slice(&vals[..len]);
-                                // SAFETY: as above; `pair` holds two vectors.
-                                unsafe {
-                                    let v = [
-                                        _mm512_loadu_si512(pair.as_ptr().cast()),
-                                        _mm512_loadu_si512(pair.as_ptr().add(16).cast()),
-                                    ];
-                                    sink.put_pair_avx512(m, 3, v, len);
-                                }
-                            }
-                        }
-                        out
-                    };
-                    let want = run(0);
-                    assert_eq!(run(1), want, "by_row {by_row}, len {len}, row {m}");
-                    if len <= 32 {
-                        assert_eq!(run(2), want, "pair: by_row {by_row}, len {len}, row {m}");
-                    }
-                }
-            }
-        }
-    }
-
-    /// The float row: the vector code equals the scalar loop, with one
-    /// scale or one per column, with and without a bias (no bias keeps a
-    /// -0 product), whole vectors and tails.
-    #[test]
-    fn vector_float_rows_equal_the_scalar_ones() {
-        if !std::arch::is_x86_feature_detected!("avx512bw")
-            || !std::arch::is_x86_feature_detected!("avx512vl")
-        {
-            return;
-        }
-        let vals: Vec<i32> = (0..40)
-            .map(|i: i32| (i - 20) * 1_000_003 % 977_777)
-            .collect();
-        let scales: Vec<f32> = (0..48).map(|i| (i as f32 - 3.0) * 0.013).collect();
-        let bias: Vec<f32> = (0..48).map(|i| i as f32 * -0.25 + 1.5).collect();
-        for one_scale in [false, true] {
-            for with_bias in [false, true] {
-                for len in [1, 16, 21, 40] {
-                    let run = |vector: bool| {
-                        let mut out = vec![7.0f32; 2 * 48];
-                        let sink = F32Sink {
-                            out: Shared::new(&mut out, 48, 1),
-                            scales: if one_scale { &scales[2..3] } else { &scales },
-                            bias: with_bias.then_some(&bias[..]),
-                            c_bias: None,
-                        };
-                        if vector {
-                            // SAFETY: the CPU has AVX-512 BW and VL (checked
-                            // above), which imply F.
-                            unsafe { sink.put_avx512(1, 5, &vals[..len]) };
-                        } else {
-                            sink.put(1, 5, &vals[..len]);
-                        }
-                        out.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
-                    };
-                    assert_eq!(
-                        run(true),
-                        run(false),
-                        "one scale {one_scale}, bias {with_bias}, len {len}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn vector_requantization_equals_the_scalar_one() {
-        vector_row_is_the_scalar_row::<u8>(131);
-        vector_row_is_the_scalar_row::<i8>(-3);
-        vector_row_is_the_scalar_row::<u16>(30_000);
-        vector_row_is_the_scalar_row::<i16>(12);
-    }
-}
+mod tests;
