@@ -25,8 +25,8 @@ fn reach(quads: usize, stride: usize) -> usize {
 
 /// Raw sums `sum_k w[r][k] * panel[k][j]` over the `kp / 4` quads of
 /// `panel` (quad `q` at `q * stride`: [`PACKED`] for a packed panel), for
-/// the [`ROWS`] rows of `w` (`kp` bytes each), handed to `out(r, sums)`
-/// row by row, pixels `0..16` and `16..32` in the two vectors.
+/// the [`ROWS`] rows of `w` (`kp` bytes each): row `r`'s pixels `0..16`
+/// and `16..32` in the two vectors of element `r`.
 ///
 /// # Safety
 /// The CPU has AVX-512 F and VNNI.
@@ -37,8 +37,7 @@ pub(super) unsafe fn block(
     stride: usize,
     w: &[u8],
     kp: usize,
-    mut out: impl FnMut(usize, [__m512i; 2]),
-) {
+) -> [[__m512i; 2]; ROWS] {
     let quads = kp / 4;
     assert!(
         panel.len() >= reach(quads, stride) && w.len() >= ROWS * kp,
@@ -64,9 +63,7 @@ pub(super) unsafe fn block(
             acc[1] = _mm512_dpbusd_epi32(acc[1], b1, a);
         }
     }
-    for (r, acc) in acc.into_iter().enumerate() {
-        out(r, acc);
-    }
+    acc
 }
 
 /// Per pixel of the strip, the sum of its `quads * 4` bytes (quad `q` at

@@ -368,27 +368,24 @@ impl<S: Sink> Job<'_, S> {
             let r0 = blk * ROWS;
             let rows = ROWS.min(self.w.mg - r0);
             let wrows = &self.w.data[r0 * kp..(r0 + ROWS) * kp];
+            // SAFETY: as above; `wrows` holds ROWS rows of `kp` bytes and
+            // the panel `kp / 4` quads of STRIP pixels.
+            let mut acc = unsafe { avx512::block(panel, stride, wrows, kp) };
             // Each row's sums, corrected in registers (plus the row's
             // constant, minus its weights' zero point times the column
             // sums), go to the sink's output stage as they are.
-            let out = |r: usize, acc: [__m512i; 2]| {
-                if r >= rows {
-                    return;
-                }
+            for (r, v) in acc.iter_mut().enumerate().take(rows) {
                 let c = _mm512_set1_epi32(self.row_const[r0 + r]);
-                let mut v = acc.map(|a| _mm512_add_epi32(a, c));
+                *v = v.map(|a| _mm512_add_epi32(a, c));
                 if self.colsums {
                     let zw = _mm512_set1_epi32(self.w.zero(r0 + r));
                     for (v, &cs) in v.iter_mut().zip(&col) {
                         *v = _mm512_sub_epi32(*v, _mm512_mullo_epi32(zw, cs));
                     }
                 }
-                // SAFETY: as above (AVX-512 F, BW and VL).
-                unsafe { self.sink.put_pair_avx512(r0 + r, p0, v, np) };
-            };
-            // SAFETY: as above; `wrows` holds ROWS rows of `kp` bytes and
-            // the panel `kp / 4` quads of STRIP pixels.
-            unsafe { avx512::block(panel, stride, wrows, kp, out) };
+            }
+            // SAFETY: as above (AVX-512 F, BW and VL).
+            unsafe { self.sink.put_pairs_avx512(r0, p0, &acc[..rows], np) };
         }
     }
 }

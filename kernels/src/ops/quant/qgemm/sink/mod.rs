@@ -27,16 +27,20 @@ pub(crate) trait Sink: Sync {
     }
 
     /// [`Self::put_avx512`] of the first `n` (at most 32) values of two
-    /// vectors, from a kernel that holds them in registers: a sink with a
-    /// vector output stage takes them as they are, others through memory.
+    /// vectors per row, rows `m0..m0 + vals.len()`, from a kernel that
+    /// holds them in registers: a sink with a vector output stage takes
+    /// them as they are (its checks made once for the rows), others
+    /// through memory.
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW and VL.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn put_pair_avx512(&self, m: usize, n0: usize, vals: [Vec16; 2], n: usize) {
-        // SAFETY: the caller's guarantee.
-        unsafe { put_pair_through_memory(self, m, n0, vals, n) };
+    unsafe fn put_pairs_avx512(&self, m0: usize, n0: usize, vals: &[[Vec16; 2]], n: usize) {
+        for (r, &v) in vals.iter().enumerate() {
+            // SAFETY: the caller's guarantee.
+            unsafe { put_pair_through_memory(self, m0 + r, n0, v, n) };
+        }
     }
 
     /// Rows `m0..m0 + rows` (at most 16), columns `n0..n0 + n` (at most
@@ -67,8 +71,8 @@ pub(crate) trait Sink: Sync {
 #[cfg(target_arch = "x86_64")]
 pub(crate) type Vec16 = std::arch::x86_64::__m512i;
 
-/// [`Sink::put_pair_avx512`] by [`Sink::put_avx512`] on the values
-/// stored to the stack.
+/// One row of [`Sink::put_pairs_avx512`] by [`Sink::put_avx512`] on the
+/// values stored to the stack.
 ///
 /// # Safety
 /// The CPU has AVX-512 F, BW and VL.
@@ -404,12 +408,14 @@ impl<T: QInt> Sink for RequantSink<'_, T> {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn put_pair_avx512(&self, m: usize, n0: usize, vals: [Vec16; 2], n: usize) {
+    unsafe fn put_pairs_avx512(&self, m0: usize, n0: usize, vals: &[[Vec16; 2]], n: usize) {
         // SAFETY: the CPU has AVX-512 F, BW and VL (this function's
         // contract).
-        if !unsafe { self.pair_avx512(m, n0, vals, n) } {
-            // SAFETY: as above.
-            unsafe { put_pair_through_memory(self, m, n0, vals, n) };
+        if !unsafe { self.pairs_avx512(m0, n0, vals, n) } {
+            for (r, &v) in vals.iter().enumerate() {
+                // SAFETY: as above.
+                unsafe { put_pair_through_memory(self, m0 + r, n0, v, n) };
+            }
         }
     }
 
@@ -472,21 +478,45 @@ impl RowStage {
 
 #[cfg(target_arch = "x86_64")]
 impl<T: QInt> RequantSink<'_, T> {
-    /// Row `m`'s output stage, when the row has one multiplier and one
-    /// bias and is stored contiguously as 8- or 16-bit values (a
-    /// convolution's channel row), with the index of its first element
-    /// `first` and the last `last` columns on; `None` otherwise.
+    /// Whether the rows have a vector output stage: one multiplier and one
+    /// bias per row, stored contiguously as 8- or 16-bit values (a
+    /// convolution's channel rows).
+    fn vector_rows(&self) -> bool {
+        let bytes = std::mem::size_of::<T>();
+        let one_mult = self.by_row || self.multipliers.len() == 1;
+        let one_bias = self.bias.is_none_or(|b| b.col_stride == 0);
+        one_mult && one_bias && self.out.col_stride == 1 && matches!(bytes, 1 | 2)
+    }
+
+    /// Row `m`'s output stage, where [`Self::vector_rows`] holds.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn stage(&self, m: usize) -> RowStage {
+        use std::arch::x86_64::*;
+        let mult = self.multipliers[if self.multipliers.len() == 1 { 0 } else { m }];
+        let bias = self.bias.map_or(0, |b| b.data[m * b.row_stride]);
+        RowStage {
+            mult: _mm512_set1_ps(mult),
+            bias: _mm512_set1_epi32(bias),
+            lo: _mm512_set1_ps((T::MIN - self.zero) as f32),
+            hi: _mm512_set1_ps((T::MAX - self.zero) as f32),
+            zero: _mm512_set1_epi32(self.zero),
+        }
+    }
+
+    /// Row `m`'s output stage and the index of its first element, where
+    /// [`Self::vector_rows`] holds and columns `n0..=n0 + last` lie inside
+    /// the output; `None` otherwise.
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW and VL.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
     unsafe fn row_stage(&self, m: usize, n0: usize, last: usize) -> Option<(RowStage, usize)> {
-        use std::arch::x86_64::*;
-        let bytes = std::mem::size_of::<T>();
-        let one_mult = self.by_row || self.multipliers.len() == 1;
-        let one_bias = self.bias.is_none_or(|b| b.col_stride == 0);
-        if !(one_mult && one_bias && self.out.col_stride == 1 && matches!(bytes, 1 | 2)) {
+        if !self.vector_rows() {
             return None;
         }
         let first = m * self.out.row_stride + n0;
@@ -494,16 +524,7 @@ impl<T: QInt> RequantSink<'_, T> {
             first + last < self.out.len,
             "product row outside its output"
         );
-        let mult = self.multipliers[if self.multipliers.len() == 1 { 0 } else { m }];
-        let bias = self.bias.map_or(0, |b| b.data[m * b.row_stride]);
-        let stage = RowStage {
-            mult: _mm512_set1_ps(mult),
-            bias: _mm512_set1_epi32(bias),
-            lo: _mm512_set1_ps((T::MIN - self.zero) as f32),
-            hi: _mm512_set1_ps((T::MAX - self.zero) as f32),
-            zero: _mm512_set1_epi32(self.zero),
-        };
-        Some((stage, first))
+        Some((self.stage(m), first))
     }
 
     /// Requantizes the first `n` (at most 16) lanes of `c` and stores them
@@ -542,29 +563,35 @@ impl<T: QInt> RequantSink<'_, T> {
         }
     }
 
-    /// [`Sink::put_pair_avx512`] by the vector output stage, when
-    /// [`Self::row_stage`] has one for row `m`; `false`, writing nothing,
-    /// otherwise.
+    /// [`Sink::put_pairs_avx512`] by the vector output stage, when
+    /// [`Self::vector_rows`] holds; `false`, writing nothing, otherwise.
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW and VL.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
-    unsafe fn pair_avx512(&self, m: usize, n0: usize, vals: [Vec16; 2], n: usize) -> bool {
+    unsafe fn pairs_avx512(&self, m0: usize, n0: usize, vals: &[[Vec16; 2]], n: usize) -> bool {
         let n = n.min(32);
-        let Some(last) = n.checked_sub(1) else {
-            return true;
-        };
-        // SAFETY: the CPU has the features (this function's contract).
-        let Some((st, first)) = (unsafe { self.row_stage(m, n0, last) }) else {
+        if !self.vector_rows() {
             return false;
-        };
-        // SAFETY: elements first .. first + n lie inside the output
-        // (row_stage's assertion); this task alone writes them.
-        unsafe {
-            self.store16(&st, vals[0], first, n);
-            if n > 16 {
-                self.store16(&st, vals[1], first + 16, n - 16);
+        }
+        if n == 0 || vals.is_empty() {
+            return true;
+        }
+        let stride = self.out.row_stride;
+        assert!(
+            (m0 + vals.len() - 1) * stride + n0 + n - 1 < self.out.len,
+            "product rows outside their output"
+        );
+        for (r, v) in vals.iter().enumerate() {
+            let (st, first) = (self.stage(m0 + r), (m0 + r) * stride + n0);
+            // SAFETY: elements first .. first + n lie inside the output
+            // (the assertion); this task alone writes them.
+            unsafe {
+                self.store16(&st, v[0], first, n);
+                if n > 16 {
+                    self.store16(&st, v[1], first + 16, n - 16);
+                }
             }
         }
         true

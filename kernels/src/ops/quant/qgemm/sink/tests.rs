@@ -19,7 +19,8 @@ fn vector_row_is_the_scalar_row<T: QInt + PartialEq + std::fmt::Debug>(zero: i32
     for by_row in [false, true] {
         for len in [1, 16, 17, 32, vals.len()] {
             for m in 0..3 {
-                // 0: scalar, 1: a vector row, 2: two vectors.
+                // 0: scalar, 1: a vector row, 2: two vectors, 3: rows m..3
+                // scalar, 4: rows m..3 as pairs of vectors.
                 let run = |how: u8| {
                     let mut out = vec![T::from_i32(0); 3 * 64];
                     let sink = RequantSink {
@@ -42,6 +43,8 @@ fn vector_row_is_the_scalar_row<T: QInt + PartialEq + std::fmt::Debug>(zero: i32
                         // SAFETY: the CPU has AVX-512 BW and VL (checked
                         // above), which imply F.
                         1 => unsafe { sink.put_avx512(m, 3, &vals[..len]) },
+                        // Rows m..3, the same values in each.
+                        3 => (m..3).for_each(|r| sink.put(r, 3, &vals[..len])),
                         _ => {
                             use std::arch::x86_64::_mm512_loadu_si512;
                             let mut pair = [-1i32; 32];
@@ -52,7 +55,8 @@ fn vector_row_is_the_scalar_row<T: QInt + PartialEq + std::fmt::Debug>(zero: i32
                                     _mm512_loadu_si512(pair.as_ptr().cast()),
                                     _mm512_loadu_si512(pair.as_ptr().add(16).cast()),
                                 ];
-                                sink.put_pair_avx512(m, 3, v, len);
+                                let rows = if how == 2 { 1 } else { 3 - m };
+                                sink.put_pairs_avx512(m, 3, &vec![v; rows], len);
                             }
                         }
                     }
@@ -62,6 +66,11 @@ fn vector_row_is_the_scalar_row<T: QInt + PartialEq + std::fmt::Debug>(zero: i32
                 assert_eq!(run(1), want, "by_row {by_row}, len {len}, row {m}");
                 if len <= 32 {
                     assert_eq!(run(2), want, "pair: by_row {by_row}, len {len}, row {m}");
+                    assert_eq!(
+                        run(4),
+                        run(3),
+                        "pairs: by_row {by_row}, len {len}, rows {m}..3"
+                    );
                 }
             }
         }
