@@ -140,9 +140,12 @@ fn requant(c: i32, mult: f32, zero: i32, lo: i32, hi: i32) -> i32 {
     (((c as f32 * mult).round_ties_even() as i32) + zero).clamp(lo, hi)
 }
 
+/// Ties, saturation and NaN, nine times over: whole vectors of the
+/// widest family and a tail.
 #[test]
 fn quantize_linear_rounds_half_to_even_and_saturates() {
-    let x = f32t(&[8], &[0.5, 1.5, 2.5, -0.5, -1.5, 300.0, -300.0, 0.26]);
+    let nine = [0.5, 1.5, 2.5, -0.5, -1.5, 300.0, -300.0, 0.26, f32::NAN];
+    let x = f32t(&[81], &nine.repeat(9));
     let node = Node::new("QuantizeLinear", 21);
     let y = node
         .run1(&[
@@ -151,8 +154,12 @@ fn quantize_linear_rounds_half_to_even_and_saturates() {
             In::Const(u8t(&[], &[10])),
         ])
         .unwrap();
-    // x / 0.5 = 1, 3, 5, -1, -3, 600, -600, 0.52 -> rounded + 10.
-    assert_eq!(y.as_u8().unwrap(), &[11, 13, 15, 9, 7, 255, 0, 11]);
+    // x / 0.5 = 1, 3, 5, -1, -3, 600, -600, 0.52 -> rounded + 10; NaN is
+    // the type's minimum.
+    assert_eq!(
+        y.as_u8().unwrap(),
+        [11, 13, 15, 9, 7, 255, 0, 11, 0].repeat(9).as_slice()
+    );
     let y = node
         .run1(&[
             var(x),
@@ -160,7 +167,10 @@ fn quantize_linear_rounds_half_to_even_and_saturates() {
             In::Const(i8t(&[], &[-1])),
         ])
         .unwrap();
-    assert_eq!(y.as_i8().unwrap(), &[0, 2, 4, -2, -4, 127, -128, 0]);
+    assert_eq!(
+        y.as_i8().unwrap(),
+        [0, 2, 4, -2, -4, 127, -128, 0, -128].repeat(9).as_slice()
+    );
 }
 
 #[test]
