@@ -993,20 +993,32 @@ fn depthwise_int8_and_int32_outputs() {
     ] {
         check_qlinear_conv_to(&c, x_signed, true, true, &mut rng);
     }
+    // int8 weights, then uint8 ones with a zero point.
     let c = case([1, 21, 9, 7], [1, 1]);
     let x = bytes(&mut rng, 21 * 9 * 7, 0, 255);
-    let w = bytes(&mut rng, 21 * 9, -100, 100);
-    let (acc, [oh, ow]) = conv_ref(&c, &x, 77, &w, &[-3], &[]);
     let node = Node::new("ConvInteger", 10)
         .int("group", 21)
         .ints("pads", &[1, 1, 1, 1]);
-    let inputs = [
-        var(u8s(&c.x, &x)),
-        In::Const(i8s(&[21, 1, 3, 3], &w)),
-        In::Const(u8s(&[], &[77])),
-        In::Const(i8s(&[], &[-3])),
-    ];
-    check_all(&node, &inputs, false, &i32t(&[1, 21, oh, ow], &acc));
+    for w_signed in [true, false] {
+        let (w, zw) = if w_signed {
+            (bytes(&mut rng, 21 * 9, -100, 100), -3)
+        } else {
+            (bytes(&mut rng, 21 * 9, 0, 255), 200)
+        };
+        let (acc, [oh, ow]) = conv_ref(&c, &x, 77, &w, &[zw], &[]);
+        let (w, zw) = if w_signed {
+            (i8s(&[21, 1, 3, 3], &w), i8s(&[], &[zw]))
+        } else {
+            (u8s(&[21, 1, 3, 3], &w), u8s(&[], &[zw]))
+        };
+        let inputs = [
+            var(u8s(&c.x, &x)),
+            In::Const(w),
+            In::Const(u8s(&[], &[77])),
+            In::Const(zw),
+        ];
+        check_all(&node, &inputs, false, &i32t(&[1, 21, oh, ow], &acc));
+    }
 }
 
 /// ConvInteger with int8 weights (the channel-major convolution's int32
