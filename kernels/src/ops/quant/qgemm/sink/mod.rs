@@ -37,10 +37,8 @@ pub(crate) trait Sink: Sync {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn put_pairs_avx512(&self, m0: usize, n0: usize, vals: &[[Vec16; 2]], n: usize) {
-        for (r, &v) in vals.iter().enumerate() {
-            // SAFETY: the caller's guarantee.
-            unsafe { put_pair_through_memory(self, m0 + r, n0, v, n) };
-        }
+        // SAFETY: the caller's guarantee.
+        unsafe { put_pairs_through_memory(self, m0, n0, vals, n) };
     }
 
     /// Rows `m0..m0 + rows` (at most 16), columns `n0..n0 + n` (at most
@@ -71,28 +69,30 @@ pub(crate) trait Sink: Sync {
 #[cfg(target_arch = "x86_64")]
 pub(crate) type Vec16 = std::arch::x86_64::__m512i;
 
-/// One row of [`Sink::put_pairs_avx512`] by [`Sink::put_avx512`] on the
-/// values stored to the stack.
+/// [`Sink::put_pairs_avx512`] by [`Sink::put_avx512`], row by row, on
+/// the values stored to the stack.
 ///
 /// # Safety
 /// The CPU has AVX-512 F, BW and VL.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn put_pair_through_memory<S: Sink + ?Sized>(
+unsafe fn put_pairs_through_memory<S: Sink + ?Sized>(
     sink: &S,
-    m: usize,
+    m0: usize,
     n0: usize,
-    vals: [Vec16; 2],
+    vals: &[[Vec16; 2]],
     n: usize,
 ) {
     use std::arch::x86_64::_mm512_storeu_si512;
     let mut buf = [0i32; 32];
-    // SAFETY: two vectors of sixteen i32 fill `buf`; the CPU has
-    // AVX-512 F (the caller).
-    unsafe {
-        _mm512_storeu_si512(buf.as_mut_ptr().cast(), vals[0]);
-        _mm512_storeu_si512(buf.as_mut_ptr().add(16).cast(), vals[1]);
-        sink.put_avx512(m, n0, &buf[..n.min(32)]);
+    for (r, v) in vals.iter().enumerate() {
+        // SAFETY: two vectors of sixteen i32 fill `buf`; the CPU has
+        // AVX-512 F (the caller).
+        unsafe {
+            _mm512_storeu_si512(buf.as_mut_ptr().cast(), v[0]);
+            _mm512_storeu_si512(buf.as_mut_ptr().add(16).cast(), v[1]);
+            sink.put_avx512(m0 + r, n0, &buf[..n.min(32)]);
+        }
     }
 }
 
@@ -412,10 +412,8 @@ impl<T: QInt> Sink for RequantSink<'_, T> {
         // SAFETY: the CPU has AVX-512 F, BW and VL (this function's
         // contract).
         if !unsafe { self.pairs_avx512(m0, n0, vals, n) } {
-            for (r, &v) in vals.iter().enumerate() {
-                // SAFETY: as above.
-                unsafe { put_pair_through_memory(self, m0 + r, n0, v, n) };
-            }
+            // SAFETY: as above.
+            unsafe { put_pairs_through_memory(self, m0, n0, vals, n) };
         }
     }
 
