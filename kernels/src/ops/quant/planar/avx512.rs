@@ -23,10 +23,10 @@ fn reach(quads: usize, stride: usize) -> usize {
     }
 }
 
-/// Raw sums `sum_k w[r][k] * panel[k][j]` over the `kp / 4` quads of
-/// `panel` (quad `q` at `q * stride`: [`PACKED`] for a packed panel), for
-/// the [`ROWS`] rows of `w` (`kp` bytes each): row `r`'s pixels `0..16`
-/// and `16..32` in the two vectors of element `r`.
+/// Sums `start[r] + sum_k w[r][k] * panel[k][j]` over the `kp / 4` quads
+/// of `panel` (quad `q` at `q * stride`: [`PACKED`] for a packed panel),
+/// for the [`ROWS`] rows of `w` (`kp` bytes each): row `r`'s pixels
+/// `0..16` and `16..32` in the two vectors of element `r`.
 ///
 /// # Safety
 /// The CPU has AVX-512 F and VNNI.
@@ -37,6 +37,7 @@ pub(super) unsafe fn block(
     stride: usize,
     w: &[u8],
     kp: usize,
+    start: [__m512i; ROWS],
 ) -> [[__m512i; 2]; ROWS] {
     let quads = kp / 4;
     assert!(
@@ -44,7 +45,7 @@ pub(super) unsafe fn block(
         "operands shorter than the reduction"
     );
     let (bp, wp) = (panel.as_ptr(), w.as_ptr());
-    let mut acc = [[_mm512_setzero_si512(); 2]; ROWS];
+    let mut acc = start.map(|v| [v; 2]);
     for q in 0..quads {
         // SAFETY: quad q of the panel (QUAD bytes) lies inside it (the
         // assertion); unaligned loads.

@@ -368,16 +368,17 @@ impl<S: Sink> Job<'_, S> {
             let r0 = blk * ROWS;
             let rows = ROWS.min(self.w.mg - r0);
             let wrows = &self.w.data[r0 * kp..(r0 + ROWS) * kp];
+            // Each row's sums start at the row's constant and, corrected
+            // in registers (minus its weights' zero point times the column
+            // sums), go to the sink's output stage as they are.
+            let start: [__m512i; ROWS] = std::array::from_fn(|r| {
+                _mm512_set1_epi32(if r < rows { self.row_const[r0 + r] } else { 0 })
+            });
             // SAFETY: as above; `wrows` holds ROWS rows of `kp` bytes and
             // the panel `kp / 4` quads of STRIP pixels.
-            let mut acc = unsafe { avx512::block(panel, stride, wrows, kp) };
-            // Each row's sums, corrected in registers (plus the row's
-            // constant, minus its weights' zero point times the column
-            // sums), go to the sink's output stage as they are.
-            for (r, v) in acc.iter_mut().enumerate().take(rows) {
-                let c = _mm512_set1_epi32(self.row_const[r0 + r]);
-                *v = v.map(|a| _mm512_add_epi32(a, c));
-                if self.colsums {
+            let mut acc = unsafe { avx512::block(panel, stride, wrows, kp, start) };
+            if self.colsums {
+                for (r, v) in acc.iter_mut().enumerate().take(rows) {
                     let zw = _mm512_set1_epi32(self.w.zero(r0 + r));
                     for (v, &cs) in v.iter_mut().zip(&col) {
                         *v = _mm512_sub_epi32(*v, _mm512_mullo_epi32(zw, cs));
