@@ -51,7 +51,7 @@ pub(super) unsafe fn put_rows<S: Sink + ?Sized>(
 /// shuffles.
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(crate) fn transpose(m: &mut [Vec16; 16]) {
+fn transpose(m: &mut [Vec16; 16]) {
     let mut t = [_mm512_setzero_si512(); 16];
     for i in 0..8 {
         let (a, b) = (m[2 * i], m[2 * i + 1]);
