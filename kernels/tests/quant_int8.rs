@@ -891,6 +891,34 @@ fn qlinear_depthwise_blocks_of_channels() {
     }
 }
 
+/// Depthwise filters taken four taps of a row at a time (int8 weights and
+/// no zero point: one VNNI dot product per four taps on AVX-512): rows of
+/// exactly four taps, of five and seven (a second, partial four), a
+/// single tap, a dilated column, stride 2, int8 images.
+#[test]
+fn depthwise_filters_in_fours_of_taps() {
+    let case = |x: [usize; 4], kernel, stride, dilation, pads| ConvCase {
+        x,
+        maps: x[1],
+        kernel,
+        group: x[1],
+        stride,
+        dilation,
+        pads,
+    };
+    let cases = [
+        (case([1, 19, 9, 11], [3, 4], [1, 1], [1, 1], [1, 2, 1, 1]), false),
+        (case([1, 16, 12, 12], [5, 5], [1, 1], [1, 1], [2, 2, 2, 2]), true),
+        (case([2, 33, 8, 20], [2, 7], [1, 1], [2, 1], [0, 3, 1, 3]), false),
+        (case([1, 17, 6, 6], [1, 1], [1, 1], [1, 1], [0, 0, 0, 0]), true),
+        (case([1, 20, 15, 15], [5, 5], [2, 2], [1, 1], [2, 2, 2, 2]), false),
+    ];
+    let mut rng = Rng(27);
+    for (c, x_signed) in &cases {
+        check_qlinear_conv(c, *x_signed, false, &mut rng);
+    }
+}
+
 /// One QLinearConv (uint8 output, per-channel int8 weights) against the
 /// exact reference on every family, packed where it packs.
 fn check_qlinear_conv(c: &ConvCase, x_signed: bool, w_zero: bool, rng: &mut Rng) {

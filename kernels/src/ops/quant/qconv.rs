@@ -537,7 +537,7 @@ impl Run<'_> {
             #[cfg(target_arch = "x86_64")]
             if matches!(self.isa, QIsa::Avx512Vnni | QIsa::Amx) && depthwise_blocked::applies(&dw) {
                 // SAFETY: the VNNI and AMX families are selected only on a
-                // CPU with AVX-512 F, BW, DQ and VL; `applies` holds.
+                // CPU with AVX-512 F, BW, DQ, VL and VNNI; `applies` holds.
                 unsafe { depthwise_blocked::run_all(&dw, &sinks, self.par) };
                 return Ok(());
             }
