@@ -646,7 +646,8 @@ fn qlinear_conv_groups_depthwise_strides_padding_per_channel() {
 /// strips of 32 pixels across output rows with a tail, blocks of 8 output
 /// channels with a partial one, an int8 image, per-channel weight zero
 /// points, stride 2 runs, input channels not a multiple of 4, groups,
-/// dilation, and products large enough to split across threads.
+/// dilation, and products and copies large enough to split across
+/// threads.
 #[test]
 fn qlinear_conv_channel_major_strips_blocks_and_signs() {
     // (case, int8 image, weight zero points)
@@ -715,6 +716,34 @@ fn qlinear_conv_channel_major_strips_blocks_and_signs() {
             },
             false,
             false,
+        ),
+        // Images of over 32 KiB in quads, copied by several threads (a
+        // partial last quad in each): unpadded 1x1, padded 3x3.
+        (
+            ConvCase {
+                x: [1, 30, 32, 36],
+                maps: 12,
+                kernel: [1, 1],
+                group: 1,
+                stride: [1, 1],
+                dilation: [1, 1],
+                pads: [0, 0, 0, 0],
+            },
+            true,
+            false,
+        ),
+        (
+            ConvCase {
+                x: [1, 22, 40, 45],
+                maps: 10,
+                kernel: [3, 3],
+                group: 1,
+                stride: [1, 1],
+                dilation: [1, 1],
+                pads: [1, 1, 1, 1],
+            },
+            false,
+            true,
         ),
         // Fewer strips than tasks on 4 threads, each strip's row blocks
         // split across them: packed strips (3x3, weight zero points), a
@@ -907,11 +936,26 @@ fn depthwise_filters_in_fours_of_taps() {
         pads,
     };
     let cases = [
-        (case([1, 19, 9, 11], [3, 4], [1, 1], [1, 1], [1, 2, 1, 1]), false),
-        (case([1, 16, 12, 12], [5, 5], [1, 1], [1, 1], [2, 2, 2, 2]), true),
-        (case([2, 33, 8, 20], [2, 7], [1, 1], [2, 1], [0, 3, 1, 3]), false),
-        (case([1, 17, 6, 6], [1, 1], [1, 1], [1, 1], [0, 0, 0, 0]), true),
-        (case([1, 20, 15, 15], [5, 5], [2, 2], [1, 1], [2, 2, 2, 2]), false),
+        (
+            case([1, 19, 9, 11], [3, 4], [1, 1], [1, 1], [1, 2, 1, 1]),
+            false,
+        ),
+        (
+            case([1, 16, 12, 12], [5, 5], [1, 1], [1, 1], [2, 2, 2, 2]),
+            true,
+        ),
+        (
+            case([2, 33, 8, 20], [2, 7], [1, 1], [2, 1], [0, 3, 1, 3]),
+            false,
+        ),
+        (
+            case([1, 17, 6, 6], [1, 1], [1, 1], [1, 1], [0, 0, 0, 0]),
+            true,
+        ),
+        (
+            case([1, 20, 15, 15], [5, 5], [2, 2], [1, 1], [2, 2, 2, 2]),
+            false,
+        ),
     ];
     let mut rng = Rng(27);
     for (c, x_signed) in &cases {

@@ -147,7 +147,8 @@ unsafe fn run<S: Sink>(
     offsets.clear();
     if quads {
         let per_row = kw.div_ceil(4);
-        offsets.extend((0..kh * per_row).map(|t| ((t / per_row) * dh * wp + t % per_row * 4) * LANES));
+        offsets
+            .extend((0..kh * per_row).map(|t| ((t / per_row) * dh * wp + t % per_row * 4) * LANES));
     } else {
         offsets.extend((0..klen).map(|t| ((t / kw) * dh * wp + (t % kw) * dwl) * LANES));
     }
@@ -443,9 +444,9 @@ impl Sums<'_> {
         // Byte 16 j + c (pixel j, channel c) to byte 4 c + j: lane c holds
         // channel c's four pixels.
         let words = _mm512_set_epi8(
-            63, 47, 31, 15, 62, 46, 30, 14, 61, 45, 29, 13, 60, 44, 28, 12, 59, 43, 27, 11, 58,
-            42, 26, 10, 57, 41, 25, 9, 56, 40, 24, 8, 55, 39, 23, 7, 54, 38, 22, 6, 53, 37, 21, 5,
-            52, 36, 20, 4, 51, 35, 19, 3, 50, 34, 18, 2, 49, 33, 17, 1, 48, 32, 16, 0,
+            63, 47, 31, 15, 62, 46, 30, 14, 61, 45, 29, 13, 60, 44, 28, 12, 59, 43, 27, 11, 58, 42,
+            26, 10, 57, 41, 25, 9, 56, 40, 24, 8, 55, 39, 23, 7, 54, 38, 22, 6, 53, 37, 21, 5, 52,
+            36, 20, 4, 51, 35, 19, 3, 50, 34, 18, 2, 49, 33, 17, 1, 48, 32, 16, 0,
         );
         let flip = _mm512_set1_epi8(-128);
         let (mut y, mut x, mut at) = (0, 0, 0);

@@ -221,10 +221,8 @@ pub(crate) fn run<S: Sink>(
         let colsums = (0..w.mg).any(|r| w.zero(r) != 0);
         // SAFETY: this module runs only where `applies` chose the VNNI family,
         // which QIsa::select picks only on a CPU with AVX-512 F, BW, VL and
-        // VNNI. The copy runs on the calling thread: split across the pool it
-        // measured slower (a few tens of microseconds of work against the
-        // workers' wake-up).
-        let quads = unsafe { strip::quads(op, g3, img.planes, w.cg, (xor, zx as u8))? };
+        // VNNI.
+        let quads = unsafe { strip::quads(op, g3, img.planes, w.cg, (xor, zx as u8), par)? };
         let strips = pixels.div_ceil(STRIP);
         let blocks = w.mg.div_ceil(ROWS);
         let threads = par.threads().max(1);
