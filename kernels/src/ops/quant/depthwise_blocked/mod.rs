@@ -129,11 +129,12 @@ unsafe fn run<S: Sink>(
     // VBMI's permute, [`Sums::put_quads`]); otherwise every tap is a
     // multiply-add of the channels' `w - zw`.
     let zw = if dw.zw.len() == 1 {
-        &dw.zw[..]
+        Some(&dw.zw[..])
     } else {
-        &dw.zw[c0..c0 + lanes]
+        dw.zw.get(c0..c0 + lanes)
     };
-    let quads = vbmi && dw.w_signed && zw.iter().all(|&z| z == 0) && dwl == 1;
+    let no_zw = zw.is_some_and(|z| z.iter().all(|&z| z == 0));
+    let quads = vbmi && dw.w_signed && no_zw && dwl == 1;
     // SAFETY: the CPU has the features (this function's contract).
     let start = unsafe {
         if quads {
