@@ -129,7 +129,7 @@ unsafe fn run<S: Sink>(
     // VBMI's permute, [`Sums::put_quads`]); otherwise every tap is a
     // multiply-add of the channels' `w - zw`.
     let zw = if dw.zw.len() == 1 {
-        Some(&dw.zw[..])
+        Some(dw.zw)
     } else {
         dw.zw.get(c0..c0 + lanes)
     };
