@@ -363,27 +363,21 @@ struct Sums<'a> {
 }
 
 impl Sums<'_> {
-    /// Sixteen pixels at a time, each a vector of the channels' sums
-    /// (from `start`, each tap's sixteen bytes widened as `SIGNED` says),
-    /// handed to `out` as they are. `K` taps (unrolled), or as many as
-    /// `offsets` holds when `K` is 0.
+    /// Sixteen pixels at a time, each a vector of the channels' sums,
+    /// `sum(at, start)` for the pixel whose taps start at byte `at` of the
+    /// block, handed to `out` as they are.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F, BW, DQ and VL; every pixel's taps lie inside
-    /// `xs` (`at(p) + offsets[t] + LANES <= xs.len()`).
+    /// The CPU has AVX-512 F, BW, DQ and VL.
     #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
     #[inline]
-    unsafe fn put<const K: usize, const SIGNED: bool, S: Sink>(
+    unsafe fn walk<S: Sink>(
         &self,
-        offsets: &[usize],
-        taps: &[__m512i],
         start: __m512i,
         out: &Rows<'_, S>,
+        sum: impl Fn(usize, __m512i) -> __m512i,
     ) {
         let pixels = self.pixels;
-        let k = if K == 0 { offsets.len() } else { K };
-        let (offsets, taps) = (&offsets[..k], &taps[..k]);
-        let base = self.xs.as_ptr();
         // Pixel (y, x) and its `at`, stepped along (no division per pixel).
         let (mut y, mut x, mut at) = (0, 0, 0);
         let mut p0 = 0;
@@ -398,17 +392,7 @@ impl Sums<'_> {
                     (y, x) = (y + 1, 0);
                     at = y * self.steps[0];
                 }
-                for (&o, &w) in offsets.iter().zip(taps) {
-                    // SAFETY: at(p) + o + LANES <= xs.len() (this
-                    // function's contract; `here` is at(p)).
-                    let b = unsafe { _mm_loadu_si128(base.add(here + o).cast()) };
-                    let v = if SIGNED {
-                        _mm512_cvtepi8_epi32(b)
-                    } else {
-                        _mm512_cvtepu8_epi32(b)
-                    };
-                    *acc = _mm512_add_epi32(*acc, _mm512_mullo_epi32(v, w));
-                }
+                *acc = sum(here, *acc);
             }
             // SAFETY: the CPU has the features (this function's contract).
             unsafe {
@@ -417,6 +401,44 @@ impl Sums<'_> {
             };
             p0 += n;
         }
+    }
+
+    /// Every pixel's sums (from `start`, each tap's sixteen bytes widened
+    /// as `SIGNED` says and multiplied by the channels' `w - zw`) to `out`
+    /// ([`Sums::walk`]). `K` taps (unrolled), or as many as `offsets`
+    /// holds when `K` is 0.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW, DQ and VL; every pixel's taps lie inside
+    /// `xs` (`at(p) + offsets[t] + LANES <= xs.len()`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+    #[inline]
+    unsafe fn put<const K: usize, const SIGNED: bool, S: Sink>(
+        &self,
+        offsets: &[usize],
+        taps: &[__m512i],
+        start: __m512i,
+        out: &Rows<'_, S>,
+    ) {
+        let k = if K == 0 { offsets.len() } else { K };
+        let (offsets, taps) = (&offsets[..k], &taps[..k]);
+        let base = self.xs.as_ptr();
+        let sum = |here: usize, mut acc: __m512i| {
+            for (&o, &w) in offsets.iter().zip(taps) {
+                // SAFETY: at(p) + o + LANES <= xs.len() (this function's
+                // contract; `here` is at(p)).
+                let b = unsafe { _mm_loadu_si128(base.add(here + o).cast()) };
+                let v = if SIGNED {
+                    _mm512_cvtepi8_epi32(b)
+                } else {
+                    _mm512_cvtepu8_epi32(b)
+                };
+                acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(v, w));
+            }
+            acc
+        };
+        // SAFETY: the CPU has the features (this function's contract).
+        unsafe { self.walk(start, out, sum) };
     }
 
     /// [`Sums::put`] with four taps of a filter row at a time: `offsets`
@@ -438,7 +460,6 @@ impl Sums<'_> {
         start: __m512i,
         out: &Rows<'_, S>,
     ) {
-        let pixels = self.pixels;
         let k = if K == 0 { offsets.len() } else { K };
         let (offsets, taps) = (&offsets[..k], &taps[..k]);
         let base = self.xs.as_ptr();
@@ -450,34 +471,18 @@ impl Sums<'_> {
             36, 20, 4, 51, 35, 19, 3, 50, 34, 18, 2, 49, 33, 17, 1, 48, 32, 16, 0,
         );
         let flip = _mm512_set1_epi8(-128);
-        let (mut y, mut x, mut at) = (0, 0, 0);
-        let mut p0 = 0;
-        while p0 < pixels {
-            let n = (pixels - p0).min(LANES);
-            let mut acc = [start; LANES];
-            for acc in acc.iter_mut().take(n) {
-                let here = at;
-                x += 1;
-                at += self.steps[1];
-                if x == self.ow {
-                    (y, x) = (y + 1, 0);
-                    at = y * self.steps[0];
-                }
-                for (&o, &w) in offsets.iter().zip(taps) {
-                    // SAFETY: at(p) + o + 4 LANES <= xs.len() (this
-                    // function's contract; `here` is at(p)).
-                    let v = unsafe { _mm512_loadu_si512(base.add(here + o).cast()) };
-                    let v = _mm512_permutexvar_epi8(words, v);
-                    let v = if SIGNED { _mm512_xor_si512(v, flip) } else { v };
-                    *acc = _mm512_dpbusd_epi32(*acc, v, w);
-                }
+        let sum = |here: usize, mut acc: __m512i| {
+            for (&o, &w) in offsets.iter().zip(taps) {
+                // SAFETY: at(p) + o + 4 LANES <= xs.len() (this function's
+                // contract; `here` is at(p)).
+                let v = unsafe { _mm512_loadu_si512(base.add(here + o).cast()) };
+                let v = _mm512_permutexvar_epi8(words, v);
+                let v = if SIGNED { _mm512_xor_si512(v, flip) } else { v };
+                acc = _mm512_dpbusd_epi32(acc, v, w);
             }
-            // SAFETY: the CPU has the features (this function's contract).
-            unsafe {
-                out.sink
-                    .put_lanes_avx512(out.c0, out.lanes, out.n0 + p0, &acc, n)
-            };
-            p0 += n;
-        }
+            acc
+        };
+        // SAFETY: the CPU has the features (this function's contract).
+        unsafe { self.walk(start, out, sum) };
     }
 }
