@@ -14,12 +14,11 @@
 //! byte permute (VBMI) that gives each channel its four pixels in a word,
 //! and one VNNI dot product: a 3x3 filter is three of them. Otherwise
 //! every tap is one widening load and one multiply-add against the
-//! sixteen channels' `w - zw`. A large
-//! plane goes in bands of output rows whose block stays within
-//! [`BLOCK_BYTES`]. Every sixteen pixels' sums go to the image's sink as
-//! they are, the channels in lanes: the 8-bit output stage requantizes
-//! them there, one multiplier per lane, and turns the bytes around into
-//! the channels' rows.
+//! sixteen channels' `w - zw`. A large plane goes in bands of output rows
+//! whose block stays within [`BLOCK_BYTES`]. Every sixteen pixels' sums
+//! go to the image's sink as they are, the channels in lanes: the 8-bit
+//! output stage requantizes them there, one multiplier per lane, and turns
+//! the bytes around into the channels' rows.
 
 use std::arch::x86_64::*;
 
@@ -209,11 +208,11 @@ unsafe fn run<S: Sink>(
 
 /// `scratch.taps` for channels `c0..c0 + lanes`: per tap `t`, lane `l`
 /// holds `w - zw` of channel `c0 + l` (0 in lanes past `lanes`); returns
-/// where the channels' sums start, `-zx * sum (w - zw)`. The
-/// block's filters (`lanes * klen` bytes, channel-major) are copied
-/// beside four bytes of zeros and each tap gathered from them, one
-/// 32-bit read per lane (its low byte); a lane at a time, 960 channels of
-/// 3x3 took a sixth of a 7x7 convolution.
+/// where the channels' sums start, `-zx * sum (w - zw)`. The block's
+/// filters (`lanes * klen` bytes, channel-major) are copied beside four
+/// bytes of zeros and each tap gathered from them, one 32-bit read per
+/// lane (its low byte); a lane at a time, 960 channels of 3x3 took a
+/// sixth of a 7x7 convolution.
 ///
 /// # Safety
 /// The CPU has AVX-512 F, BW, DQ and VL.

@@ -104,8 +104,11 @@ pub(super) unsafe fn quads(
             }
         },
     );
-    // SAFETY: the chunks cover `0..total`, and `QuadCopy::quad` writes every
-    // byte of its quad.
+    // SAFETY: the chunks cover `0..total`, whole quads each, and
+    // `QuadCopy::quad` writes every byte of its quad: a padded volume is
+    // filled first; an unpadded one (`dims` the input's extent, so a run
+    // is a whole slice of `ih * iw` words) is covered by its `id` runs,
+    // `interleave` writing every byte of each.
     unsafe { data.set_len(total) };
     Ok(Quads { data, dims, quads })
 }
