@@ -139,7 +139,7 @@ unsafe fn run<S: Sink>(
         if quads {
             gather_quads(dw, c0, lanes, [kh, kw], scratch)
         } else {
-            gather_taps(dw, c0, lanes, klen, scratch)
+            gather_taps(dw, c0, lanes, scratch)
         }
     };
     let taps = &scratch.taps;
@@ -193,26 +193,78 @@ unsafe fn run<S: Sink>(
         // pixel's taps lie inside the block (the assertion above).
         unsafe {
             match (quads, offsets.len(), dw.x_signed) {
-                (true, 3, false) => sums.put_quads::<3, false, S>(offsets, taps, start, &out),
-                (true, 3, true) => sums.put_quads::<3, true, S>(offsets, taps, start, &out),
-                (true, _, false) => sums.put_quads::<0, false, S>(offsets, taps, start, &out),
-                (true, _, true) => sums.put_quads::<0, true, S>(offsets, taps, start, &out),
-                (false, 9, false) => sums.put::<9, false, S>(offsets, taps, start, &out),
-                (false, 9, true) => sums.put::<9, true, S>(offsets, taps, start, &out),
-                (false, _, false) => sums.put::<0, false, S>(offsets, taps, start, &out),
-                (false, _, true) => sums.put::<0, true, S>(offsets, taps, start, &out),
+                (true, 3, false) => sums.put_quads::<3, false, S>((offsets, taps), start, &out),
+                (true, 3, true) => sums.put_quads::<3, true, S>((offsets, taps), start, &out),
+                (true, _, false) => sums.put_quads::<0, false, S>((offsets, taps), start, &out),
+                (true, _, true) => sums.put_quads::<0, true, S>((offsets, taps), start, &out),
+                (false, 9, false) => sums.put::<9, false, S>((offsets, taps), start, &out),
+                (false, 9, true) => sums.put::<9, true, S>((offsets, taps), start, &out),
+                (false, _, false) => sums.put::<0, false, S>((offsets, taps), start, &out),
+                (false, _, true) => sums.put::<0, true, S>((offsets, taps), start, &out),
             }
+        }
+    }
+}
+
+/// A block's filters (`lanes * klen` bytes, channel-major) copied beside
+/// four bytes of zeros, read one 32-bit word per lane: gathered, where a
+/// lane at a time had made 960 channels of 3x3 taps a sixth of a 7x7
+/// convolution.
+struct Filters<'a> {
+    bytes: &'a [u8],
+    klen: usize,
+    /// The lanes of real channels.
+    live: __mmask16,
+}
+
+impl<'a> Filters<'a> {
+    /// Channels `c0..c0 + lanes` of `dw`, copied into `bytes`.
+    fn copy(dw: &Depthwise<'_>, c0: usize, lanes: usize, bytes: &'a mut Vec<u8>) -> Self {
+        let klen = dw.s.geometry.kernel_len();
+        bytes.clear();
+        bytes.extend_from_slice(&dw.w[c0 * klen..(c0 + lanes) * klen]);
+        bytes.extend_from_slice(&[0; 4]);
+        let live = if lanes >= LANES {
+            !0
+        } else {
+            (1u16 << lanes) - 1
+        };
+        Self { bytes, klen, live }
+    }
+
+    /// Lane `l`: the four filter bytes of channel `c0 + l` from tap `t`
+    /// on (bytes past its filter included); 0 in lanes past `lanes`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn word(&self, t: usize) -> __m512i {
+        assert!(t < self.klen, "a tap outside the filter");
+        let at = _mm512_add_epi32(
+            _mm512_mullo_epi32(
+                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                _mm512_set1_epi32(self.klen as i32),
+            ),
+            _mm512_set1_epi32(t as i32),
+        );
+        // SAFETY: live lane l reads bytes l * klen + t .. + 4, at most
+        // (lanes - 1) * klen + klen - 1 + 4 < bytes.len() (t < klen, the
+        // assertion); other lanes read nothing.
+        unsafe {
+            _mm512_mask_i32gather_epi32::<1>(
+                _mm512_setzero_si512(),
+                self.live,
+                at,
+                self.bytes.as_ptr().cast(),
+            )
         }
     }
 }
 
 /// `scratch.taps` for channels `c0..c0 + lanes`: per tap `t`, lane `l`
 /// holds `w - zw` of channel `c0 + l` (0 in lanes past `lanes`); returns
-/// where the channels' sums start, `-zx * sum (w - zw)`. The block's
-/// filters (`lanes * klen` bytes, channel-major) are copied beside four
-/// bytes of zeros and each tap gathered from them, one 32-bit read per
-/// lane (its low byte); a lane at a time, 960 channels of 3x3 took a
-/// sixth of a 7x7 convolution.
+/// where the channels' sums start, `-zx * sum (w - zw)`.
 ///
 /// # Safety
 /// The CPU has AVX-512 F, BW, DQ and VL.
@@ -221,18 +273,10 @@ unsafe fn gather_taps(
     dw: &Depthwise<'_>,
     c0: usize,
     lanes: usize,
-    klen: usize,
     scratch: &mut Scratch,
 ) -> __m512i {
-    let bytes = &mut scratch.filters;
-    bytes.clear();
-    bytes.extend_from_slice(&dw.w[c0 * klen..(c0 + lanes) * klen]);
-    bytes.extend_from_slice(&[0; 4]);
-    let live: __mmask16 = if lanes >= LANES {
-        !0
-    } else {
-        (1u16 << lanes) - 1
-    };
+    let filters = Filters::copy(dw, c0, lanes, &mut scratch.filters);
+    let live = filters.live;
     let zw = if dw.zw.len() == 1 {
         _mm512_set1_epi32(dw.zw[0])
     } else {
@@ -244,23 +288,10 @@ unsafe fn gather_taps(
         // assertion).
         unsafe { _mm512_maskz_loadu_epi32(live, dw.zw.as_ptr().add(c0).cast()) }
     };
-    let first = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32(klen as i32),
-    );
     scratch.taps.clear();
-    for t in 0..klen {
-        let at = _mm512_add_epi32(first, _mm512_set1_epi32(t as i32));
-        // SAFETY: live lane l reads bytes l * klen + t .. + 4, at most
-        // lanes * klen + 2 < bytes.len(); other lanes read nothing.
-        let word = unsafe {
-            _mm512_mask_i32gather_epi32::<1>(
-                _mm512_setzero_si512(),
-                live,
-                at,
-                bytes.as_ptr().cast(),
-            )
-        };
+    for t in 0..filters.klen {
+        // SAFETY: the CPU has the features (this function's contract).
+        let word = unsafe { filters.word(t) };
         let v = if dw.w_signed {
             _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(word))
         } else {
@@ -294,36 +325,13 @@ unsafe fn gather_quads(
     [kh, kw]: [usize; 2],
     scratch: &mut Scratch,
 ) -> __m512i {
-    let klen = kh * kw;
-    let bytes = &mut scratch.filters;
-    bytes.clear();
-    bytes.extend_from_slice(&dw.w[c0 * klen..(c0 + lanes) * klen]);
-    bytes.extend_from_slice(&[0; 4]);
-    let live: __mmask16 = if lanes >= LANES {
-        !0
-    } else {
-        (1u16 << lanes) - 1
-    };
-    let first = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32(klen as i32),
-    );
+    let filters = Filters::copy(dw, c0, lanes, &mut scratch.filters);
     scratch.taps.clear();
     let mut sum = _mm512_setzero_si512();
     for dy in 0..kh {
         for q in (0..kw).step_by(4) {
-            let at = _mm512_add_epi32(first, _mm512_set1_epi32((dy * kw + q) as i32));
-            // SAFETY: live lane l reads bytes l * klen + dy * kw + q .. + 4,
-            // and q < kw, so at most (lanes - 1) * klen + klen - 1 + 4 <
-            // bytes.len(); other lanes read nothing.
-            let word = unsafe {
-                _mm512_mask_i32gather_epi32::<1>(
-                    _mm512_setzero_si512(),
-                    live,
-                    at,
-                    bytes.as_ptr().cast(),
-                )
-            };
+            // SAFETY: the CPU has the features (this function's contract).
+            let word = unsafe { filters.word(dy * kw + q) };
             let keep = (kw - q).min(4);
             let mask = if keep == 4 {
                 -1
@@ -362,20 +370,28 @@ struct Sums<'a> {
 }
 
 impl Sums<'_> {
-    /// Sixteen pixels at a time, each a vector of the channels' sums,
-    /// `sum(at, start)` for the pixel whose taps start at byte `at` of the
-    /// block, handed to `out` as they are.
+    /// Sixteen pixels at a time, each a vector of the channels' sums from
+    /// `start`, handed to `out` as they are: per tap `t` (`K` of them,
+    /// unrolled, or as many as `offsets` holds when `K` is 0) the sums
+    /// become `tap(sums, from, taps[t])`, `from` pointing at byte
+    /// `at(p) + offsets[t]` of the block.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F, BW, DQ and VL.
+    /// The CPU has AVX-512 F, BW, DQ and VL; every pixel's taps read only
+    /// inside `xs` (`tap` reads from `from` as far as the caller's contract
+    /// allows).
     #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
     #[inline]
-    unsafe fn walk<S: Sink>(
+    unsafe fn walk<const K: usize, S: Sink>(
         &self,
+        (offsets, taps): (&[usize], &[__m512i]),
         start: __m512i,
         out: &Rows<'_, S>,
-        sum: impl Fn(usize, __m512i) -> __m512i,
+        tap: impl Fn(__m512i, *const u8, __m512i) -> __m512i,
     ) {
+        let k = if K == 0 { offsets.len() } else { K };
+        let (offsets, taps) = (&offsets[..k], &taps[..k]);
+        let base = self.xs.as_ptr();
         let pixels = self.pixels;
         // Pixel (y, x) and its `at`, stepped along (no division per pixel).
         let (mut y, mut x, mut at) = (0, 0, 0);
@@ -391,7 +407,9 @@ impl Sums<'_> {
                     (y, x) = (y + 1, 0);
                     at = y * self.steps[0];
                 }
-                *acc = sum(here, *acc);
+                for (&o, &w) in offsets.iter().zip(taps) {
+                    *acc = tap(*acc, base.wrapping_add(here + o), w);
+                }
             }
             // SAFETY: the CPU has the features (this function's contract).
             unsafe {
@@ -402,10 +420,8 @@ impl Sums<'_> {
         }
     }
 
-    /// Every pixel's sums (from `start`, each tap's sixteen bytes widened
-    /// as `SIGNED` says and multiplied by the channels' `w - zw`) to `out`
-    /// ([`Sums::walk`]). `K` taps (unrolled), or as many as `offsets`
-    /// holds when `K` is 0.
+    /// Every pixel's sums ([`Sums::walk`]), each tap's sixteen bytes
+    /// widened as `SIGNED` says and multiplied by the channels' `w - zw`.
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW, DQ and VL; every pixel's taps lie inside
@@ -414,39 +430,32 @@ impl Sums<'_> {
     #[inline]
     unsafe fn put<const K: usize, const SIGNED: bool, S: Sink>(
         &self,
-        offsets: &[usize],
-        taps: &[__m512i],
+        taps: (&[usize], &[__m512i]),
         start: __m512i,
         out: &Rows<'_, S>,
     ) {
-        let k = if K == 0 { offsets.len() } else { K };
-        let (offsets, taps) = (&offsets[..k], &taps[..k]);
-        let base = self.xs.as_ptr();
-        let sum = |here: usize, mut acc: __m512i| {
-            for (&o, &w) in offsets.iter().zip(taps) {
-                // SAFETY: at(p) + o + LANES <= xs.len() (this function's
-                // contract; `here` is at(p)).
-                let b = unsafe { _mm_loadu_si128(base.add(here + o).cast()) };
-                let v = if SIGNED {
-                    _mm512_cvtepi8_epi32(b)
-                } else {
-                    _mm512_cvtepu8_epi32(b)
-                };
-                acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(v, w));
-            }
-            acc
+        let tap = |acc, from: *const u8, w| {
+            // SAFETY: from .. from + LANES lies inside `xs` (this
+            // function's contract).
+            let b = unsafe { _mm_loadu_si128(from.cast()) };
+            let v = if SIGNED {
+                _mm512_cvtepi8_epi32(b)
+            } else {
+                _mm512_cvtepu8_epi32(b)
+            };
+            _mm512_add_epi32(acc, _mm512_mullo_epi32(v, w))
         };
-        // SAFETY: the CPU has the features (this function's contract).
-        unsafe { self.walk(start, out, sum) };
+        // SAFETY: the CPU has the features; `tap` reads inside `xs` (this
+        // function's contract).
+        unsafe { self.walk::<K, S>(taps, start, out, tap) };
     }
 
-    /// [`Sums::put`] with four taps of a filter row at a time: `offsets`
-    /// and `taps` are quads ([`gather_quads`]), `K` of them (unrolled) or
-    /// as many as `offsets` holds when `K` is 0. A quad's sixty-four bytes
-    /// (four pixels of the sixteen channels) are turned into one
-    /// four-byte word per channel and multiplied by its four weights in
-    /// one VNNI dot product; an int8 image's bytes are read as `x + 128`
-    /// (the start holds the difference).
+    /// [`Sums::put`] with four taps of a filter row at a time: the taps
+    /// are quads ([`gather_quads`]). A quad's sixty-four bytes (four
+    /// pixels of the sixteen channels) are turned into one four-byte word
+    /// per channel and multiplied by its four weights in one VNNI dot
+    /// product; an int8 image's bytes are read as `x + 128` (the start
+    /// holds the difference).
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW, DQ, VL, VNNI and VBMI; every pixel's
@@ -454,14 +463,10 @@ impl Sums<'_> {
     #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,avx2,fma")]
     unsafe fn put_quads<const K: usize, const SIGNED: bool, S: Sink>(
         &self,
-        offsets: &[usize],
-        taps: &[__m512i],
+        taps: (&[usize], &[__m512i]),
         start: __m512i,
         out: &Rows<'_, S>,
     ) {
-        let k = if K == 0 { offsets.len() } else { K };
-        let (offsets, taps) = (&offsets[..k], &taps[..k]);
-        let base = self.xs.as_ptr();
         // Byte 16 j + c (pixel j, channel c) to byte 4 c + j: lane c holds
         // channel c's four pixels.
         let words = _mm512_set_epi8(
@@ -470,18 +475,16 @@ impl Sums<'_> {
             36, 20, 4, 51, 35, 19, 3, 50, 34, 18, 2, 49, 33, 17, 1, 48, 32, 16, 0,
         );
         let flip = _mm512_set1_epi8(-128);
-        let sum = |here: usize, mut acc: __m512i| {
-            for (&o, &w) in offsets.iter().zip(taps) {
-                // SAFETY: at(p) + o + 4 LANES <= xs.len() (this function's
-                // contract; `here` is at(p)).
-                let v = unsafe { _mm512_loadu_si512(base.add(here + o).cast()) };
-                let v = _mm512_permutexvar_epi8(words, v);
-                let v = if SIGNED { _mm512_xor_si512(v, flip) } else { v };
-                acc = _mm512_dpbusd_epi32(acc, v, w);
-            }
-            acc
+        let tap = |acc, from: *const u8, w| {
+            // SAFETY: from .. from + 4 LANES lies inside `xs` (this
+            // function's contract).
+            let v = unsafe { _mm512_loadu_si512(from.cast()) };
+            let v = _mm512_permutexvar_epi8(words, v);
+            let v = if SIGNED { _mm512_xor_si512(v, flip) } else { v };
+            _mm512_dpbusd_epi32(acc, v, w)
         };
-        // SAFETY: the CPU has the features (this function's contract).
-        unsafe { self.walk(start, out, sum) };
+        // SAFETY: the CPU has the features; `tap` reads inside `xs` (this
+        // function's contract).
+        unsafe { self.walk::<K, S>(taps, start, out, tap) };
     }
 }
