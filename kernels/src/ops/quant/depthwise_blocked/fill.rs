@@ -104,30 +104,11 @@ unsafe fn pixels64(planes: &[&[u8]], at: usize, n: usize, mut emit: impl FnMut(u
         // mask reads no more.
         *v = unsafe { _mm512_maskz_loadu_epi8(load, plane.as_ptr().add(at).cast()) };
     }
-    let px = transpose_bytes(&a);
-    // Pixels 16 l + 4 j .. + 4: lane l of px[4 j .. 4 j + 4].
-    for j in 0..4 {
-        let (p0, p1, p2, p3) = (px[4 * j], px[4 * j + 1], px[4 * j + 2], px[4 * j + 3]);
-        let (lo01, hi01) = (
-            _mm512_shuffle_i32x4::<0x44>(p0, p1),
-            _mm512_shuffle_i32x4::<0xEE>(p0, p1),
-        );
-        let (lo23, hi23) = (
-            _mm512_shuffle_i32x4::<0x44>(p2, p3),
-            _mm512_shuffle_i32x4::<0xEE>(p2, p3),
-        );
-        let groups = [
-            _mm512_shuffle_i32x4::<0x88>(lo01, lo23),
-            _mm512_shuffle_i32x4::<0xDD>(lo01, lo23),
-            _mm512_shuffle_i32x4::<0x88>(hi01, hi23),
-            _mm512_shuffle_i32x4::<0xDD>(hi01, hi23),
-        ];
-        for (l, v) in groups.into_iter().enumerate() {
-            if 16 * l + 4 * j < n {
-                emit(4 * l + j, v);
-            }
+    transpose_bytes(&a, |g, v| {
+        if 4 * g < n {
+            emit(g, v)
         }
-    }
+    });
 }
 
 /// Stores pixels `i .. i + k` of `q` (sixteen bytes each) at byte `at` of
@@ -225,45 +206,46 @@ unsafe fn fill_flat(
     }
 }
 
-/// Within each 128-bit lane `l`, rows `a` (sixteen bytes of each of sixteen
-/// planes: pixels `16 l ..`) transposed: lane `l` of `out[c]` holds pixel
-/// `16 l + c`'s sixteen bytes, plane by plane.
+/// Rows `a` (sixty-four bytes of each of sixteen planes) transposed into
+/// groups of four pixels: `emit(g, v)` with lane `i` of `v` pixel
+/// `4 g + i`'s sixteen bytes, plane by plane. Four rounds of sixteen
+/// two-vector steps: bytes, words and quads of planes paired within each
+/// 128-bit lane, then pairs of pixel groups gathered across lanes by a
+/// dword permute (two lanes' groups per vector), which leaves every group
+/// in place for the last round's unpacks.
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline]
-fn transpose_bytes(a: &[__m512i; LANES]) -> [__m512i; LANES] {
-    // Byte pairs of rows (2 i, 2 i + 1): columns 0-7, then 8-15.
+fn transpose_bytes(a: &[__m512i; LANES], mut emit: impl FnMut(usize, __m512i)) {
+    // Byte pairs of planes (2 i, 2 i + 1): per lane l, pixels 16 l + 0-7,
+    // then 16 l + 8-15.
     let mut t = [_mm512_setzero_si512(); LANES];
     for i in 0..LANES / 2 {
         t[2 * i] = _mm512_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
     }
-    // Rows 4 g .. 4 g + 4 per 32-bit word: columns 0-3, 4-7, 8-11, 12-15.
+    // u[4 q + j]: planes 4 q .. 4 q + 4 per 32-bit word, lane l holding
+    // pixels 16 l + 4 j + 0-3 (group 4 l + j).
     let mut u = [_mm512_setzero_si512(); LANES];
-    for g in 0..LANES / 4 {
-        u[4 * g] = _mm512_unpacklo_epi16(t[4 * g], t[4 * g + 2]);
-        u[4 * g + 1] = _mm512_unpackhi_epi16(t[4 * g], t[4 * g + 2]);
-        u[4 * g + 2] = _mm512_unpacklo_epi16(t[4 * g + 1], t[4 * g + 3]);
-        u[4 * g + 3] = _mm512_unpackhi_epi16(t[4 * g + 1], t[4 * g + 3]);
+    for q in 0..LANES / 4 {
+        u[4 * q] = _mm512_unpacklo_epi16(t[4 * q], t[4 * q + 2]);
+        u[4 * q + 1] = _mm512_unpackhi_epi16(t[4 * q], t[4 * q + 2]);
+        u[4 * q + 2] = _mm512_unpacklo_epi16(t[4 * q + 1], t[4 * q + 3]);
+        u[4 * q + 3] = _mm512_unpackhi_epi16(t[4 * q + 1], t[4 * q + 3]);
     }
-    // Rows 8 h .. 8 h + 8 per 64-bit word: v[h][2 q] columns 4 q and
-    // 4 q + 1, v[h][2 q + 1] columns 4 q + 2 and 4 q + 3.
-    let mut v = [[_mm512_setzero_si512(); 8]; 2];
-    for (h, v) in v.iter_mut().enumerate() {
-        for q in 0..4 {
-            let (x, y) = (u[8 * h + q], u[8 * h + 4 + q]);
-            v[2 * q] = _mm512_unpacklo_epi32(x, y);
-            v[2 * q + 1] = _mm512_unpackhi_epi32(x, y);
+    // Eight planes per 64-bit word from two quads of planes: word 2 i + s
+    // pixel i of the group in lane s (`LOW`) or 2 + s (`HIGH`).
+    const LOW: [i32; 16] = [0, 16, 4, 20, 1, 17, 5, 21, 2, 18, 6, 22, 3, 19, 7, 23];
+    // SAFETY: sixteen i32 make one vector.
+    let low = unsafe { _mm512_loadu_si512(LOW.as_ptr().cast()) };
+    let high = _mm512_add_epi32(low, _mm512_set1_epi32(8));
+    for j in 0..4 {
+        // Planes 0-7 and 8-15 of groups j and 4 + j (low), 8 + j and
+        // 12 + j (high).
+        for (k, idx) in [(0, low), (1, high)] {
+            let v0 = _mm512_permutex2var_epi32(u[j], idx, u[4 + j]);
+            let v1 = _mm512_permutex2var_epi32(u[8 + j], idx, u[12 + j]);
+            emit(8 * k + j, _mm512_unpacklo_epi64(v0, v1));
+            emit(8 * k + 4 + j, _mm512_unpackhi_epi64(v0, v1));
         }
     }
-    // All sixteen rows of each column.
-    let mut out = [_mm512_setzero_si512(); LANES];
-    for q in 0..4 {
-        let (lo, hi) = (v[0][2 * q], v[1][2 * q]);
-        out[4 * q] = _mm512_unpacklo_epi64(lo, hi);
-        out[4 * q + 1] = _mm512_unpackhi_epi64(lo, hi);
-        let (lo, hi) = (v[0][2 * q + 1], v[1][2 * q + 1]);
-        out[4 * q + 2] = _mm512_unpacklo_epi64(lo, hi);
-        out[4 * q + 3] = _mm512_unpackhi_epi64(lo, hi);
-    }
-    out
 }

@@ -133,16 +133,26 @@ impl<T: QInt> RequantSink<'_, T> {
             // assertion).
             unsafe { _mm512_maskz_loadu_ps(first(rows), self.multipliers.as_ptr().add(m0)) }
         };
-        let mut bias = [0i32; 16];
-        if let Some(b) = self.bias {
-            for (l, v) in bias.iter_mut().enumerate().take(rows) {
-                *v = b.data[(m0 + l) * b.row_stride];
+        let bias = match self.bias {
+            None => _mm512_setzero_si512(),
+            Some(b) if b.row_stride == 1 => {
+                assert!(b.data.len() >= m0 + rows, "fewer biases than rows");
+                // SAFETY: the mask reads biases m0 .. m0 + rows (the
+                // assertion).
+                unsafe { _mm512_maskz_loadu_epi32(first(rows), b.data.as_ptr().add(m0).cast()) }
             }
-        }
+            Some(b) => {
+                let mut bias = [0i32; 16];
+                for (l, v) in bias.iter_mut().enumerate().take(rows) {
+                    *v = b.data[(m0 + l) * b.row_stride];
+                }
+                // SAFETY: `bias` holds one vector.
+                unsafe { _mm512_loadu_si512(bias.as_ptr().cast()) }
+            }
+        };
         let st = RowStage {
             mult,
-            // SAFETY: `bias` holds one vector.
-            bias: unsafe { _mm512_loadu_si512(bias.as_ptr().cast()) },
+            bias,
             lo: _mm512_set1_ps((T::MIN - self.zero) as f32),
             hi: _mm512_set1_ps((T::MAX - self.zero) as f32),
             zero: _mm512_set1_epi32(self.zero),
@@ -154,8 +164,15 @@ impl<T: QInt> RequantSink<'_, T> {
         ));
         let mut p = [_mm512_setzero_si512(); 4];
         for (k, p) in p.iter_mut().enumerate().take(n.div_ceil(4)) {
-            let q = [0, 1, 2, 3].map(|i| st.apply(cols[4 * k + i]));
-            // The values lie in the type's range: the packs only narrow.
+            // Signed values lie in the type's range and the packs only
+            // narrow; unsigned ones saturate in them.
+            let q = [0, 1, 2, 3].map(|i| {
+                if T::MIN < 0 {
+                    st.apply(cols[4 * k + i])
+                } else {
+                    st.apply_unsigned(cols[4 * k + i])
+                }
+            });
             let b = if T::MIN < 0 {
                 _mm512_packs_epi16(
                     _mm512_packs_epi32(q[0], q[1]),
@@ -185,26 +202,30 @@ impl<T: QInt> RequantSink<'_, T> {
             _mm512_unpacklo_epi64(hi01, hi23),
             _mm512_unpackhi_epi64(hi01, hi23),
         ];
-        for r in 0..rows {
+        let row = |r: usize| {
             let v = out[r % 4];
-            let row = match r / 4 {
+            match r / 4 {
                 0 => _mm512_castsi512_si128(v),
                 1 => _mm512_extracti32x4_epi32::<1>(v),
                 2 => _mm512_extracti32x4_epi32::<2>(v),
                 _ => _mm512_extracti32x4_epi32::<3>(v),
-            };
+            }
+        };
+        let base = self.out.ptr.wrapping_add(m0 * stride + n0).cast::<u8>();
+        if rows == 16 && n == 16 {
+            // A whole tile: sixteen plain stores, unrolled.
+            for r in 0..16 {
+                // SAFETY: as below, with n = 16.
+                unsafe { _mm_storeu_si128(base.add(r * stride).cast(), row(r)) };
+            }
+            return true;
+        }
+        for r in 0..rows {
             // SAFETY: elements (m0 + r) * stride + n0 .. + n lie inside the
             // output (the assertion), which only this task writes (the
             // `Sync` contract of `Shared`); T is one byte; the mask writes
             // no more.
-            unsafe {
-                let dst = self.out.ptr.add((m0 + r) * stride + n0).cast::<u8>();
-                if n == 16 {
-                    _mm_storeu_si128(dst.cast(), row);
-                } else {
-                    _mm_mask_storeu_epi8(dst.cast(), first(n), row);
-                }
-            }
+            unsafe { _mm_mask_storeu_epi8(base.add(r * stride).cast(), first(n), row(r)) };
         }
         true
     }

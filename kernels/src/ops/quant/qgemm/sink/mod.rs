@@ -472,6 +472,72 @@ impl RowStage {
         let r = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
         _mm512_add_epi32(r, self.zero)
     }
+
+    /// [`Self::apply`] for an unsigned output type, bounded above only:
+    /// a pack with unsigned saturation finishes it. The values above the
+    /// type's maximum come out as the maximum; those below its minimum
+    /// (NaN included) come out negative, which the pack turns into the
+    /// minimum, zero: the same values as [`Self::apply`]'s after the pack.
+    ///
+    /// `hi` is `min`'s first operand, so a NaN stays NaN and converts to
+    /// `i32::MIN` (as does anything under -2^31); the zero point, a value
+    /// of the unsigned type, adds to it without wrapping. Rounding is
+    /// monotonic and the bounds are integers, so clamping after it is
+    /// clamping before it.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn apply_unsigned(&self, c: Vec16) -> Vec16 {
+        use std::arch::x86_64::*;
+        let v = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_add_epi32(c, self.bias)),
+            self.mult,
+        );
+        let v = _mm512_min_ps(self.hi, v);
+        let r = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+        _mm512_add_epi32(r, self.zero)
+    }
+
+    /// Two vectors requantized and narrowed to `T` with saturating packs,
+    /// in order in the low 32 elements: 32 bytes for an 8-bit `T`, all 64
+    /// for a 16-bit one.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F and BW; `T` is 8 or 16 bits wide.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    fn narrow_pair<T: QInt>(&self, v: &[Vec16; 2]) -> Vec16 {
+        use std::arch::x86_64::*;
+        let unsigned = T::MIN == 0;
+        let [a, b] = v.map(|c| {
+            if unsigned {
+                self.apply_unsigned(c)
+            } else {
+                self.apply(c)
+            }
+        });
+        // Per 128-bit lane `l`: a's values 4 l .. 4 l + 4, then b's.
+        let w = if unsigned {
+            _mm512_packus_epi32(a, b)
+        } else {
+            _mm512_packs_epi32(a, b)
+        };
+        if std::mem::size_of::<T>() == 2 {
+            return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), w);
+        }
+        // Per lane: dword 0 a's four bytes, dword 1 b's.
+        let x = if unsigned {
+            _mm512_packus_epi16(w, w)
+        } else {
+            _mm512_packs_epi16(w, w)
+        };
+        _mm512_permutexvar_epi32(
+            _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0),
+            x,
+        )
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -569,6 +635,7 @@ impl<T: QInt> RequantSink<'_, T> {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
     unsafe fn pairs_avx512(&self, m0: usize, n0: usize, vals: &[[Vec16; 2]], n: usize) -> bool {
+        use std::arch::x86_64::*;
         let n = n.min(32);
         if !self.vector_rows() {
             return false;
@@ -581,14 +648,23 @@ impl<T: QInt> RequantSink<'_, T> {
             (m0 + vals.len() - 1) * stride + n0 + n - 1 < self.out.len,
             "product rows outside their output"
         );
+        let mask: __mmask32 = if n >= 32 { !0 } else { (1u32 << n) - 1 };
         for (r, v) in vals.iter().enumerate() {
             let (st, first) = (self.stage(m0 + r), (m0 + r) * stride + n0);
+            let x = st.narrow_pair::<T>(v);
             // SAFETY: elements first .. first + n lie inside the output
-            // (the assertion); this task alone writes them.
+            // (the assertion), which only this task writes (the `Sync`
+            // contract of `Shared`); the mask writes no more; T is 8 or
+            // 16 bits wide (`vector_rows`).
             unsafe {
-                self.store16(&st, v[0], first, n);
-                if n > 16 {
-                    self.store16(&st, v[1], first + 16, n - 16);
+                let dst = self.out.ptr.add(first);
+                match (std::mem::size_of::<T>(), n >= 32) {
+                    (1, true) => _mm256_storeu_si256(dst.cast(), _mm512_castsi512_si256(x)),
+                    (1, false) => {
+                        _mm256_mask_storeu_epi8(dst.cast(), mask, _mm512_castsi512_si256(x))
+                    }
+                    (_, true) => _mm512_storeu_si512(dst.cast(), x),
+                    _ => _mm512_mask_storeu_epi16(dst.cast(), mask, x),
                 }
             }
         }

@@ -14,15 +14,16 @@ fn vector_row_is_the_scalar_row<T: QInt + PartialEq + std::fmt::Debug>(zero: i32
     }
     let mut vals: Vec<i32> = vec![i32::MIN, i32::MAX, -1, 0, 1, 2, 3, 5, 7, 1 << 24];
     vals.extend((0..45).map(|i: i32| (i * 7919 - 150_000).wrapping_mul(13)));
-    let multipliers = [0.5f32, 0.003, f32::NAN];
-    let bias = [i32::MAX - 2, -7, 40];
+    // The last row's products leave i32's range.
+    let multipliers = [0.5f32, 0.003, f32::NAN, 3000.0];
+    let bias = [i32::MAX - 2, -7, 40, 9];
     for by_row in [false, true] {
         for len in [1, 16, 17, 32, vals.len()] {
-            for m in 0..3 {
-                // 0: scalar, 1: a vector row, 2: two vectors, 3: rows m..3
-                // scalar, 4: rows m..3 as pairs of vectors.
+            for m in 0..4 {
+                // 0: scalar, 1: a vector row, 2: two vectors, 3: rows m..4
+                // scalar, 4: rows m..4 as pairs of vectors.
                 let run = |how: u8| {
-                    let mut out = vec![T::from_i32(0); 3 * 64];
+                    let mut out = vec![T::from_i32(0); 4 * 64];
                     let sink = RequantSink {
                         out: Shared::new(&mut out, 64, 1),
                         multipliers: if by_row {
@@ -43,8 +44,8 @@ fn vector_row_is_the_scalar_row<T: QInt + PartialEq + std::fmt::Debug>(zero: i32
                         // SAFETY: the CPU has AVX-512 BW and VL (checked
                         // above), which imply F.
                         1 => unsafe { sink.put_avx512(m, 3, &vals[..len]) },
-                        // Rows m..3, the same values in each.
-                        3 => (m..3).for_each(|r| sink.put(r, 3, &vals[..len])),
+                        // Rows m..4, the same values in each.
+                        3 => (m..4).for_each(|r| sink.put(r, 3, &vals[..len])),
                         _ => {
                             use std::arch::x86_64::_mm512_loadu_si512;
                             let mut pair = [-1i32; 32];
@@ -55,7 +56,7 @@ fn vector_row_is_the_scalar_row<T: QInt + PartialEq + std::fmt::Debug>(zero: i32
                                     _mm512_loadu_si512(pair.as_ptr().cast()),
                                     _mm512_loadu_si512(pair.as_ptr().add(16).cast()),
                                 ];
-                                let rows = if how == 2 { 1 } else { 3 - m };
+                                let rows = if how == 2 { 1 } else { 4 - m };
                                 sink.put_pairs_avx512(m, 3, &vec![v; rows], len);
                             }
                         }
@@ -69,7 +70,7 @@ fn vector_row_is_the_scalar_row<T: QInt + PartialEq + std::fmt::Debug>(zero: i32
                     assert_eq!(
                         run(4),
                         run(3),
-                        "pairs: by_row {by_row}, len {len}, rows {m}..3"
+                        "pairs: by_row {by_row}, len {len}, rows {m}..4"
                     );
                 }
             }
@@ -154,7 +155,9 @@ fn lanes_are_the_scalar_rows<T: QInt + PartialEq + std::fmt::Debug>(zero: i32) {
             })
         })
         .collect();
-    let multipliers: Vec<f32> = (0..19).map(|i| 0.0007 + i as f32 * 0.0031).collect();
+    // Row 9's multiplier is NaN and row 11's takes sums past i32's range.
+    let mut multipliers: Vec<f32> = (0..19).map(|i| 0.0007 + i as f32 * 0.0031).collect();
+    (multipliers[9], multipliers[11]) = (f32::NAN, 5000.0);
     let bias: Vec<i32> = (0..19).map(|i| i * 977 - 9000).collect();
     let (width, m0, n0) = (40, 2, 5);
     for (rows, n) in [(16, 16), (16, 3), (5, 16), (1, 1), (13, 9)] {
