@@ -798,3 +798,79 @@ fn eight_bit_max_pool_equals_the_float_one() {
         assert_eq!(got_s, want_s, "int8 {kernel:?} {strides:?} {pads:?}");
     }
 }
+
+/// MaxPool and AveragePool (f32, the whole-plane path) and 8-bit MaxPool
+/// against the definition, over several planes of negative values: the
+/// padding, written once per task's phases, must be the pool's own (the
+/// least value or zero) for every plane, rows of padding included.
+#[test]
+fn pooled_planes_match_the_definition() {
+    let (c, h, w) = (5usize, 9usize, 10usize);
+    let x: Vec<f32> = (0..c * h * w)
+        .map(|i| -((i * 37 % 101) as f32) - 1.0)
+        .collect();
+    // (kernel, strides, pads: top, left, bottom, right)
+    type Case = ([usize; 2], [usize; 2], [usize; 4]);
+    let cases: [Case; 3] = [
+        ([3, 3], [2, 2], [1, 1, 1, 1]),
+        ([3, 3], [2, 2], [2, 1, 1, 2]),
+        ([3, 2], [1, 2], [2, 0, 2, 1]),
+    ];
+    for ([kh, kw], [sh, sw], [pt, pl, pb, pr]) in cases {
+        let oh = (h + pt + pb - kh) / sh + 1;
+        let ow = (w + pl + pr - kw) / sw + 1;
+        // Per output: the window's values inside the image, and its size.
+        let window = |p: usize, y: usize, z: usize| {
+            let mut vals = Vec::new();
+            for b in 0..kh {
+                for e in 0..kw {
+                    let (r, q) = (
+                        (y * sh + b) as isize - pt as isize,
+                        (z * sw + e) as isize - pl as isize,
+                    );
+                    if r >= 0 && q >= 0 && (r as usize) < h && (q as usize) < w {
+                        vals.push(x[(p * h + r as usize) * w + q as usize]);
+                    }
+                }
+            }
+            vals
+        };
+        let outputs = |f: &dyn Fn(Vec<f32>) -> f32| -> Vec<f32> {
+            (0..c)
+                .flat_map(|p| (0..oh).flat_map(move |y| (0..ow).map(move |z| (p, y, z))))
+                .map(|(p, y, z)| f(window(p, y, z)))
+                .collect()
+        };
+        let node = |op: &str, version: i64| {
+            Node::new(op, version)
+                .ints("kernel_shape", &[kh as i64, kw as i64])
+                .ints("strides", &[sh as i64, sw as i64])
+                .ints("pads", &[pt as i64, pl as i64, pb as i64, pr as i64])
+        };
+        let run = |n: Node| {
+            n.run1(&[var(f32t(&[1, c, h, w], &x))])
+                .unwrap()
+                .as_f32()
+                .unwrap()
+                .to_vec()
+        };
+        let case = format!("{kh}x{kw} stride {sh}x{sw} pads {pt} {pl} {pb} {pr}");
+        let max = outputs(&|v| v.into_iter().fold(f32::NEG_INFINITY, f32::max));
+        assert_eq!(run(node("MaxPool", 12)), max, "MaxPool {case}");
+        let mean = outputs(&|v| v.iter().sum::<f32>() / v.len() as f32);
+        assert_close(&run(node("AveragePool", 11)), &mean, 1e-5);
+        let padded = outputs(&|v| v.iter().sum::<f32>() / (kh * kw) as f32);
+        assert_close(
+            &run(node("AveragePool", 11).int("count_include_pad", 1)),
+            &padded,
+            1e-5,
+        );
+        // int8 MaxPool of the same (integral, in range) values.
+        let s: Vec<i8> = x.iter().map(|&v| v as i8).collect();
+        let got = node("MaxPool", 12)
+            .run1(&[var(i8t(&[1, c, h, w], &s))])
+            .unwrap();
+        let got: Vec<f32> = got.as_i8().unwrap().iter().map(|&v| v as f32).collect();
+        assert_eq!(got, max, "int8 MaxPool {case}");
+    }
+}

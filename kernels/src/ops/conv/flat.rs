@@ -9,6 +9,16 @@
 
 use super::geometry::{Geometry3, valid_range};
 
+/// A phase row's columns `lo..hi` inside the image: input row `r`, from
+/// input column `start` on.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    r: usize,
+    lo: usize,
+    hi: usize,
+    start: usize,
+}
+
 /// The phase layout of one geometry.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Flat {
@@ -62,9 +72,79 @@ impl Flat {
 
     /// Writes the phases of plane `x` (`phases_len` elements): phase
     /// `(rp, cp)`, element `(i, j)` is the padded input at `(i * sh + rp,
-    /// j * sw + cp)`, `fill` outside the image.
+    /// j * sw + cp)`, `fill` outside the image ([`Self::pad`] then
+    /// [`Self::copy`]).
     #[inline(always)]
     pub(crate) fn spread<T: Copy>(self, g: &Geometry3, x: &[T], fill: T, phases: &mut [T]) {
+        self.pad(g, fill, phases);
+        self.copy(g, x, phases);
+    }
+
+    /// The elements of the phases outside the image set to `fill`: the
+    /// same for every plane of the geometry, so a task's phases are padded
+    /// once and then [`Self::copy`] writes each plane.
+    #[inline(always)]
+    pub(crate) fn pad<T: Copy>(self, g: &Geometry3, fill: T, phases: &mut [T]) {
+        self.rows_of(
+            g,
+            phases,
+            #[inline(always)]
+            |row, image| match image {
+                None => row.fill(fill),
+                Some(run) => {
+                    row[..run.lo].fill(fill);
+                    row[run.hi..].fill(fill);
+                }
+            },
+        );
+    }
+
+    /// The elements of the phases inside the image from plane `x`.
+    #[inline(always)]
+    pub(crate) fn copy<T: Copy>(self, g: &Geometry3, x: &[T], phases: &mut [T]) {
+        let iw = g.input[2];
+        let sw = self.sw;
+        self.rows_of(
+            g,
+            phases,
+            #[inline(always)]
+            |row, image| {
+                let Some(Run { r, lo, hi, start }) = image else {
+                    return;
+                };
+                let src = &x[r * iw..][..iw];
+                if sw == 1 {
+                    row[lo..hi].copy_from_slice(&src[start..start + (hi - lo)]);
+                } else if sw == 2 {
+                    // A constant stride: whole pairs, whose first elements the
+                    // loop keeps with no bounds check (it vectorizes as
+                    // interleaved loads), then the last element alone (its
+                    // pair may end past the row).
+                    let n = hi - lo;
+                    let (body, last) = row[lo..hi].split_at_mut(n - 1);
+                    let pairs = src[start..start + 2 * (n - 1)].chunks_exact(2);
+                    for (v, pair) in body.iter_mut().zip(pairs) {
+                        *v = pair[0];
+                    }
+                    last[0] = src[start + 2 * (n - 1)];
+                } else {
+                    for (v, s) in row[lo..hi].iter_mut().zip(src[start..].chunks(sw)) {
+                        *v = s[0];
+                    }
+                }
+            },
+        );
+    }
+
+    /// `visit(row, image)` for every row of every phase: `image` the run of
+    /// its columns inside the image, `None` for a row all padding.
+    #[inline(always)]
+    fn rows_of<T>(
+        self,
+        g: &Geometry3,
+        phases: &mut [T],
+        mut visit: impl FnMut(&mut [T], Option<Run>),
+    ) {
         let Self { qw, sh, sw, .. } = self;
         let [_, ih, iw] = g.input;
         let (pt, pl) = (g.pad[1], g.pad[2]);
@@ -76,28 +156,13 @@ impl Flat {
                 let (lo, hi) = valid_range(qw, sw, cp as isize - pl as isize, iw);
                 for (i, row) in phase.chunks_exact_mut(qw).enumerate() {
                     let r = (i * sh + rp) as isize - pt as isize;
-                    if r < 0 || r as usize >= ih || lo == hi {
-                        row.fill(fill);
-                        continue;
-                    }
-                    let src = &x[r as usize * iw..][..iw];
-                    row[..lo].fill(fill);
-                    row[hi..].fill(fill);
-                    let start = lo * sw + cp - pl;
-                    if sw == 1 {
-                        row[lo..hi].copy_from_slice(&src[start..start + (hi - lo)]);
-                    } else if sw == 2 {
-                        // A constant stride: the loads vectorize as
-                        // interleaved pairs.
-                        let src = &src[start..start + 2 * (hi - lo) - 1];
-                        for (j, v) in row[lo..hi].iter_mut().enumerate() {
-                            *v = src[2 * j];
-                        }
-                    } else {
-                        for (v, s) in row[lo..hi].iter_mut().zip(src[start..].chunks(sw)) {
-                            *v = s[0];
-                        }
-                    }
+                    let image = (r >= 0 && (r as usize) < ih && lo < hi).then(|| Run {
+                        r: r as usize,
+                        lo,
+                        hi,
+                        start: lo * sw + cp - pl,
+                    });
+                    visit(row, image);
                 }
             }
         }

@@ -309,12 +309,12 @@ impl Run {
         let [_, kh, kw] = g.kernel;
         self.flat_planes(
             f,
-            x,
+            (x, least),
             y,
             par,
             #[inline(always)]
             |xs, out, phases, acc| {
-                f.spread(g, xs, least, phases);
+                f.copy(g, xs, phases);
                 acc.fill(least);
                 for b in 0..kh {
                     for e in 0..kw {
@@ -332,13 +332,14 @@ impl Run {
     }
 
     /// `plane(xs, out, phases, acc)` for every plane `xs` of `x` and its
-    /// output `out` in `y`, with scratch for `f`'s phases and rows, the
-    /// planes split across `par`; compiled for the widest vectors (`plane`
-    /// an `#[inline(always)]` closure).
+    /// output `out` in `y`, with scratch for `f`'s phases (padded with
+    /// `fill` once per task: `plane` copies only the image into them) and
+    /// rows, the planes split across `par`; compiled for the widest vectors
+    /// (`plane` an `#[inline(always)]` closure).
     fn flat_planes<T: Elem + Default>(
         &self,
         f: Flat,
-        x: &[T],
+        (x, fill): (&[T], T),
         y: &mut [T],
         par: &dyn ParallelFor,
         plane: impl Fn(&[T], &mut [T], &mut [T], &mut [T]) + Sync,
@@ -350,6 +351,7 @@ impl Run {
         let width = self.width;
         for_each_chunk_mut(par, y, chunk, &|first, ys| {
             let mut scratch = vec![T::default(); f.scratch_len()];
+            f.pad(&self.g, fill, &mut scratch[..f.phases_len()]);
             for (i, out) in ys.chunks_exact_mut(pout).enumerate() {
                 let p = first / pout + i;
                 let xs = &x[p * self.pin..][..self.pin];
@@ -398,15 +400,20 @@ impl Run {
             _ => None,
         };
         let [_, kh, kw] = g.kernel;
+        let fill = if divisors.is_none() {
+            f32::NEG_INFINITY
+        } else {
+            0.0
+        };
         self.flat_planes(
             f,
-            x,
+            (x, fill),
             y,
             par,
             #[inline(always)]
             |xs, out, phases, acc| match &divisors {
                 None => {
-                    f.spread(g, xs, f32::NEG_INFINITY, phases);
+                    f.copy(g, xs, phases);
                     acc.fill(f32::NEG_INFINITY);
                     for b in 0..kh {
                         for e in 0..kw {
@@ -423,7 +430,7 @@ impl Run {
                     }
                 }
                 Some((dh, dw)) => {
-                    f.spread(g, xs, 0.0, phases);
+                    f.copy(g, xs, phases);
                     acc.fill(0.0);
                     for b in 0..kh {
                         for e in 0..kw {
