@@ -67,13 +67,15 @@ pub(super) unsafe fn run_all<S: Sink>(dw: &Depthwise<'_>, sinks: &[S], par: &dyn
     let blocks = dw.s.batch * per_image;
     let tasks = blocks.min(par.threads().max(1) * 4);
     let vbmi = std::is_x86_feature_detected!("avx512vbmi");
+    // Once per node: lifting the geometry to three axes copies its arrays.
+    let g = dw.s.geometry.as_3d();
     let task = |t: usize| {
         let mut scratch = Scratch::default();
         for i in crate::par::chunk(blocks, tasks, 1, t) {
             let (b, c0) = (i / per_image, i % per_image * LANES);
             // SAFETY: the caller's guarantees are `run`'s; `vbmi` is the
             // CPU's.
-            unsafe { run(dw, &sinks[b], [b, c0], vbmi, &mut scratch) };
+            unsafe { run((dw, &g), &sinks[b], [b, c0], vbmi, &mut scratch) };
         }
     };
     if tasks <= 1 {
@@ -105,17 +107,16 @@ pub(super) struct Scratch {
 /// [`applies`] holds.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma")]
 unsafe fn run<S: Sink>(
-    dw: &Depthwise<'_>,
+    (dw, g): (&Depthwise<'_>, &Geometry3),
     sink: &S,
     [b, c0]: [usize; 2],
     vbmi: bool,
     scratch: &mut Scratch,
 ) {
     let s = dw.s;
-    let g = s.geometry.as_3d();
     let ([_, ih, iw], [_, oh, ow], [_, kh, kw]) = (g.input, g.output, g.kernel);
     let ([_, sh, sw], [_, dh, dwl], [_, pt, pl]) = (g.stride, g.dilation, g.pad);
-    let [hp, wp] = padded(&g);
+    let [hp, wp] = padded(g);
     let (in_len, klen) = (ih * iw, kh * kw);
     let lanes = LANES.min(s.channels - c0);
     let mut planes: [&[u8]; LANES] = [&[]; LANES];
