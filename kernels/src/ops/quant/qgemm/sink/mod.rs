@@ -461,16 +461,7 @@ impl RowStage {
     #[target_feature(enable = "avx512f")]
     #[inline]
     fn apply(&self, c: Vec16) -> Vec16 {
-        use std::arch::x86_64::*;
-        let v = _mm512_mul_ps(
-            _mm512_cvtepi32_ps(_mm512_add_epi32(c, self.bias)),
-            self.mult,
-        );
-        let v = _mm512_min_ps(_mm512_max_ps(v, self.lo), self.hi);
-        // Rounded half to even by the instruction itself: for the clamped
-        // values (|v| < 2^17) the same as the scalar addition.
-        let r = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
-        _mm512_add_epi32(r, self.zero)
+        self.bounded::<true>(c)
     }
 
     /// [`Self::apply`] for an unsigned output type, bounded above only:
@@ -490,12 +481,29 @@ impl RowStage {
     #[target_feature(enable = "avx512f")]
     #[inline]
     fn apply_unsigned(&self, c: Vec16) -> Vec16 {
+        self.bounded::<false>(c)
+    }
+
+    /// [`Self::apply`] (`BELOW`) or [`Self::apply_unsigned`].
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn bounded<const BELOW: bool>(&self, c: Vec16) -> Vec16 {
         use std::arch::x86_64::*;
         let v = _mm512_mul_ps(
             _mm512_cvtepi32_ps(_mm512_add_epi32(c, self.bias)),
             self.mult,
         );
-        let v = _mm512_min_ps(self.hi, v);
+        let v = if BELOW {
+            _mm512_min_ps(_mm512_max_ps(v, self.lo), self.hi)
+        } else {
+            _mm512_min_ps(self.hi, v)
+        };
+        // Rounded half to even by the instruction itself: for the clamped
+        // values (|v| < 2^17) the same as the scalar addition; past i32's
+        // range (bounded above only) the instruction gives i32::MIN.
         let r = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
         _mm512_add_epi32(r, self.zero)
     }
