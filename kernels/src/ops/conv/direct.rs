@@ -72,7 +72,9 @@ pub(crate) fn depthwise_scratch(s: &ConvShape) -> usize {
 #[inline(always)]
 fn flat_plane(f: Flat, g: &Geometry3, x: &[f32], w: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (phases, acc) = scratch.split_at_mut(f.phases_len());
-    f.spread(g, x, 0.0, phases);
+    // The task's scratch starts at zero, the padding's value, and only
+    // the image's elements are ever written over it.
+    f.copy(g, x, phases);
     acc.fill(0.0);
     let [_, kh, kw] = g.kernel;
     for b in 0..kh {

@@ -70,19 +70,11 @@ impl Flat {
         self.phases_len() + self.acc_len()
     }
 
-    /// Writes the phases of plane `x` (`phases_len` elements): phase
+    /// The elements of the phases outside the image set to `fill`: phase
     /// `(rp, cp)`, element `(i, j)` is the padded input at `(i * sh + rp,
-    /// j * sw + cp)`, `fill` outside the image ([`Self::pad`] then
-    /// [`Self::copy`]).
-    #[inline(always)]
-    pub(crate) fn spread<T: Copy>(self, g: &Geometry3, x: &[T], fill: T, phases: &mut [T]) {
-        self.pad(g, fill, phases);
-        self.copy(g, x, phases);
-    }
-
-    /// The elements of the phases outside the image set to `fill`: the
-    /// same for every plane of the geometry, so a task's phases are padded
-    /// once and then [`Self::copy`] writes each plane.
+    /// j * sw + cp)`. They are the same for every plane of the geometry,
+    /// so a task's phases are padded once and then [`Self::copy`] writes
+    /// each plane.
     #[inline(always)]
     pub(crate) fn pad<T: Copy>(self, g: &Geometry3, fill: T, phases: &mut [T]) {
         self.rows_of(
